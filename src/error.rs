@@ -1,0 +1,348 @@
+//! The one error type of the crate, with predicates.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why one node did not answer as hoped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No reply within the per-node timeout.
+    Timeout,
+    /// The connection failed or was refused.
+    Connection,
+    /// The lock key (or its fence counter) holds a value of another type.
+    WrongType,
+    /// The node is not a master (ROLE said replica or sentinel).
+    NotMaster,
+    /// Any other error reply, or a reply that could not be understood.
+    Server,
+}
+
+impl fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Timeout => "timeout",
+            Self::Connection => "connection",
+            Self::WrongType => "wrong type",
+            Self::NotMaster => "not a master",
+            Self::Server => "server error",
+        })
+    }
+}
+
+/// The failure of one node, with the node it came from.
+///
+/// The node is named by its index in the builder's list and by its address
+/// (`host:port/db`); credentials are never part of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFailure {
+    /// Index of the node in the order the builder was given.
+    pub node: usize,
+    /// The node's address, without credentials.
+    pub addr: String,
+    /// What went wrong.
+    pub kind: NodeErrorKind,
+    /// The detail, as reported by the client or server.
+    pub message: String,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}): {}", self.node, self.addr, self.kind)?;
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// A node on which another owner holds the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenNode {
+    /// Index of the node in the order the builder was given.
+    pub node: usize,
+    /// The node's address, without credentials.
+    pub addr: String,
+    /// The holder's remaining time on that node, if the key has a TTL.
+    pub pttl: Option<Duration>,
+}
+
+/// Everything that can go wrong, told apart.
+///
+/// Match on it, or ask a predicate such as [`Error::is_contended`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before any node was asked: an empty name, a
+    /// zero lease, a malformed URL, and so on.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// Which argument.
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The manager's configuration is inconsistent (a quorum larger than the
+    /// node count, the same node twice, ...).
+    #[error("configuration error: {0}")]
+    Config(String),
+
+    /// A node is not a master. Locks must live on independent masters.
+    #[error("node {node} ({addr}) is a {role}, not a master; give quorumlock independent masters")]
+    NotMaster {
+        /// Index of the node.
+        node: usize,
+        /// Address of the node, without credentials.
+        addr: String,
+        /// The role the node reported.
+        role: String,
+    },
+
+    /// Nodes could not be reached when the manager was built.
+    #[error("could not connect: {}", join(failures))]
+    Connect {
+        /// One entry per node that failed.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// Another owner holds the lock on enough nodes that the quorum was missed.
+    #[error(
+        "lock {name:?} is held by another owner on {} node(s) (smallest PTTL {}); needed {required}, granted {granted}",
+        taken.len(),
+        fmt_opt_ms(*min_pttl)
+    )]
+    Contended {
+        /// The lock name.
+        name: String,
+        /// The nodes held by someone else, with their PTTL.
+        taken: Vec<TakenNode>,
+        /// The smallest PTTL among `taken`: a hint of when to retry.
+        min_pttl: Option<Duration>,
+        /// Nodes that failed meanwhile, if any.
+        failures: Vec<NodeFailure>,
+        /// Grants needed.
+        required: usize,
+        /// Grants obtained (all rolled back).
+        granted: usize,
+    },
+
+    /// Too many nodes failed (timeouts, refused connections) to reach the quorum.
+    #[error("quorum unavailable for {name:?}: needed {required}, granted {granted}; {}", join(failures))]
+    Unavailable {
+        /// The lock name.
+        name: String,
+        /// One entry per node that failed.
+        failures: Vec<NodeFailure>,
+        /// Grants needed.
+        required: usize,
+        /// Grants obtained (all rolled back).
+        granted: usize,
+    },
+
+    /// The quorum was reached, but too late: the lease minus the time spent and
+    /// the clock drift left nothing. Everything was rolled back.
+    #[error("lock {name:?}: validity exhausted after {elapsed:?} (lease {lease:?})")]
+    ValidityExhausted {
+        /// The lock name.
+        name: String,
+        /// Time spent acquiring.
+        elapsed: Duration,
+        /// The lease asked for.
+        lease: Duration,
+    },
+
+    /// The lock key, or its fence counter, holds a value of the wrong type.
+    #[error("lock {name:?}: key holds a value of the wrong type on {}", join(failures))]
+    WrongType {
+        /// The lock name.
+        name: String,
+        /// The nodes that answered WRONGTYPE.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// The lock is not held by this owner: another owner holds it now.
+    #[error("lock {name:?} is not held by this owner")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The lock had already expired when it was released or re-entered.
+    #[error("lock {name:?} had already expired")]
+    Expired {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The watchdog could no longer confirm the lock on a quorum of nodes.
+    #[error("lock {name:?} was lost: fewer than the quorum confirmed it in time")]
+    Lost {
+        /// The lock name.
+        name: String,
+    },
+
+    /// Renewal stopped because the lock reached its `max_hold`.
+    #[error("lock {name:?} reached its max hold of {max_hold:?}; renewal stopped")]
+    MaxHoldReached {
+        /// The lock name.
+        name: String,
+        /// The configured bound.
+        max_hold: Duration,
+    },
+
+    /// No runtime was available to run the operation.
+    #[error("no tokio runtime: {0}")]
+    Runtime(String),
+}
+
+impl Error {
+    /// Another owner holds the lock.
+    #[must_use]
+    pub fn is_contended(&self) -> bool {
+        matches!(self, Self::Contended { .. })
+    }
+
+    /// Nodes failed: the outcome is unknown on them.
+    #[must_use]
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Connect { .. })
+    }
+
+    /// The lock was lost while held.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// The lock was not held (another owner has it) or had expired.
+    #[must_use]
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Self::NotHeld { .. } | Self::Expired { .. })
+    }
+
+    /// The lock had expired.
+    #[must_use]
+    pub fn is_expired(&self) -> bool {
+        matches!(self, Self::Expired { .. })
+    }
+
+    /// The quorum was met too late.
+    #[must_use]
+    pub fn is_validity_exhausted(&self) -> bool {
+        matches!(self, Self::ValidityExhausted { .. })
+    }
+
+    /// The caller passed a bad argument or configuration.
+    #[must_use]
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidInput { .. } | Self::Config(_) | Self::NotMaster { .. }
+        )
+    }
+
+    /// The lock key holds a value of another type.
+    #[must_use]
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Self::WrongType { .. })
+    }
+
+    /// Renewal stopped at `max_hold`.
+    #[must_use]
+    pub fn is_max_hold_reached(&self) -> bool {
+        matches!(self, Self::MaxHoldReached { .. })
+    }
+
+    /// Trying again later may succeed: contention, unavailable nodes, or a
+    /// quorum met too late.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Contended { .. } | Self::Unavailable { .. } | Self::ValidityExhausted { .. }
+        )
+    }
+
+    /// The smallest PTTL reported by nodes held by another owner, if any.
+    #[must_use]
+    pub fn min_pttl(&self) -> Option<Duration> {
+        match self {
+            Self::Contended { min_pttl, .. } => *min_pttl,
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+fn join(failures: &[NodeFailure]) -> String {
+    if failures.is_empty() {
+        return "no node reported an error".to_owned();
+    }
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn fmt_opt_ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "none".to_owned(), |d| format!("{}ms", d.as_millis()))
+}
+
+/// A node-level error before the node's identity is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeError {
+    pub(crate) kind: NodeErrorKind,
+    pub(crate) message: String,
+}
+
+impl NodeError {
+    pub(crate) fn new(kind: NodeErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn timeout() -> Self {
+        Self::new(NodeErrorKind::Timeout, "")
+    }
+
+    pub(crate) fn from_redis(err: &redis::RedisError) -> Self {
+        let kind = if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
+            NodeErrorKind::WrongType
+        } else if err.is_timeout() {
+            NodeErrorKind::Timeout
+        } else if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+        {
+            NodeErrorKind::Connection
+        } else {
+            NodeErrorKind::Server
+        };
+        Self::new(kind, err.to_string())
+    }
+
+    pub(crate) fn protocol(what: &str) -> Self {
+        Self::new(NodeErrorKind::Server, format!("unexpected reply: {what}"))
+    }
+
+    pub(crate) fn at(self, node: usize, addr: &str) -> NodeFailure {
+        NodeFailure {
+            node,
+            addr: addr.to_owned(),
+            kind: self.kind,
+            message: self.message,
+        }
+    }
+}

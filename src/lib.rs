@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![doc(test(attr(deny(warnings))))]
+
+mod config;
+mod error;
+mod lock;
+mod node;
+mod owner;
+mod quorum;
+mod scripts;
+mod watchdog;
+
+pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
+pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
+pub use crate::lock::{
+    HoldState, LockGuard, LockManager, LockRequest, LockStatus, LossSignal, NodeStatus,
+};
+pub use crate::node::NodeLockState;
+pub use crate::owner::Owner;
+pub use crate::watchdog::WatchdogStats;
+pub use redis;

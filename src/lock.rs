@@ -1,0 +1,1320 @@
+//! The manager, the acquisition path and the guard.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use futures::stream::StreamExt;
+use tracing::{debug, field, warn, Instrument};
+
+use crate::config::{check_name, Config, LockManagerBuilder};
+use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
+use crate::node::{failure, Keys, NodeLockState, NodeOps, Released};
+use crate::owner::{new_client_id, Owner};
+use crate::quorum::{self, Decision, FanOut, Grant, Tally};
+use crate::watchdog::Watchdog;
+
+/// Locks a std mutex, recovering the data if a panic poisoned it: every
+/// critical section here leaves the state consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `fut` in the background on the current runtime, if there is one.
+/// Returns whether it was spawned. Never panics outside a runtime.
+pub(crate) fn spawn_detached<F>(fut: F) -> bool
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            drop(handle.spawn(fut));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A handle to the nodes; cheap to clone, shared by all tasks.
+///
+/// Build one with [`LockManager::builder`]. Every lock taken through it is
+/// renewed by one background watchdog, which stops when the last clone of the
+/// manager and the last guard are gone.
+#[derive(Clone)]
+pub struct LockManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+type SlotKey = (Arc<str>, Arc<str>);
+
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) nodes: Vec<Arc<dyn NodeOps>>,
+    pub(crate) client_id: String,
+    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    pub(crate) watchdog: Watchdog,
+}
+
+/// Serializes acquisitions of one name by one owner and remembers its hold.
+struct Slot {
+    gate: tokio::sync::Mutex<()>,
+    hold: Mutex<Weak<Hold>>,
+}
+
+impl fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManager")
+            .field("nodes", &self.nodes())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long an acquisition may wait for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Forever,
+    Up(Duration),
+}
+
+/// One acquisition, configured step by step; see [`LockManager::request`].
+#[derive(Debug)]
+#[must_use = "a request does nothing until `acquire` is awaited"]
+pub struct LockRequest<'a> {
+    manager: &'a LockManager,
+    name: String,
+    owner: Option<Owner>,
+    lease: Option<Duration>,
+    wait: Wait,
+}
+
+impl LockRequest<'_> {
+    /// Acquire on behalf of `owner` instead of the calling task.
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Hold for a fixed `lease`, without renewal.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Give up after `wait` if the lock is still taken. `Duration::ZERO`
+    /// makes a single attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Wait::Up(wait);
+        self
+    }
+
+    /// Wait as long as it takes (the default).
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// Acquires the lock, or re-enters it if this owner already holds it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for a bad name or lease;
+    /// - [`Error::Contended`] when the wait ran out while another owner held it;
+    /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
+    /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
+    /// - [`Error::WrongType`] when the lock key holds a non-hash value;
+    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future at any await point rolls back, in the
+    /// background, whatever grants it obtained on every node that may hold
+    /// one, at once rather than when the lease runs out. A re-entry that is
+    /// dropped restores the previous hold count.
+    pub async fn acquire(self) -> Result<LockGuard, Error> {
+        check_name(&self.name)?;
+        let inner = &self.manager.inner;
+        let (lease, renew) = match self.lease {
+            Some(lease) => (lease, false),
+            None => (inner.config.lease, true),
+        };
+        inner.config.check_lease(lease)?;
+        let owner = self
+            .owner
+            .unwrap_or_else(|| Owner::current(&inner.client_id));
+        let keys = Arc::new(Keys::new(&inner.config.key_prefix, &self.name));
+        let (owner_id, name) = (owner.shared_id(), Arc::clone(&keys.name));
+        let slot = inner.slot(&owner, &keys.name);
+        let result = async {
+            let _gate = slot.gate.lock().await;
+            let existing = lock(&slot.hold).upgrade().filter(|h| h.is_live());
+            if let Some(hold) = existing {
+                return inner.reenter(hold).await;
+            }
+            let hold = inner
+                .acquire_fresh(&slot, keys, owner, lease, renew, self.wait)
+                .await?;
+            *lock(&slot.hold) = Arc::downgrade(&hold);
+            Ok(LockGuard::new(hold))
+        }
+        .await;
+        drop(slot);
+        if result.is_err() {
+            inner.forget_slot_if_idle(&owner_id, &name);
+        }
+        result
+    }
+}
+
+impl LockManager {
+    /// Starts building a manager.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+
+    pub(crate) fn from_parts(config: Config, nodes: Vec<Arc<dyn NodeOps>>) -> Self {
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            watchdog: Watchdog::new(weak.clone(), config.renew_interval),
+            config,
+            nodes,
+            client_id: new_client_id(),
+            slots: Mutex::new(HashMap::new()),
+        });
+        Self { inner }
+    }
+
+    /// The validated configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The node addresses, in the builder's order, without credentials.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<String> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| n.addr().to_owned())
+            .collect()
+    }
+
+    /// A new explicit owner, to share a lock between tasks.
+    #[must_use]
+    pub fn new_owner(&self) -> Owner {
+        Owner::explicit(&self.inner.client_id)
+    }
+
+    /// The owner the calling task acquires as by default.
+    #[must_use]
+    pub fn current_owner(&self) -> Owner {
+        Owner::current(&self.inner.client_id)
+    }
+
+    /// A configurable acquisition of `name`.
+    pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest {
+            manager: self,
+            name: name.into(),
+            owner: None,
+            lease: None,
+            wait: Wait::Forever,
+        }
+    }
+
+    /// Waits until `name` is held, then keeps it renewed until released.
+    ///
+    /// # Errors
+    ///
+    /// See [`LockRequest::acquire`]; contention and outages are retried, so
+    /// this returns errors only for bad input, wrong-type keys and re-entry of
+    /// a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard, Error> {
+        self.request(name).acquire().await
+    }
+
+    /// Tries to take `name`, waiting at most `wait`; renewed while held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] (with the holder's smallest PTTL) or
+    /// [`Error::Unavailable`] once `wait` has passed; see
+    /// [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn try_lock(&self, name: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.request(name).wait(wait).acquire().await
+    }
+
+    /// Waits until `name` is held for a fixed `lease`, which is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero lease or one not above the drift;
+    /// see [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock_with_lease(&self, name: &str, lease: Duration) -> Result<LockGuard, Error> {
+        self.request(name).lease(lease).acquire().await
+    }
+
+    /// Deletes `name` on every node, whoever holds it, and wakes its waiters.
+    /// Returns on how many nodes a lock was deleted.
+    ///
+    /// An administrative break: the holder is not told until its watchdog
+    /// finds the lock gone or taken.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name; [`Error::Unavailable`] when a
+    /// node could not be reached (the lock may survive there until its TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock deleted on some nodes only.
+    pub async fn force_unlock(&self, name: &str) -> Result<usize, Error> {
+        check_name(name)?;
+        let inner = &self.inner;
+        let keys = Arc::new(Keys::new(&inner.config.key_prefix, name));
+        let mut fan = FanOut::start(inner.nodes.len(), inner.config.node_timeout, |i| {
+            inner.nodes[i].force_release(&keys)
+        });
+        fan.until(|_| false).await;
+        let mut deleted = 0;
+        let mut failures = Vec::new();
+        for (i, r) in fan.replies().iter().enumerate() {
+            match r {
+                Some(Ok(true)) => deleted += 1,
+                Some(Ok(false)) => {}
+                Some(Err(e)) => failures.push(failure(&inner.nodes, i, e)),
+                None => {}
+            }
+        }
+        if failures.is_empty() {
+            Ok(deleted)
+        } else {
+            Err(Error::Unavailable {
+                name: name.to_owned(),
+                failures,
+                required: inner.nodes.len(),
+                granted: deleted,
+            })
+        }
+    }
+
+    /// What every node holds for `name`: holder, hold count, PTTL and fence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name. Node failures are reported per
+    /// node inside the status, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
+        check_name(name)?;
+        let inner = &self.inner;
+        let keys = Arc::new(Keys::new(&inner.config.key_prefix, name));
+        let mut fan = FanOut::start(inner.nodes.len(), inner.config.node_timeout, |i| {
+            inner.nodes[i].status(&keys)
+        });
+        fan.until(|_| false).await;
+        let (replies, _) = fan.into_parts();
+        let nodes = replies
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| NodeStatus {
+                node: i,
+                addr: inner.nodes[i].addr().to_owned(),
+                state: match r {
+                    Some(Ok(s)) => Ok(s),
+                    Some(Err(e)) => Err(failure(&inner.nodes, i, &e)),
+                    None => Err(failure(
+                        &inner.nodes,
+                        i,
+                        &crate::error::NodeError::timeout(),
+                    )),
+                },
+            })
+            .collect();
+        Ok(LockStatus {
+            name: name.to_owned(),
+            required: inner.config.required,
+            nodes,
+        })
+    }
+
+    /// Watchdog counters since the manager was built.
+    #[must_use]
+    pub fn watchdog_stats(&self) -> crate::watchdog::WatchdogStats {
+        self.inner.watchdog.stats()
+    }
+}
+
+/// What every node holds for one lock; see [`LockManager::status`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock name.
+    pub name: String,
+    /// Grants a holder needs.
+    pub required: usize,
+    /// One entry per node, in the builder's order.
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl LockStatus {
+    /// The owner holding the lock on at least `required` nodes, if any.
+    #[must_use]
+    pub fn holder(&self) -> Option<&str> {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for s in &self.nodes {
+            if let Ok(NodeLockState {
+                holder: Some(h), ..
+            }) = &s.state
+            {
+                *counts.entry(h.as_str()).or_default() += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .find(|(_, c)| *c >= self.required)
+            .map(|(h, _)| h)
+    }
+}
+
+/// One node's view of a lock.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeStatus {
+    /// Index of the node.
+    pub node: usize,
+    /// Address, without credentials.
+    pub addr: String,
+    /// What it holds, or why it could not tell.
+    pub state: Result<NodeLockState, NodeFailure>,
+}
+
+/// Where a hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldState {
+    /// Held (valid until [`LockGuard::valid_until`]).
+    Held,
+    /// Released by its last guard.
+    Released,
+    /// The watchdog could not confirm it on a quorum in time.
+    Lost,
+    /// Renewal stopped at `max_hold`; it stays valid until `valid_until`.
+    MaxHoldReached,
+}
+
+pub(crate) struct HoldInner {
+    pub(crate) count: u32,
+    pub(crate) valid_until: Instant,
+    pub(crate) granted: Vec<bool>,
+    /// A renewal batch that includes this hold is on the wire.
+    pub(crate) renewing: bool,
+}
+
+/// The shared state of one held lock, behind all its guards.
+pub(crate) struct Hold {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) owner: Owner,
+    pub(crate) owner_id: Arc<str>,
+    pub(crate) lease: Duration,
+    pub(crate) token: u64,
+    pub(crate) acquired_at: Instant,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) state: Mutex<HoldInner>,
+    /// The phase, watched by `lost()` waiters.
+    pub(crate) phase: tokio::sync::watch::Sender<HoldState>,
+    /// Woken when a renewal batch that included this hold completes.
+    pub(crate) renew_done: tokio::sync::Notify,
+}
+
+impl Hold {
+    pub(crate) fn phase(&self) -> HoldState {
+        *self.phase.borrow()
+    }
+
+    /// Still usable for re-entry: not released and not lost.
+    fn is_live(&self) -> bool {
+        matches!(self.phase(), HoldState::Held | HoldState::MaxHoldReached)
+    }
+
+    /// Moves from a live phase to `to`; returns whether it moved.
+    pub(crate) fn transition(&self, to: HoldState) -> bool {
+        self.phase.send_if_modified(|p| {
+            let live = matches!(*p, HoldState::Held | HoldState::MaxHoldReached);
+            if live && *p != to {
+                *p = to;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Waits until no renewal batch that includes this hold is in flight, so
+    /// that a release always reaches a node after the renewal.
+    async fn wait_renewal_done(&self) {
+        loop {
+            let notified = self.renew_done.notified();
+            if !lock(&self.state).renewing {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.inner
+            .forget_slot_if_idle(&self.owner_id, &self.keys.name);
+    }
+}
+
+impl Inner {
+    fn slot(&self, owner: &Owner, name: &Arc<str>) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        Arc::clone(
+            slots
+                .entry((owner.shared_id(), Arc::clone(name)))
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        gate: tokio::sync::Mutex::new(()),
+                        hold: Mutex::new(Weak::new()),
+                    })
+                }),
+        )
+    }
+
+    /// Drops the slot of (`owner`, `name`) if nobody uses it any more.
+    fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>) {
+        let mut slots = lock(&self.slots);
+        let key = (Arc::clone(owner), Arc::clone(name));
+        let idle = slots.get(&key).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1 && lock(&slot.hold).strong_count() == 0
+        });
+        if idle {
+            slots.remove(&key);
+        }
+    }
+
+    fn drift(&self, lease: Duration) -> Duration {
+        self.config.drift(lease)
+    }
+
+    /// The per-node timeout of a call made under `lease`.
+    fn call_timeout(&self, lease: Duration) -> Duration {
+        self.config
+            .node_timeout
+            .min(lease.saturating_sub(self.drift(lease)))
+    }
+
+    async fn acquire_fresh(
+        self: &Arc<Self>,
+        slot: &Arc<Slot>,
+        keys: Arc<Keys>,
+        owner: Owner,
+        lease: Duration,
+        renew: bool,
+        wait: Wait,
+    ) -> Result<Arc<Hold>, Error> {
+        let _ = slot;
+        let start = Instant::now();
+        let deadline = match wait {
+            Wait::Forever => None,
+            Wait::Up(w) => Some(start + w),
+        };
+        let owner_id = owner.shared_id();
+        let mut attempt: u32 = 0;
+        loop {
+            let err = match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
+                Ok(won) => {
+                    let hold = Arc::new(Hold {
+                        inner: Arc::clone(self),
+                        keys: Arc::clone(&keys),
+                        owner: owner.clone(),
+                        owner_id: Arc::clone(&owner_id),
+                        lease,
+                        token: won.token,
+                        acquired_at: won.started,
+                        max_hold: if renew { self.config.max_hold } else { None },
+                        state: Mutex::new(HoldInner {
+                            count: 1,
+                            valid_until: won.valid_until,
+                            granted: won.granted,
+                            renewing: false,
+                        }),
+                        phase: tokio::sync::watch::Sender::new(HoldState::Held),
+                        renew_done: tokio::sync::Notify::new(),
+                    });
+                    won.late.finish(Arc::downgrade(&hold));
+                    if renew {
+                        self.watchdog.register(&hold);
+                    }
+                    return Ok(hold);
+                }
+                Err(e) => e,
+            };
+            if !err.is_retryable() {
+                return Err(err);
+            }
+            let now = Instant::now();
+            let remaining = deadline.map(|d| d.saturating_duration_since(now));
+            if remaining == Some(Duration::ZERO) {
+                return Err(err);
+            }
+            let mut delay = self.config.backoff.delay(attempt);
+            if let Some(pttl) = err.min_pttl() {
+                // The holder's key expires by then at the latest.
+                let jitter = Duration::from_micros(rand::random_range(0..=2_000));
+                delay = delay.min(pttl + jitter);
+            }
+            if let Some(r) = remaining {
+                delay = delay.min(r);
+            }
+            attempt = attempt.saturating_add(1);
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One fan-out of the acquire script. On success the grants belong to the
+    /// caller; on failure (or if dropped) they are rolled back.
+    async fn attempt(
+        self: &Arc<Self>,
+        keys: &Arc<Keys>,
+        owner_id: &Arc<str>,
+        lease: Duration,
+        count: u32,
+        prior_count: u32,
+        attempt: u32,
+    ) -> Result<Won, Error> {
+        let span = tracing::debug_span!(
+            "quorumlock.acquire",
+            lock = %keys.name,
+            owner = %owner_id,
+            attempt,
+            count,
+            granted = field::Empty,
+            taken = field::Empty,
+            failed = field::Empty,
+            elapsed_us = field::Empty,
+            validity_ms = field::Empty,
+            outcome = field::Empty,
+        );
+        async {
+            let required = self.config.required;
+            let start = Instant::now();
+            let mut rollback = Rollback::new(self, keys, owner_id, prior_count);
+            let timeout = self.call_timeout(lease);
+            let mut fan = FanOut::start(self.nodes.len(), timeout, |i| {
+                self.nodes[i].acquire(keys, owner_id, lease, count)
+            });
+            fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
+                .await;
+            let now = Instant::now();
+            let elapsed = now.saturating_duration_since(start);
+            let tally = Tally::of(fan.replies());
+            let span = tracing::Span::current();
+            span.record("granted", tally.granted);
+            span.record("taken", tally.taken);
+            span.record("failed", tally.failed);
+            span.record("elapsed_us", u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+            for (i, r) in fan.replies().iter().enumerate() {
+                match r {
+                    Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+                    Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
+                    Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
+                    None => debug!(node = i, "pending"),
+                }
+            }
+            let decision = tally.decide(required);
+            let valid_until = quorum::valid_until(start, now, lease, self.drift(lease));
+            match (decision, valid_until) {
+                (Decision::Won, Some(valid_until)) => {
+                    rollback.disarm();
+                    span.record(
+                        "validity_ms",
+                        u64::try_from(valid_until.saturating_duration_since(now).as_millis())
+                            .unwrap_or(u64::MAX),
+                    );
+                    span.record("outcome", "won");
+                    let (replies, rest) = fan.into_parts();
+                    let mut granted = vec![false; replies.len()];
+                    let mut token = 0;
+                    for (i, r) in replies.iter().enumerate() {
+                        if let Some(Ok(Grant::Granted(t))) = r {
+                            granted[i] = true;
+                            token = token.max(*t);
+                        }
+                    }
+                    self.raise_lagging_fences(keys, &replies, token, prior_count == 0);
+                    Ok(Won {
+                        token,
+                        valid_until,
+                        started: start,
+                        granted,
+                        late: LateGrants { rest },
+                    })
+                }
+                (Decision::Won, None) => {
+                    span.record("outcome", "validity exhausted");
+                    let (replies, _) = fan.into_parts();
+                    rollback.run(&replies).await;
+                    Err(Error::ValidityExhausted {
+                        name: keys.name.to_string(),
+                        elapsed,
+                        lease,
+                    })
+                }
+                _ => {
+                    span.record("outcome", "missed");
+                    let (replies, _) = fan.into_parts();
+                    rollback.run(&replies).await;
+                    Err(self.missed(keys, &replies, tally))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// After a fresh grant, nodes whose fence counter is below the token are
+    /// raised to it, so that any later quorum sees a counter >= the token.
+    fn raise_lagging_fences(
+        &self,
+        keys: &Arc<Keys>,
+        replies: &[Option<Result<Grant, crate::error::NodeError>>],
+        token: u64,
+        fresh: bool,
+    ) {
+        if !fresh {
+            return;
+        }
+        let lagging: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(Grant::Granted(t))) if *t < token => Some(i),
+                _ => None,
+            })
+            .collect();
+        if lagging.is_empty() {
+            return;
+        }
+        let calls: Vec<_> = lagging
+            .into_iter()
+            .map(|i| (i, self.nodes[i].raise_fence(keys, token)))
+            .collect();
+        let timeout = self.config.node_timeout;
+        spawn_detached(async move {
+            for (i, call) in calls {
+                if let Ok(Err(e)) = tokio::time::timeout(timeout, call).await {
+                    debug!(node = i, error = %e.message, "raising a lagging fence counter failed");
+                }
+            }
+        });
+    }
+
+    fn missed(
+        &self,
+        keys: &Keys,
+        replies: &[Option<Result<Grant, crate::error::NodeError>>],
+        tally: Tally,
+    ) -> Error {
+        let name = keys.name.to_string();
+        let mut taken = Vec::new();
+        let mut failures = Vec::new();
+        for (i, r) in replies.iter().enumerate() {
+            match r {
+                Some(Ok(Grant::Taken(pttl))) => taken.push(TakenNode {
+                    node: i,
+                    addr: self.nodes[i].addr().to_owned(),
+                    pttl: *pttl,
+                }),
+                Some(Err(e)) => failures.push(failure(&self.nodes, i, e)),
+                _ => {}
+            }
+        }
+        let wrong: Vec<NodeFailure> = failures
+            .iter()
+            .filter(|f| f.kind == NodeErrorKind::WrongType)
+            .cloned()
+            .collect();
+        if !wrong.is_empty() {
+            return Error::WrongType {
+                name,
+                failures: wrong,
+            };
+        }
+        if taken.is_empty() {
+            return Error::Unavailable {
+                name,
+                failures,
+                required: self.config.required,
+                granted: tally.granted,
+            };
+        }
+        let min_pttl = taken.iter().filter_map(|t| t.pttl).min();
+        Error::Contended {
+            name,
+            taken,
+            min_pttl,
+            failures,
+            required: self.config.required,
+            granted: tally.granted,
+        }
+    }
+
+    async fn reenter(self: &Arc<Self>, hold: Arc<Hold>) -> Result<LockGuard, Error> {
+        let name = hold.keys.name.to_string();
+        if hold.phase() == HoldState::Lost {
+            return Err(Error::Lost { name });
+        }
+        let (count, valid_until) = {
+            let s = lock(&hold.state);
+            (s.count, s.valid_until)
+        };
+        if Instant::now() >= valid_until {
+            return Err(Error::Expired { name });
+        }
+        let next = count.saturating_add(1);
+        match self
+            .attempt(&hold.keys, &hold.owner_id, hold.lease, next, count, 0)
+            .await
+        {
+            Ok(won) => {
+                let mut s = lock(&hold.state);
+                s.valid_until = s.valid_until.max(won.valid_until);
+                for (g, w) in s.granted.iter_mut().zip(&won.granted) {
+                    *g |= *w;
+                }
+                drop(s);
+                won.late.finish(Arc::downgrade(&hold));
+            }
+            Err(e) => {
+                // Still held until `valid_until`: re-entry does not change who
+                // holds the lock, and the watchdog or release converges the
+                // nodes to the new count.
+                debug!(lock = %name, error = %e, "re-entry could not refresh a quorum");
+            }
+        }
+        let mut s = lock(&hold.state);
+        if !hold.is_live() || Instant::now() >= s.valid_until {
+            return Err(Error::Expired { name });
+        }
+        s.count = next;
+        drop(s);
+        Ok(LockGuard::new(hold))
+    }
+
+    /// Sends the release script to every node and tallies the answers.
+    pub(crate) async fn release_on_nodes(
+        &self,
+        keys: &Arc<Keys>,
+        owner_id: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> ReleaseTally {
+        let required = self.config.required;
+        let mut fan = FanOut::start(self.nodes.len(), self.call_timeout(lease), |i| {
+            self.nodes[i].release(keys, owner_id, count, lease, token)
+        });
+        fan.until(|f| {
+            f.replies()
+                .iter()
+                .filter(|r| matches!(r, Some(Ok(Released::Released | Released::Lowered))))
+                .count()
+                >= required
+        })
+        .await;
+        let (replies, rest) = fan.into_parts();
+        if !rest.is_empty() {
+            // Let the stragglers finish so every node gets the release.
+            spawn_detached(async move {
+                rest.for_each(|_| async {}).await;
+            });
+        }
+        let mut t = ReleaseTally::default();
+        for (i, r) in replies.iter().enumerate() {
+            match r {
+                Some(Ok(Released::Released | Released::Lowered)) => t.released += 1,
+                Some(Ok(Released::Missing)) => t.missing += 1,
+                Some(Ok(Released::OtherOwner)) => t.other += 1,
+                Some(Err(e)) => t.failures.push(failure(&self.nodes, i, e)),
+                None => {}
+            }
+        }
+        t
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct ReleaseTally {
+    released: usize,
+    missing: usize,
+    other: usize,
+    failures: Vec<NodeFailure>,
+}
+
+/// A successful fan-out.
+struct Won {
+    token: u64,
+    valid_until: Instant,
+    started: Instant,
+    granted: Vec<bool>,
+    late: LateGrants,
+}
+
+/// Calls still in flight when the quorum was reached: late grants are
+/// recorded on the hold. (Release goes to every node, so a late grant is
+/// released with the lock even if it lands after the hold is gone.)
+struct LateGrants {
+    rest: futures::stream::FuturesUnordered<
+        futures::future::BoxFuture<'static, quorum::NodeReply<Grant>>,
+    >,
+}
+
+impl LateGrants {
+    fn finish(self, hold: Weak<Hold>) {
+        if self.rest.is_empty() {
+            return;
+        }
+        let mut rest = self.rest;
+        spawn_detached(async move {
+            while let Some((i, r)) = rest.next().await {
+                if let Ok(Grant::Granted(_)) = r {
+                    debug!(node = i, "late grant");
+                    if let Some(hold) = hold.upgrade() {
+                        if let Some(g) = lock(&hold.state).granted.get_mut(i) {
+                            *g = true;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Undoes the grants of an acquisition that failed or was dropped.
+///
+/// Armed from the start of the fan-out: if the acquiring future is dropped,
+/// `Drop` sends the rollback in the background. A node that answered "taken"
+/// holds nothing of ours and is skipped; every other node, including those
+/// that timed out or are still in flight, gets it. Commands on one node's
+/// connection run in order, so the rollback lands after the acquire.
+struct Rollback {
+    inner: Arc<Inner>,
+    keys: Arc<Keys>,
+    owner_id: Arc<str>,
+    restore: u32,
+    armed: bool,
+}
+
+impl Rollback {
+    fn new(inner: &Arc<Inner>, keys: &Arc<Keys>, owner_id: &Arc<str>, restore: u32) -> Self {
+        Self {
+            inner: Arc::clone(inner),
+            keys: Arc::clone(keys),
+            owner_id: Arc::clone(owner_id),
+            restore,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn calls(
+        &self,
+        skip: &[bool],
+    ) -> Vec<(usize, futures::future::BoxFuture<'static, Result<Released, crate::error::NodeError>>)> {
+        let lease = self.inner.config.lease;
+        (0..self.inner.nodes.len())
+            .filter(|i| !skip.get(*i).copied().unwrap_or(false))
+            .map(|i| {
+                (
+                    i,
+                    self.inner.nodes[i].release(&self.keys, &self.owner_id, self.restore, lease, 0),
+                )
+            })
+            .collect()
+    }
+
+    async fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
+        let skip: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
+            .collect();
+        let calls = self.calls(&skip);
+        let timeout = self.inner.config.node_timeout;
+        let results = futures::future::join_all(
+            calls
+                .into_iter()
+                .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
+        )
+        .await;
+        for (i, r) in results {
+            match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
+                Err(_) => debug!(node = i, "rollback timed out"),
+            }
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let calls = self.calls(&[]);
+        let timeout = self.inner.config.node_timeout;
+        let name = Arc::clone(&self.keys.name);
+        let spawned = spawn_detached(async move {
+            futures::future::join_all(
+                calls
+                    .into_iter()
+                    .map(|(_, c)| async move { tokio::time::timeout(timeout, c).await }),
+            )
+            .await;
+            debug!(lock = %name, "rolled back a cancelled acquisition");
+        });
+        if !spawned {
+            warn!(lock = %self.keys.name, "acquisition dropped outside a runtime; grants expire with the lease");
+        }
+    }
+}
+
+/// Proof of holding a lock, one level of it.
+///
+/// Each successful `lock` returns a guard; a re-entry by the same owner
+/// returns another guard of the same hold with a higher
+/// [`hold_count`](Self::hold_count). Release each with
+/// [`release`](Self::release). Dropping a guard without releasing it
+/// releases its level in the background.
+#[must_use = "dropping the guard releases the lock in the background at once"]
+pub struct LockGuard {
+    hold: Arc<Hold>,
+    done: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name())
+            .field("owner", &self.hold.owner)
+            .field("token", &self.hold.token)
+            .field("hold_count", &self.hold_count())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    fn new(hold: Arc<Hold>) -> Self {
+        Self { hold, done: false }
+    }
+
+    /// The lock name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.hold.keys.name
+    }
+
+    /// The owner holding it.
+    #[must_use]
+    pub fn owner(&self) -> &Owner {
+        &self.hold.owner
+    }
+
+    /// The fencing token: larger than every token issued for this lock
+    /// before. Pass it to the protected resource and have it reject smaller
+    /// ones. It stays the same across re-entries.
+    #[must_use]
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// Until when the lock is held for sure, on the local monotonic clock.
+    /// The watchdog moves it forward after each renewal.
+    #[must_use]
+    pub fn valid_until(&self) -> Instant {
+        lock(&self.hold.state).valid_until
+    }
+
+    /// How many levels the owner holds (re-entries plus one).
+    #[must_use]
+    pub fn hold_count(&self) -> u32 {
+        lock(&self.hold.state).count
+    }
+
+    /// The indexes of the nodes that granted the lock (including late grants
+    /// and watchdog repairs).
+    #[must_use]
+    pub fn granted_nodes(&self) -> Vec<usize> {
+        lock(&self.hold.state)
+            .granted
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| g.then_some(i))
+            .collect()
+    }
+
+    /// Where the hold stands.
+    #[must_use]
+    pub fn state(&self) -> HoldState {
+        self.hold.phase()
+    }
+
+    /// Held, and still within its validity.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.hold.is_live() && Instant::now() < self.valid_until()
+    }
+
+    /// Whether the watchdog found the lock lost.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.hold.phase() == HoldState::Lost
+    }
+
+    /// Resolves when the lock is lost; never resolves while it is held or
+    /// after a plain release.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it changes nothing.
+    pub async fn lost(&self) {
+        let mut rx = self.hold.phase.subscribe();
+        // The sender lives in the hold, which this guard keeps alive.
+        let _ = rx.wait_for(|p| *p == HoldState::Lost).await;
+    }
+
+    /// Resolves when the lock stops being renewed for any reason other than
+    /// release: lost, or `max_hold` reached. Returns the state.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it changes nothing.
+    pub async fn renewal_stopped(&self) -> HoldState {
+        let mut rx = self.hold.phase.subscribe();
+        let state = rx
+            .wait_for(|p| matches!(p, HoldState::Lost | HoldState::MaxHoldReached))
+            .await
+            .map_or(HoldState::Lost, |p| *p);
+        state
+    }
+
+    /// Releases this level: the lock stays held while other levels remain;
+    /// the last release deletes it on every node and wakes waiters.
+    ///
+    /// Returns as soon as a quorum confirmed the release.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`] if the watchdog had found it lost;
+    /// - [`Error::Expired`] if it had already expired (locally or on the nodes);
+    /// - [`Error::NotHeld`] if another owner holds it now;
+    /// - [`Error::Unavailable`] if too many nodes failed to confirm; the keys
+    ///   expire with the lease there.
+    ///
+    /// In every case the hold is released locally and renewal has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// The local release happens before the first await; dropping the future
+    /// afterwards leaves the node calls running in the background.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.done = true;
+        let hold = Arc::clone(&self.hold);
+        let name = hold.keys.name.to_string();
+        let (left, was_valid, prior) = {
+            let mut s = lock(&hold.state);
+            s.count = s.count.saturating_sub(1);
+            let prior = hold.phase();
+            if s.count == 0 {
+                // Under the state lock, so the watchdog either sees the
+                // release or has marked a renewal that we wait for below.
+                hold.transition(HoldState::Released);
+            }
+            (s.count, Instant::now() < s.valid_until, prior)
+        };
+        if left > 0 {
+            // A nested level: converge the nodes' counts; errors are traced
+            // and the watchdog converges them on its next tick.
+            if hold.is_live() && was_valid {
+                let t = hold
+                    .inner
+                    .release_on_nodes(&hold.keys, &hold.owner_id, left, hold.lease, hold.token)
+                    .await;
+                if !t.failures.is_empty() {
+                    debug!(lock = %name, failed = t.failures.len(), "lowering the hold count failed on some nodes");
+                }
+                return Ok(());
+            }
+            return Err(if prior == HoldState::Lost {
+                Error::Lost { name }
+            } else {
+                Error::Expired { name }
+            });
+        }
+        hold.wait_renewal_done().await;
+        let t = hold
+            .inner
+            .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)
+            .await;
+        if prior == HoldState::Lost {
+            return Err(Error::Lost { name });
+        }
+        if !was_valid {
+            return Err(Error::Expired { name });
+        }
+        if t.released >= hold.inner.config.required {
+            return Ok(());
+        }
+        if t.failures.is_empty() || t.released + t.failures.len() < hold.inner.config.required {
+            if t.other > 0 && t.released == 0 {
+                return Err(Error::NotHeld { name });
+            }
+            if t.missing + t.other > 0 && t.released < hold.inner.config.required {
+                return Err(Error::Expired { name });
+            }
+        }
+        Err(Error::Unavailable {
+            name,
+            failures: t.failures,
+            required: hold.inner.config.required,
+            granted: t.released,
+        })
+    }
+
+    /// Runs `f` while holding the lock, then releases it.
+    ///
+    /// `f` gets a token that fires if the lock is lost (or stops being
+    /// renewed at `max_hold`); stop touching the resource when it fires. If
+    /// the lock is lost before `f` returns, `f` is dropped and the result
+    /// is [`Error::Lost`] (or [`Error::MaxHoldReached`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] or [`Error::MaxHoldReached`] as above; errors of the
+    /// final release are ignored when `f` completed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `f` and the guard, which releases the lock
+    /// in the background.
+    pub async fn run<F, Fut, T>(self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(LossSignal) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let signal = LossSignal {
+            rx: self.hold.phase.subscribe(),
+        };
+        let watch = self.renewal_stopped();
+        let work = f(signal);
+        let outcome = tokio::select! {
+            biased;
+            state = watch => Err(state),
+            value = work => Ok(value),
+        };
+        match outcome {
+            Ok(value) => {
+                if let Err(e) = self.release().await {
+                    debug!(error = %e, "release after run");
+                }
+                Ok(value)
+            }
+            Err(state) => {
+                let name = self.name().to_owned();
+                let max_hold = self.hold.max_hold.unwrap_or_default();
+                drop(self);
+                Err(if state == HoldState::MaxHoldReached {
+                    Error::MaxHoldReached { name, max_hold }
+                } else {
+                    Error::Lost { name }
+                })
+            }
+        }
+    }
+}
+
+/// Fires when a held lock is lost or stops being renewed; handed to the
+/// closure of [`LockGuard::run`].
+#[derive(Debug, Clone)]
+pub struct LossSignal {
+    rx: tokio::sync::watch::Receiver<HoldState>,
+}
+
+impl LossSignal {
+    /// Whether it has fired.
+    #[must_use]
+    pub fn is_fired(&self) -> bool {
+        matches!(
+            *self.rx.borrow(),
+            HoldState::Lost | HoldState::MaxHoldReached
+        )
+    }
+
+    /// Resolves when it fires.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn fired(&mut self) {
+        let _ = self
+            .rx
+            .wait_for(|p| matches!(p, HoldState::Lost | HoldState::MaxHoldReached))
+            .await;
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let hold = Arc::clone(&self.hold);
+        let left = {
+            let mut s = lock(&hold.state);
+            s.count = s.count.saturating_sub(1);
+            if s.count == 0 {
+                hold.transition(HoldState::Released);
+            }
+            s.count
+        };
+        if !hold.is_live() && left > 0 {
+            return;
+        }
+        spawn_detached(async move {
+            if left == 0 {
+                hold.wait_renewal_done().await;
+            }
+            let _ = hold
+                .inner
+                .release_on_nodes(&hold.keys, &hold.owner_id, left, hold.lease, hold.token)
+                .await;
+        });
+    }
+}

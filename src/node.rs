@@ -1,0 +1,505 @@
+//! One Redis master: its connection, timeouts and script calls.
+//!
+//! The coordinator talks to nodes through the private [`NodeOps`] trait so
+//! that it can be tested against fakes that stall, fail or grant partially.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
+
+use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
+use crate::quorum::Grant;
+use crate::scripts;
+
+/// The keys of one lock: `<prefix>{<name>}` and its companions.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    pub(crate) name: Arc<str>,
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        let lock = format!("{prefix}{{{name}}}");
+        Self {
+            name: name.into(),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        }
+    }
+}
+
+/// How a node answered a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Deleted, and waiters notified.
+    Released,
+    /// The hold count was lowered; the lock stays.
+    Lowered,
+    /// No key: expired, or the node lost it.
+    Missing,
+    /// Another owner holds it.
+    OtherOwner,
+}
+
+/// How a node answered one lock of a renewal batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Our owner held it; extended.
+    Extended,
+    /// The key was missing and has been re-created for us.
+    Repaired,
+    /// Another owner holds it.
+    Conflict,
+    /// The key holds another type.
+    WrongType,
+}
+
+/// One lock of a renewal batch.
+#[derive(Debug, Clone)]
+pub(crate) struct RenewItem {
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+}
+
+/// What one node holds for one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeLockState {
+    /// The owner id holding the lock, if any.
+    pub holder: Option<String>,
+    /// The holder's hold count (0 when free).
+    pub hold_count: u32,
+    /// Remaining time of the lock key; `None` when free or without TTL.
+    pub pttl: Option<Duration>,
+    /// The lock's fence counter on this node (the last token it issued).
+    pub fence: u64,
+}
+
+/// Calls to one node. Every future is `'static` so that calls still in
+/// flight can outlive the caller that started them.
+pub(crate) trait NodeOps: Send + Sync + 'static {
+    fn addr(&self) -> &str;
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>>;
+
+    fn renew(&self, batch: Arc<Vec<RenewItem>>)
+        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+
+    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> BoxFuture<'static, Result<(), NodeError>>;
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>>;
+}
+
+/// Locks per script call in a renewal batch; one pipeline carries them all.
+pub(crate) const RENEW_CHUNK: usize = 1_000;
+
+/// A Redis master reached through a [`ConnectionManager`].
+pub(crate) struct RedisNode {
+    addr: String,
+    conn: ConnectionManager,
+    client: Client,
+}
+
+/// A node as given to the builder, before connecting.
+#[derive(Clone)]
+pub(crate) struct NodeSpec {
+    pub(crate) client: Client,
+    pub(crate) addr: String,
+    /// Identity used to refuse the same node twice.
+    pub(crate) identity: String,
+}
+
+impl NodeSpec {
+    pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
+        let info = url.into_connection_info().map_err(|e| {
+            Error::invalid(
+                "node URL",
+                format!("{}: {}", redact(url), redact_message(&e.to_string(), url)),
+            )
+        })?;
+        Self::from_info(info)
+    }
+
+    pub(crate) fn from_client(client: &Client) -> Result<Self, Error> {
+        Self::from_info(client.get_connection_info().clone())
+    }
+
+    fn from_info(info: redis::ConnectionInfo) -> Result<Self, Error> {
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
+        let db = info.redis_settings().db();
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+            ConnectionAddr::TcpTls { host, port, .. } => format!("tls://{host}:{port}"),
+            ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+            other => format!("{other}"),
+        };
+        let addr = if db == 0 { addr } else { format!("{addr}/{db}") };
+        let identity = match info.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                let host = if host == "localhost" || host == "::1" || host == "[::1]" {
+                    "127.0.0.1"
+                } else {
+                    host.as_str()
+                };
+                format!("{host}:{port}/{db}")
+            }
+            _ => addr.clone(),
+        };
+        let client = Client::open(info)
+            .map_err(|e| Error::invalid("node", format!("{addr}: {e}")))?;
+        Ok(Self {
+            client,
+            addr,
+            identity,
+        })
+    }
+}
+
+/// Replaces the password of a URL with `***`.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+            } else {
+                url.to_owned()
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn redact_message(message: &str, url: &str) -> String {
+    match url.rfind('@').zip(url.find("://")) {
+        Some((at, scheme)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((_, password)) if !password.is_empty() => message.replace(password, "***"),
+                _ => message.to_owned(),
+            }
+        }
+        _ => message.to_owned(),
+    }
+}
+
+impl RedisNode {
+    /// Connects and checks that the node is a master.
+    pub(crate) async fn connect(
+        index: usize,
+        spec: NodeSpec,
+        connect_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let failure = |e: NodeError| Error::Connect {
+            failures: vec![e.at(index, &spec.addr)],
+        };
+        let mut conn = tokio::time::timeout(
+            connect_timeout,
+            ConnectionManager::new_with_config(spec.client.clone(), config),
+        )
+        .await
+        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+        .map_err(|e| {
+            failure(NodeError::new(
+                NodeErrorKind::Connection,
+                redact_message(&e.to_string(), ""),
+            ))
+        })?;
+        let role: Value = tokio::time::timeout(connect_timeout, redis::cmd("ROLE").query_async(&mut conn))
+            .await
+            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
+            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let role = match role {
+            Value::Array(items) => match items.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        if role != "master" {
+            return Err(Error::NotMaster {
+                node: index,
+                addr: spec.addr,
+                role: if role.is_empty() { "unknown role".into() } else { role },
+            });
+        }
+        Ok(Self {
+            addr: spec.addr,
+            conn,
+            client: spec.client,
+        })
+    }
+
+    /// The client this node was built from (for pub/sub connections).
+    #[allow(dead_code)]
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        Value::Nil => Some(0),
+        _ => None,
+    }
+}
+
+fn map_err(e: &redis::RedisError) -> NodeError {
+    NodeError::from_redis(e)
+}
+
+impl NodeOps for RedisNode {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        let owner = Arc::clone(owner);
+        Box::pin(async move {
+            let mut inv = scripts::ACQUIRE.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.fence)
+                .arg(&*owner)
+                .arg(ms(lease))
+                .arg(count);
+            let reply: Vec<Value> = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            let code = reply.first().and_then(int);
+            let value = reply.get(1).and_then(int);
+            match (code, value) {
+                (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
+                    Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
+                }
+                (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
+                    u64::try_from(pttl).ok().map(Duration::from_millis),
+                )),
+                _ => Err(NodeError::protocol("acquire")),
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        let owner = Arc::clone(owner);
+        Box::pin(async move {
+            let mut inv = scripts::RELEASE.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.channel)
+                .key(&keys.fence)
+                .arg(&*owner)
+                .arg(count)
+                .arg(ms(lease))
+                .arg(token);
+            let code: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            match code {
+                scripts::REL_RELEASED => Ok(Released::Released),
+                scripts::REL_LOWERED => Ok(Released::Lowered),
+                scripts::REL_MISSING => Ok(Released::Missing),
+                scripts::REL_OTHER_OWNER => Ok(Released::OtherOwner),
+                _ => Err(NodeError::protocol("release")),
+            }
+        })
+    }
+
+    fn renew(
+        &self,
+        batch: Arc<Vec<RenewItem>>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        let mut conn = self.conn.clone();
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            for chunk in batch.chunks(RENEW_CHUNK) {
+                let cmd = pipe
+                    .cmd("EVALSHA")
+                    .arg(scripts::RENEW.get_hash())
+                    .arg(chunk.len() * 2);
+                for item in chunk {
+                    cmd.arg(&item.keys.lock).arg(&item.keys.fence);
+                }
+                for item in chunk {
+                    cmd.arg(&*item.owner)
+                        .arg(item.count)
+                        .arg(item.token)
+                        .arg(ms(item.lease));
+                }
+            }
+            let replies: Vec<Vec<i64>> = match pipe.query_async(&mut conn).await {
+                Ok(r) => r,
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    scripts::RENEW
+                        .prepare_invoke()
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|e| map_err(&e))?;
+                    pipe.query_async(&mut conn).await.map_err(|e| map_err(&e))?
+                }
+                Err(e) => return Err(map_err(&e)),
+            };
+            let codes: Vec<i64> = replies.into_iter().flatten().collect();
+            if codes.len() != batch.len() {
+                return Err(NodeError::protocol("renew batch length"));
+            }
+            codes
+                .into_iter()
+                .map(|c| match c {
+                    scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
+                    scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
+                    scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
+                    scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
+                    _ => Err(NodeError::protocol("renew")),
+                })
+                .collect()
+        })
+    }
+
+    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> BoxFuture<'static, Result<(), NodeError>> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        Box::pin(async move {
+            let mut inv = scripts::RAISE_FENCE.prepare_invoke();
+            inv.key(&keys.fence).arg(token);
+            let _: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            Ok(())
+        })
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        Box::pin(async move {
+            let mut inv = scripts::FORCE_RELEASE.prepare_invoke();
+            inv.key(&keys.lock).key(&keys.channel);
+            let n: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        Box::pin(async move {
+            let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
+                .cmd("HGETALL")
+                .arg(&keys.lock)
+                .cmd("PTTL")
+                .arg(&keys.lock)
+                .cmd("GET")
+                .arg(&keys.fence)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| map_err(&e))?;
+            let fence = match fence {
+                None => 0,
+                Some(f) => f.parse().map_err(|_| {
+                    NodeError::new(NodeErrorKind::WrongType, "fence counter is not an integer")
+                })?,
+            };
+            let (holder, hold_count) = match fields.into_iter().next() {
+                Some((owner, count)) => (Some(owner), count.parse().unwrap_or(0)),
+                None => (None, 0),
+            };
+            Ok(NodeLockState {
+                holder,
+                hold_count,
+                pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                fence,
+            })
+        })
+    }
+}
+
+/// Failures of one node, with its identity.
+pub(crate) fn failure(nodes: &[Arc<dyn NodeOps>], i: usize, e: &NodeError) -> NodeFailure {
+    e.clone().at(i, nodes[i].addr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_hash_tag() {
+        let k = Keys::new("ql:", "orders");
+        assert_eq!(k.lock, "ql:{orders}");
+        assert_eq!(k.fence, "ql:{orders}:fence");
+        assert_eq!(k.channel, "ql:{orders}:released");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact_message("bad secret here", "redis://u:secret@h"),
+            "bad *** here"
+        );
+    }
+
+    #[test]
+    fn specs_name_nodes_without_credentials_and_detect_duplicates() {
+        let a = NodeSpec::from_url("redis://user:pw@localhost:7001/2").expect("valid url");
+        assert_eq!(a.addr, "localhost:7001/2");
+        let b = NodeSpec::from_url("redis://127.0.0.1:7001/2").expect("valid url");
+        assert_eq!(a.identity, b.identity);
+        assert!(NodeSpec::from_url("http://nope").is_err());
+        assert!(NodeSpec::from_url("not a url").is_err());
+    }
+}

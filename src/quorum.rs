@@ -1,0 +1,239 @@
+//! Pure quorum and validity math, and the one fan-out helper that acquire,
+//! release and status share.
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::NodeError;
+
+/// What is left of a lease after `elapsed` and the drift allowance, if anything.
+///
+/// `validity = lease - elapsed - drift`; `None` when that is zero or less.
+pub(crate) fn validity(lease: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    lease
+        .checked_sub(elapsed)
+        .and_then(|left| left.checked_sub(drift))
+        .filter(|left| !left.is_zero())
+}
+
+/// The instant until which a lock taken at `start` with `lease` is valid, as
+/// seen at `now`.
+pub(crate) fn valid_until(
+    start: Instant,
+    now: Instant,
+    lease: Duration,
+    drift: Duration,
+) -> Option<Instant> {
+    validity(lease, now.saturating_duration_since(start), drift).map(|v| now + v)
+}
+
+/// The reply of one node to one call.
+pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
+
+/// Calls in flight to several nodes, read as they complete.
+pub(crate) struct FanOut<T> {
+    pending: FuturesUnordered<BoxFuture<'static, NodeReply<T>>>,
+    replies: Vec<Option<Result<T, NodeError>>>,
+}
+
+impl<T: Send + 'static> FanOut<T> {
+    /// Starts one call per node. Each call gets its own `timeout`.
+    pub(crate) fn start<F>(nodes: usize, timeout: Duration, mut call: F) -> Self
+    where
+        F: FnMut(usize) -> BoxFuture<'static, Result<T, NodeError>>,
+    {
+        let pending = FuturesUnordered::new();
+        for i in 0..nodes {
+            let fut = call(i);
+            pending.push(Box::pin(async move {
+                let r = match tokio::time::timeout(timeout, fut).await {
+                    Ok(r) => r,
+                    Err(_) => Err(NodeError::timeout()),
+                };
+                (i, r)
+            }) as BoxFuture<'static, NodeReply<T>>);
+        }
+        Self {
+            pending,
+            replies: (0..nodes).map(|_| None).collect(),
+        }
+    }
+
+    /// Reads replies until `decided` says the outcome is known or all replied.
+    pub(crate) async fn until(&mut self, mut decided: impl FnMut(&Self) -> bool) {
+        while !decided(self) {
+            match self.pending.next().await {
+                Some((i, r)) => self.replies[i] = Some(r),
+                None => break,
+            }
+        }
+    }
+
+    /// Replies so far, by node index; `None` where still pending.
+    pub(crate) fn replies(&self) -> &[Option<Result<T, NodeError>>] {
+        &self.replies
+    }
+
+    /// How many calls are still in flight.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Gives up the replies and the calls still in flight.
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        Vec<Option<Result<T, NodeError>>>,
+        FuturesUnordered<BoxFuture<'static, NodeReply<T>>>,
+    ) {
+        (self.replies, self.pending)
+    }
+}
+
+/// How a node answered an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Granted; carries the fence counter the node returned.
+    Granted(u64),
+    /// Another owner holds it, with its PTTL.
+    Taken(Option<Duration>),
+}
+
+/// The running count of an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Tally {
+    pub(crate) granted: usize,
+    pub(crate) taken: usize,
+    pub(crate) failed: usize,
+    pub(crate) pending: usize,
+}
+
+/// Where an acquisition stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Not yet decided.
+    Open,
+    /// The quorum is reached.
+    Won,
+    /// The quorum can no longer be reached.
+    Lost,
+}
+
+impl Tally {
+    pub(crate) fn of(replies: &[Option<Result<Grant, NodeError>>]) -> Self {
+        let mut t = Self::default();
+        for r in replies {
+            match r {
+                None => t.pending += 1,
+                Some(Ok(Grant::Granted(_))) => t.granted += 1,
+                Some(Ok(Grant::Taken(_))) => t.taken += 1,
+                Some(Err(_)) => t.failed += 1,
+            }
+        }
+        t
+    }
+
+    pub(crate) fn decide(&self, required: usize) -> Decision {
+        if self.granted >= required {
+            Decision::Won
+        } else if self.granted + self.pending < required {
+            Decision::Lost
+        } else {
+            Decision::Open
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let lease = 10_000 * MS;
+        let drift = 102 * MS;
+        assert_eq!(validity(lease, 0 * MS, drift), Some(9_898 * MS));
+        assert_eq!(validity(lease, 898 * MS, drift), Some(9_000 * MS));
+        assert_eq!(validity(lease, 9_898 * MS, drift), None);
+        assert_eq!(validity(lease, 9_897 * MS, drift), Some(MS));
+        assert_eq!(validity(lease, 20_000 * MS, drift), None);
+        assert_eq!(validity(MS, 0 * MS, 2 * MS), None);
+    }
+
+    #[test]
+    fn valid_until_is_now_plus_validity() {
+        let start = Instant::now();
+        let now = start + 100 * MS;
+        assert_eq!(
+            valid_until(start, now, 1_000 * MS, 12 * MS),
+            Some(now + 888 * MS)
+        );
+        assert_eq!(valid_until(start, now, 100 * MS, 12 * MS), None);
+    }
+
+    fn replies(spec: &str) -> Vec<Option<Result<Grant, NodeError>>> {
+        spec.chars()
+            .map(|c| match c {
+                'g' => Some(Ok(Grant::Granted(1))),
+                't' => Some(Ok(Grant::Taken(None))),
+                'e' => Some(Err(NodeError::timeout())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decides_as_soon_as_known() {
+        assert_eq!(Tally::of(&replies("gg???")).decide(3), Decision::Open);
+        assert_eq!(Tally::of(&replies("ggg??")).decide(3), Decision::Won);
+        assert_eq!(Tally::of(&replies("tte??")).decide(3), Decision::Lost);
+        assert_eq!(Tally::of(&replies("gte??")).decide(3), Decision::Open);
+        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
+        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
+        assert_eq!(Tally::of(&replies("ggggt")).decide(5), Decision::Lost);
+        assert_eq!(Tally::of(&replies("t????")).decide(5), Decision::Lost);
+        assert_eq!(Tally::of(&replies("?????")).decide(1), Decision::Open);
+        assert_eq!(Tally::of(&replies("e???g")).decide(1), Decision::Won);
+    }
+
+    #[test]
+    fn every_subset_of_five_under_each_policy() {
+        // Bit i set: node i is taken by someone else. Grants on the others.
+        for required in 1..=5usize {
+            for mask in 0u32..32 {
+                let spec: String = (0..5)
+                    .map(|i| if mask & (1 << i) != 0 { 't' } else { 'g' })
+                    .collect();
+                let free = 5 - mask.count_ones() as usize;
+                let want = if free >= required {
+                    Decision::Won
+                } else {
+                    Decision::Lost
+                };
+                assert_eq!(Tally::of(&replies(&spec)).decide(required), want, "{spec}");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fan_out_times_out_each_node() {
+        let mut f: FanOut<u8> = FanOut::start(3, 50 * MS, |i| {
+            Box::pin(async move {
+                if i == 1 {
+                    futures::future::pending::<()>().await;
+                }
+                Ok(i as u8)
+            })
+        });
+        f.until(|_| false).await;
+        assert!(matches!(f.replies()[0], Some(Ok(0))));
+        assert!(matches!(&f.replies()[1], Some(Err(e)) if e.kind == crate::error::NodeErrorKind::Timeout));
+        assert!(matches!(f.replies()[2], Some(Ok(2))));
+        assert_eq!(f.in_flight(), 0);
+    }
+}

@@ -1,0 +1,11 @@
+-- Administrative break: delete the lock whoever holds it, and wake waiters.
+--
+-- KEYS[1] lock hash   <prefix>{name}
+-- KEYS[2] channel     <prefix>{name}:released
+--
+-- Returns 1 if a lock was deleted, 0 if there was none.
+if redis.call('del', KEYS[1]) == 1 then
+  redis.call('publish', KEYS[2], '')
+  return 1
+end
+return 0

@@ -1,0 +1,33 @@
+-- Release one level, or all of them, for the holding owner only.
+--
+-- KEYS[1] lock hash   <prefix>{name}
+-- KEYS[2] channel     <prefix>{name}:released
+-- KEYS[3] fence       <prefix>{name}:fence
+-- ARGV[1] owner id
+-- ARGV[2] hold count left after this release (0 releases the lock)
+-- ARGV[3] lease in milliseconds (used when the count stays above 0)
+-- ARGV[4] fencing token of the hold (0 for a rollback): the fence counter is
+--         raised to it, so a later holder always gets a larger token here.
+--
+-- Returns  2 released fully: the hash is deleted and a message published;
+--          1 count lowered and lease refreshed;
+--          0 the key is missing (expired, or the node lost it);
+--         -1 another owner holds the lock.
+if redis.call('exists', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+local token = tonumber(ARGV[4])
+if token > 0 and tonumber(redis.call('get', KEYS[3]) or '0') < token then
+  redis.call('set', KEYS[3], token)
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 1
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 2

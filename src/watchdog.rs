@@ -1,0 +1,272 @@
+//! One watchdog per manager: renews every held lock on every node with one
+//! round trip per node per tick, repairs nodes that lost a key, and signals
+//! locks that can no longer show a quorum.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use crate::lock::{lock, spawn_detached, Hold, HoldState, Inner};
+use crate::node::{RenewItem, Renewed};
+use crate::quorum::{self, FanOut};
+
+/// Counters of the watchdog since the manager was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchdogStats {
+    /// Ticks that renewed at least one lock.
+    pub ticks: u64,
+    /// Round trips sent, summed over nodes (one pipeline per node per tick).
+    pub round_trips: u64,
+    /// Lock-node renewals that extended a key.
+    pub extended: u64,
+    /// Lock-node renewals that re-created a missing key (repairs).
+    pub repairs: u64,
+    /// Lock-node renewals that found another owner.
+    pub conflicts: u64,
+    /// Lock-node renewals that failed (timeouts, refused connections).
+    pub node_errors: u64,
+    /// Locks declared lost.
+    pub losses: u64,
+    /// Locks whose renewal stopped at `max_hold`.
+    pub max_hold_stops: u64,
+    /// Locks renewed, summed over ticks.
+    pub locks_renewed: u64,
+    /// Time spent in the watchdog's own work (building batches and reading
+    /// replies, not waiting on the network), summed over ticks, in µs.
+    pub busy_micros: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    ticks: AtomicU64,
+    round_trips: AtomicU64,
+    extended: AtomicU64,
+    repairs: AtomicU64,
+    conflicts: AtomicU64,
+    node_errors: AtomicU64,
+    losses: AtomicU64,
+    max_hold_stops: AtomicU64,
+    locks_renewed: AtomicU64,
+    busy_micros: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+pub(crate) struct Watchdog {
+    manager: Weak<Inner>,
+    interval: Duration,
+    holds: Mutex<Vec<Weak<Hold>>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    counters: Counters,
+}
+
+impl Watchdog {
+    pub(crate) fn new(manager: Weak<Inner>, interval: Duration) -> Self {
+        Self {
+            manager,
+            interval,
+            holds: Mutex::new(Vec::new()),
+            task: Mutex::new(None),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> WatchdogStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WatchdogStats {
+            ticks: get(&c.ticks),
+            round_trips: get(&c.round_trips),
+            extended: get(&c.extended),
+            repairs: get(&c.repairs),
+            conflicts: get(&c.conflicts),
+            node_errors: get(&c.node_errors),
+            losses: get(&c.losses),
+            max_hold_stops: get(&c.max_hold_stops),
+            locks_renewed: get(&c.locks_renewed),
+            busy_micros: get(&c.busy_micros),
+        }
+    }
+
+    /// Starts renewing `hold`; starts the task if it is not running.
+    pub(crate) fn register(&self, hold: &Arc<Hold>) {
+        lock(&self.holds).push(Arc::downgrade(hold));
+        let mut task = lock(&self.task);
+        if task.as_ref().is_none_or(tokio::task::JoinHandle::is_finished) {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                *task = Some(handle.spawn(run(self.manager.clone(), self.interval)));
+            }
+        }
+    }
+
+    /// The holds due for renewal, each marked as renewing. Holds that were
+    /// released, lost or dropped leave the registry here; holds past their
+    /// `max_hold` stop here.
+    fn due(&self, now: Instant) -> Vec<Arc<Hold>> {
+        let mut due = Vec::new();
+        lock(&self.holds).retain(|weak| {
+            let Some(hold) = weak.upgrade() else {
+                return false;
+            };
+            let mut s = lock(&hold.state);
+            if hold.phase() != HoldState::Held {
+                return false;
+            }
+            if let Some(max) = hold.max_hold {
+                if now.saturating_duration_since(hold.acquired_at) >= max {
+                    drop(s);
+                    if hold.transition(HoldState::MaxHoldReached) {
+                        add(&self.counters.max_hold_stops, 1);
+                        info!(lock = %hold.keys.name, ?max, "max hold reached; renewal stopped");
+                    }
+                    return false;
+                }
+            }
+            s.renewing = true;
+            drop(s);
+            due.push(hold);
+            true
+        });
+        due
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
+    }
+}
+
+async fn run(manager: Weak<Inner>, interval: Duration) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(inner) = manager.upgrade() else {
+            return;
+        };
+        tick(&inner).await;
+    }
+}
+
+/// One renewal round: one pipeline per node, all nodes in parallel.
+pub(crate) async fn tick(inner: &Arc<Inner>) {
+    let wd = &inner.watchdog;
+    let start = Instant::now();
+    let due = wd.due(start);
+    if due.is_empty() {
+        return;
+    }
+    let batch: Arc<Vec<RenewItem>> = Arc::new(
+        due.iter()
+            .map(|h| RenewItem {
+                keys: Arc::clone(&h.keys),
+                owner: Arc::clone(&h.owner_id),
+                count: lock(&h.state).count,
+                token: h.token,
+                lease: h.lease,
+            })
+            .collect(),
+    );
+    let n = inner.nodes.len();
+    let timeout = inner.config.node_timeout.max(wd.interval / 4);
+    let built = start.elapsed();
+    let mut fan = FanOut::start(n, timeout, |i| inner.nodes[i].renew(Arc::clone(&batch)));
+    fan.until(|_| false).await;
+    let work = Instant::now();
+    let now = work;
+    add(&wd.counters.ticks, 1);
+    add(&wd.counters.round_trips, n as u64);
+    add(&wd.counters.locks_renewed, due.len() as u64);
+
+    for (i, r) in fan.replies().iter().enumerate() {
+        if let Some(Err(e)) = r {
+            add(&wd.counters.node_errors, due.len() as u64);
+            warn!(node = i, addr = inner.nodes[i].addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
+        }
+    }
+    let required = inner.config.required;
+    let (mut extended, mut repairs, mut conflicts) = (0u64, 0u64, 0u64);
+    for (k, hold) in due.iter().enumerate() {
+        let mut confirmed = 0;
+        let mut conflicted = 0;
+        let mut s = lock(&hold.state);
+        for (i, r) in fan.replies().iter().enumerate() {
+            let code = match r {
+                Some(Ok(codes)) => codes.get(k).copied(),
+                _ => None,
+            };
+            match code {
+                Some(Renewed::Extended) => {
+                    confirmed += 1;
+                    extended += 1;
+                    s.granted[i] = true;
+                }
+                Some(Renewed::Repaired) => {
+                    confirmed += 1;
+                    repairs += 1;
+                    s.granted[i] = true;
+                    info!(lock = %hold.keys.name, node = i, addr = inner.nodes[i].addr(), "repaired: re-created a missing lock key");
+                }
+                Some(Renewed::Conflict) => {
+                    conflicted += 1;
+                    conflicts += 1;
+                    s.granted[i] = false;
+                    warn!(lock = %hold.keys.name, node = i, "renewal conflict: another owner holds the key");
+                }
+                Some(Renewed::WrongType) => {
+                    conflicted += 1;
+                    s.granted[i] = false;
+                    warn!(lock = %hold.keys.name, node = i, "renewal found a key of the wrong type");
+                }
+                None => {}
+            }
+        }
+        let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
+        let renewed = confirmed >= required && validity.is_some();
+        if let (true, Some(until)) = (renewed, validity) {
+            s.valid_until = s.valid_until.max(until);
+        }
+        // Lost when a quorum is out of reach (others hold too many nodes),
+        // or when this tick failed and the old validity ends before the next
+        // tick could help.
+        let unreachable = n - conflicted < required;
+        let out_of_time = !renewed && s.valid_until <= now + wd.interval;
+        s.renewing = false;
+        let lost = (unreachable || out_of_time) && hold.phase() == HoldState::Held;
+        if lost && hold.transition(HoldState::Lost) {
+            drop(s);
+            add(&wd.counters.losses, 1);
+            warn!(lock = %hold.keys.name, confirmed, conflicted, required, "lock lost: renewal could not show a quorum in time");
+            let hold = Arc::clone(hold);
+            spawn_detached(async move {
+                let _ = hold
+                    .inner
+                    .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)
+                    .await;
+            });
+        } else {
+            drop(s);
+            if !renewed {
+                debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
+            }
+        }
+        hold.renew_done.notify_waiters();
+    }
+    add(&wd.counters.extended, extended);
+    add(&wd.counters.repairs, repairs);
+    add(&wd.counters.conflicts, conflicts);
+    let busy = built + work.elapsed();
+    add(
+        &wd.counters.busy_micros,
+        u64::try_from(busy.as_micros()).unwrap_or(u64::MAX),
+    );
+    debug!(locks = due.len(), extended, repairs, ?busy, "watchdog tick");
+}
