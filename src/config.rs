@@ -91,7 +91,10 @@ impl Backoff {
     /// [`Error::InvalidInput`] when `min` is zero or `min > max`.
     pub fn new(min: Duration, max: Duration) -> Result<Self, Error> {
         if min.is_zero() {
-            return Err(Error::invalid("backoff", "the minimum delay must be above 0"));
+            return Err(Error::invalid(
+                "backoff",
+                "the minimum delay must be above 0",
+            ));
         }
         if min > max {
             return Err(Error::invalid(
@@ -195,7 +198,10 @@ pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
     if lease.is_zero() {
-        return Err(Error::invalid("lease", "a lease of zero cannot hold a lock"));
+        return Err(Error::invalid(
+            "lease",
+            "a lease of zero cannot hold a lock",
+        ));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(
@@ -280,7 +286,10 @@ mod tests {
         assert_eq!(b.ceiling(40), Duration::from_millis(100));
         for attempt in 0..50 {
             let d = b.delay(attempt);
-            assert!(d >= b.ceiling(attempt) / 2 && d <= b.ceiling(attempt), "{d:?}");
+            assert!(
+                d >= b.ceiling(attempt) / 2 && d <= b.ceiling(attempt),
+                "{d:?}"
+            );
         }
     }
 
@@ -561,7 +570,9 @@ impl LockManagerBuilder {
         this.clients.clear();
         let n = nodes.len();
         let mut probe = this.clone();
-        probe.urls = (0..n).map(|i| format!("redis://127.0.0.1:{}", 1 + i)).collect();
+        probe.urls = (0..n)
+            .map(|i| format!("redis://127.0.0.1:{}", 1 + i))
+            .collect();
         let (config, _) = probe.validate()?;
         Ok(crate::LockManager::from_parts(config, nodes))
     }

@@ -129,7 +129,10 @@ pub enum Error {
     },
 
     /// Too many nodes failed (timeouts, refused connections) to reach the quorum.
-    #[error("quorum unavailable for {name:?}: needed {required}, granted {granted}; {}", join(failures))]
+    #[error(
+        "quorum unavailable for {name:?}: needed {required}, granted {granted}; {}",
+        join(failures)
+    )]
     Unavailable {
         /// The lock name.
         name: String,
@@ -154,7 +157,10 @@ pub enum Error {
     },
 
     /// The lock key, or its fence counter, holds a value of the wrong type.
-    #[error("lock {name:?}: key holds a value of the wrong type on {}", join(failures))]
+    #[error(
+        "lock {name:?}: key holds a value of the wrong type on {}",
+        join(failures)
+    )]
     WrongType {
         /// The lock name.
         name: String,

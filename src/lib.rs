@@ -10,6 +10,11 @@ mod quorum;
 mod scripts;
 mod watchdog;
 
+#[cfg(test)]
+mod coordinator_tests;
+#[cfg(test)]
+mod fake;
+
 pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::lock::{

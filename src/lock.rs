@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::stream::StreamExt;
 use tracing::{debug, field, warn, Instrument};
@@ -634,7 +636,10 @@ impl Inner {
             span.record("granted", tally.granted);
             span.record("taken", tally.taken);
             span.record("failed", tally.failed);
-            span.record("elapsed_us", u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+            span.record(
+                "elapsed_us",
+                u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            );
             for (i, r) in fan.replies().iter().enumerate() {
                 match r {
                     Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
@@ -945,7 +950,10 @@ impl Rollback {
     fn calls(
         &self,
         skip: &[bool],
-    ) -> Vec<(usize, futures::future::BoxFuture<'static, Result<Released, crate::error::NodeError>>)> {
+    ) -> Vec<(
+        usize,
+        futures::future::BoxFuture<'static, Result<Released, crate::error::NodeError>>,
+    )> {
         let lease = self.inner.config.lease;
         (0..self.inner.nodes.len())
             .filter(|i| !skip.get(*i).copied().unwrap_or(false))
@@ -1058,8 +1066,8 @@ impl LockGuard {
     /// Until when the lock is held for sure, on the local monotonic clock.
     /// The watchdog moves it forward after each renewal.
     #[must_use]
-    pub fn valid_until(&self) -> Instant {
-        lock(&self.hold.state).valid_until
+    pub fn valid_until(&self) -> std::time::Instant {
+        lock(&self.hold.state).valid_until.into_std()
     }
 
     /// How many levels the owner holds (re-entries plus one).
@@ -1089,7 +1097,7 @@ impl LockGuard {
     /// Held, and still within its validity.
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.hold.is_live() && Instant::now() < self.valid_until()
+        self.hold.is_live() && Instant::now() < lock(&self.hold.state).valid_until
     }
 
     /// Whether the watchdog found the lock lost.

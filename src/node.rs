@@ -107,10 +107,16 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>>;
 
-    fn renew(&self, batch: Arc<Vec<RenewItem>>)
-        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+    fn renew(
+        &self,
+        batch: Arc<Vec<RenewItem>>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
 
-    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> BoxFuture<'static, Result<(), NodeError>>;
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<(), NodeError>>;
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
 
@@ -161,7 +167,11 @@ impl NodeSpec {
             ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
             other => format!("{other}"),
         };
-        let addr = if db == 0 { addr } else { format!("{addr}/{db}") };
+        let addr = if db == 0 {
+            addr
+        } else {
+            format!("{addr}/{db}")
+        };
         let identity = match info.addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
                 let host = if host == "localhost" || host == "::1" || host == "[::1]" {
@@ -173,8 +183,8 @@ impl NodeSpec {
             }
             _ => addr.clone(),
         };
-        let client = Client::open(info)
-            .map_err(|e| Error::invalid("node", format!("{addr}: {e}")))?;
+        let client =
+            Client::open(info).map_err(|e| Error::invalid("node", format!("{addr}: {e}")))?;
         Ok(Self {
             client,
             addr,
@@ -239,10 +249,11 @@ impl RedisNode {
                 redact_message(&e.to_string(), ""),
             ))
         })?;
-        let role: Value = tokio::time::timeout(connect_timeout, redis::cmd("ROLE").query_async(&mut conn))
-            .await
-            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
-            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let role: Value =
+            tokio::time::timeout(connect_timeout, redis::cmd("ROLE").query_async(&mut conn))
+                .await
+                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
+                .map_err(|e| failure(NodeError::from_redis(&e)))?;
         let role = match role {
             Value::Array(items) => match items.first() {
                 Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
@@ -255,7 +266,11 @@ impl RedisNode {
             return Err(Error::NotMaster {
                 node: index,
                 addr: spec.addr,
-                role: if role.is_empty() { "unknown role".into() } else { role },
+                role: if role.is_empty() {
+                    "unknown role".into()
+                } else {
+                    role
+                },
             });
         }
         Ok(Self {
@@ -382,7 +397,9 @@ impl NodeOps for RedisNode {
             }
             let replies: Vec<Vec<i64>> = match pipe.query_async(&mut conn).await {
                 Ok(r) => r,
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
                     scripts::RENEW
                         .prepare_invoke()
                         .load_async(&mut conn)
@@ -409,7 +426,11 @@ impl NodeOps for RedisNode {
         })
     }
 
-    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> BoxFuture<'static, Result<(), NodeError>> {
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<(), NodeError>> {
         let mut conn = self.conn.clone();
         let keys = Arc::clone(keys);
         Box::pin(async move {

@@ -69,11 +69,14 @@ mod tests {
 
     #[tokio::test]
     async fn tasks_get_distinct_owners_and_a_task_keeps_its_own() {
-        let a = Owner::current("c");
-        assert_eq!(a, Owner::current("c"));
-        let b = tokio::spawn(async { Owner::current("c") })
-            .await
-            .expect("task runs");
+        let in_task = || async {
+            let a = Owner::current("c");
+            tokio::task::yield_now().await;
+            assert_eq!(a, Owner::current("c"));
+            a
+        };
+        let a = tokio::spawn(in_task()).await.expect("task runs");
+        let b = tokio::spawn(in_task()).await.expect("task runs");
         assert_ne!(a, b);
         assert!(a.id().starts_with("c:task-"));
     }

@@ -1,7 +1,9 @@
 //! Pure quorum and validity math, and the one fan-out helper that acquire,
 //! release and status share.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -232,7 +234,9 @@ mod tests {
         });
         f.until(|_| false).await;
         assert!(matches!(f.replies()[0], Some(Ok(0))));
-        assert!(matches!(&f.replies()[1], Some(Err(e)) if e.kind == crate::error::NodeErrorKind::Timeout));
+        assert!(
+            matches!(&f.replies()[1], Some(Err(e)) if e.kind == crate::error::NodeErrorKind::Timeout)
+        );
         assert!(matches!(f.replies()[2], Some(Ok(2))));
         assert_eq!(f.in_flight(), 0);
     }

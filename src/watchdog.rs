@@ -4,7 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tracing::{debug, info, warn};
 
@@ -97,7 +99,10 @@ impl Watchdog {
     pub(crate) fn register(&self, hold: &Arc<Hold>) {
         lock(&self.holds).push(Arc::downgrade(hold));
         let mut task = lock(&self.task);
-        if task.as_ref().is_none_or(tokio::task::JoinHandle::is_finished) {
+        if task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 *task = Some(handle.spawn(run(self.manager.clone(), self.interval)));
             }

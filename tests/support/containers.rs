@@ -434,17 +434,20 @@ impl Cluster {
     /// still held elsewhere.
     pub async fn restart_delayed(&self, i: usize, down_for: Duration) -> PendingRestart {
         let node = self.node(i).clone();
-        let handle = on_harness(async move {
-            let mut state = node.state.clone().lock_owned().await;
-            node.remove(&mut state).await;
-            tokio::spawn(async move {
-                tokio::time::sleep(down_for).await;
-                node.recreate(&mut state).await;
-                node.wait_ready().await;
-                drop(state);
-            })
+        let down = node.clone();
+        // Take the node down and keep its lock until it is back.
+        let mut state = on_harness(async move {
+            let mut state = down.state.clone().lock_owned().await;
+            down.remove(&mut state).await;
+            state
         })
         .await;
+        let handle = harness_runtime().spawn(async move {
+            tokio::time::sleep(down_for).await;
+            node.recreate(&mut state).await;
+            node.wait_ready().await;
+            drop(state);
+        });
         PendingRestart { node: i, handle }
     }
 

@@ -1,0 +1,258 @@
+//! An in-memory node for unit tests: same semantics as the Lua scripts, plus
+//! switches to stall, fail or slow down.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::lock::lock;
+use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewItem, Renewed};
+use crate::quorum::Grant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Normal,
+    /// Never answers.
+    Stall,
+    /// Answers with a connection error.
+    Fail,
+    /// Applies the call, then answers after a delay.
+    Slow(Duration),
+}
+
+struct Entry {
+    owner: String,
+    count: u32,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    locks: HashMap<String, Entry>,
+    fences: HashMap<String, u64>,
+}
+
+pub(crate) struct FakeNode {
+    addr: String,
+    mode: Mutex<Mode>,
+    state: Arc<Mutex<State>>,
+    pub(crate) calls: AtomicU64,
+}
+
+impl FakeNode {
+    pub(crate) fn new(i: usize) -> Arc<Self> {
+        Arc::new(Self {
+            addr: format!("fake-{i}"),
+            mode: Mutex::new(Mode::Normal),
+            state: Arc::default(),
+            calls: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn set_mode(&self, mode: Mode) {
+        *lock(&self.mode) = mode;
+    }
+
+    /// Makes `owner` hold `key` here for `ttl`.
+    pub(crate) fn take(&self, key: &str, owner: &str, ttl: Duration) {
+        lock(&self.state).locks.insert(
+            key.to_owned(),
+            Entry {
+                owner: owner.to_owned(),
+                count: 1,
+                expires: Instant::now() + ttl,
+            },
+        );
+    }
+
+    /// The holder of `key`, if unexpired.
+    pub(crate) fn holder(&self, key: &str) -> Option<(String, u32)> {
+        let s = lock(&self.state);
+        s.locks
+            .get(key)
+            .filter(|e| e.expires > Instant::now())
+            .map(|e| (e.owner.clone(), e.count))
+    }
+
+    /// Forgets every key, as a node restarted empty.
+    pub(crate) fn wipe(&self) {
+        let mut s = lock(&self.state);
+        s.locks.clear();
+        s.fences.clear();
+    }
+
+    /// Applies `f` when the call is made, as a request written to a socket
+    /// in call order, and answers according to the mode.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut State) -> T + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, NodeError>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mode = *lock(&self.mode);
+        let applied = match mode {
+            Mode::Normal | Mode::Slow(_) => {
+                let mut s = lock(&self.state);
+                expire(&mut s);
+                Some(f(&mut s))
+            }
+            Mode::Stall | Mode::Fail => None,
+        };
+        Box::pin(async move {
+            match (mode, applied) {
+                (Mode::Slow(d), Some(r)) => {
+                    tokio::time::sleep(d).await;
+                    Ok(r)
+                }
+                (_, Some(r)) => {
+                    tokio::task::yield_now().await;
+                    Ok(r)
+                }
+                (Mode::Fail, None) => Err(NodeError::new(NodeErrorKind::Connection, "refused")),
+                (_, None) => {
+                    futures::future::pending::<()>().await;
+                    Err(NodeError::timeout())
+                }
+            }
+        })
+    }
+}
+
+fn expire(s: &mut State) {
+    let now = Instant::now();
+    s.locks.retain(|_, e| e.expires > now);
+}
+
+impl NodeOps for FakeNode {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+        self.run(move |s| {
+            let expires = Instant::now() + lease;
+            match s.locks.get_mut(&keys.lock) {
+                None => {
+                    s.locks.insert(
+                        keys.lock.clone(),
+                        Entry {
+                            owner: owner.to_string(),
+                            count,
+                            expires,
+                        },
+                    );
+                    let f = s.fences.entry(keys.fence.clone()).or_insert(0);
+                    *f += 1;
+                    Grant::Granted(*f)
+                }
+                Some(e) if *e.owner == *owner => {
+                    e.count = count;
+                    e.expires = expires;
+                    Grant::Granted(s.fences.get(&keys.fence).copied().unwrap_or(0))
+                }
+                Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now()))),
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>> {
+        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+        self.run(move |s| match s.locks.get_mut(&keys.lock) {
+            None => Released::Missing,
+            Some(e) if *e.owner != *owner => Released::OtherOwner,
+            Some(e) => {
+                let f = s.fences.entry(keys.fence.clone()).or_insert(0);
+                *f = (*f).max(token);
+                if count > 0 {
+                    e.count = count;
+                    e.expires = Instant::now() + lease;
+                    Released::Lowered
+                } else {
+                    s.locks.remove(&keys.lock);
+                    Released::Released
+                }
+            }
+        })
+    }
+
+    fn renew(
+        &self,
+        batch: Arc<Vec<RenewItem>>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.run(move |s| {
+            batch
+                .iter()
+                .map(|item| {
+                    let expires = Instant::now() + item.lease;
+                    match s.locks.get_mut(&item.keys.lock) {
+                        Some(e) if *e.owner == *item.owner => {
+                            e.count = item.count;
+                            e.expires = expires;
+                            Renewed::Extended
+                        }
+                        Some(_) => Renewed::Conflict,
+                        None => {
+                            s.locks.insert(
+                                item.keys.lock.clone(),
+                                Entry {
+                                    owner: item.owner.to_string(),
+                                    count: item.count,
+                                    expires,
+                                },
+                            );
+                            Renewed::Repaired
+                        }
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<(), NodeError>> {
+        let keys = Arc::clone(keys);
+        self.run(move |s| {
+            let f = s.fences.entry(keys.fence.clone()).or_insert(0);
+            *f = (*f).max(token);
+        })
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let keys = Arc::clone(keys);
+        self.run(move |s| s.locks.remove(&keys.lock).is_some())
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
+        let keys = Arc::clone(keys);
+        self.run(move |s| {
+            let e = s.locks.get(&keys.lock);
+            NodeLockState {
+                holder: e.map(|e| e.owner.clone()),
+                hold_count: e.map_or(0, |e| e.count),
+                pttl: e.map(|e| e.expires.saturating_duration_since(Instant::now())),
+                fence: s.fences.get(&keys.fence).copied().unwrap_or(0),
+            }
+        })
+    }
+}

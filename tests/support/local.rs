@@ -1,0 +1,209 @@
+//! Local `redis-server` processes on 127.0.0.1, for tests, examples and the
+//! benchmark. Each node is an independent master without persistence.
+//!
+//! Processes are killed when the [`LocalNodes`] is dropped, and also by a
+//! small reaper shell when the owning process exits (statics are never
+//! dropped), so no server outlives its test binary.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A set of local masters.
+pub struct LocalNodes {
+    dir: PathBuf,
+    nodes: Vec<Mutex<Node>>,
+}
+
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+/// The `redis-server` binary: `$REDIS_SERVER`, or `redis-server` on the PATH.
+fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Sends PING over a raw socket; true on `+PONG`.
+pub fn ping(port: u16, timeout: Duration) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+impl LocalNodes {
+    /// Starts `n` masters on free loopback ports and waits until each answers PING.
+    ///
+    /// # Errors
+    ///
+    /// When `redis-server` cannot be started (not installed: `apt-get install
+    /// redis-server`) or does not answer within 10 s.
+    pub fn start(n: usize) -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "quorumlock-nodes-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        spawn_reaper(&dir)?;
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(Mutex::new(Node {
+                port: free_port()?,
+                child: None,
+            }));
+        }
+        let this = Self { dir, nodes };
+        for i in 0..n {
+            this.launch(i)?;
+        }
+        for i in 0..n {
+            this.wait_ready(i)?;
+        }
+        Ok(this)
+    }
+
+    fn launch(&self, i: usize) -> std::io::Result<()> {
+        let mut node = self.node(i);
+        let port = node.port;
+        let node_dir = self.dir.join(format!("node-{i}"));
+        std::fs::create_dir_all(&node_dir)?;
+        let child = Command::new(server_binary())
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--protected-mode", "no", "--maxmemory-policy", "noeviction"])
+            .arg("--dir")
+            .arg(&node_dir)
+            .arg("--pidfile")
+            .arg(self.dir.join(format!("node-{i}.pid")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot start {}: {e} (install it: apt-get install -y redis-server)",
+                        server_binary()
+                    ),
+                )
+            })?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    fn node(&self, i: usize) -> std::sync::MutexGuard<'_, Node> {
+        self.nodes[i]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits until node `i` answers PING (10 s at most).
+    pub fn wait_ready(&self, i: usize) -> std::io::Result<()> {
+        let port = self.port(i);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if ping(port, Duration::from_millis(200)) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("redis-server on port {port} did not answer PING"),
+        ))
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The port of node `i`.
+    pub fn port(&self, i: usize) -> u16 {
+        self.node(i).port
+    }
+
+    /// `redis://127.0.0.1:PORT` of node `i`.
+    pub fn url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}", self.port(i))
+    }
+
+    /// Every node's URL.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.url(i)).collect()
+    }
+
+    /// Kills node `i` (SIGKILL): its data is gone, connections are refused.
+    pub fn kill(&self, i: usize) {
+        let mut node = self.node(i);
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(self.dir.join(format!("node-{i}.pid")));
+        }
+    }
+
+    /// Starts a killed node `i` again on the same port, empty.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot be started or does not answer PING.
+    pub fn restart(&self, i: usize) -> std::io::Result<()> {
+        self.kill(i);
+        self.launch(i)?;
+        self.wait_ready(i)
+    }
+
+    /// The scratch directory of these nodes.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for LocalNodes {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A shell that waits for this process to exit, then kills every node whose
+/// pidfile is in `dir` and removes `dir`.
+fn spawn_reaper(dir: &Path) -> std::io::Result<()> {
+    let script = r#"
+        while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+        for f in "$2"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+        rm -rf "$2"
+    "#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("reaper")
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    Ok(())
+}
