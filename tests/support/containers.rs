@@ -592,7 +592,11 @@ impl Cluster {
                 panic!("could not start redis node {index} ({name}) from image {image}: {last_err}")
             });
         }
-        let mut nodes: Vec<Arc<Node>> = join_all_or_panic(set).await.into_iter().map(Arc::new).collect();
+        let mut nodes: Vec<Arc<Node>> = join_all_or_panic(set)
+            .await
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         nodes.sort_by_key(|n| n.index);
         Cluster {
             profile,
@@ -628,7 +632,10 @@ impl Node {
             (LABEL_SESSION.to_owned(), session_id().to_owned()),
             (LABEL_PID.to_owned(), std::process::id().to_string()),
             (LABEL_HOST.to_owned(), host_name()),
-            ("quorumlock.harness.profile".to_owned(), self.profile.name().to_owned()),
+            (
+                "quorumlock.harness.profile".to_owned(),
+                self.profile.name().to_owned(),
+            ),
             ("quorumlock.harness.node".to_owned(), self.index.to_string()),
         ];
         GenericImage::new(repo, tag)
@@ -658,14 +665,19 @@ impl Node {
 
     /// Remove the container (data and all) and wait until the port refuses.
     async fn remove(&self, state: &mut NodeState) {
-        if let Some(container) = state.container.take() {
-            if let Err(e) = container.rm().await {
-                // Fall back to the CLI (also covers "already gone").
-                if let Err(e2) = docker(&["rm", "-f", "-v", &self.name]).await {
-                    if !e2.contains("No such container") {
-                        panic!("could not remove node {} ({}): {e}; {e2}", self.index, self.name);
-                    }
-                }
+        let via_testcontainers = match state.container.take() {
+            Some(container) => container.rm().await.map_err(|e| e.to_string()),
+            None => Err("no testcontainers handle".to_owned()),
+        };
+        if let Err(e) = via_testcontainers {
+            // Fall back to the CLI; "already gone" is fine.
+            match docker(&["rm", "-f", "-v", &self.name]).await {
+                Ok(_) => {}
+                Err(e2) if e2.contains("No such container") => {}
+                Err(e2) => panic!(
+                    "could not remove node {} ({}): {e}; {e2}",
+                    self.index, self.name
+                ),
             }
         }
         state.partitioned = false;
@@ -869,7 +881,10 @@ async fn ensure_image(image: &str) {
         );
     }
     if docker(&["image", "inspect", image]).await.is_err() {
-        panic!("{} succeeded but image {image} still does not exist", script.display());
+        panic!(
+            "{} succeeded but image {image} still does not exist",
+            script.display()
+        );
     }
 }
 
@@ -1000,7 +1015,10 @@ async fn ping(port: u16, timeout: Duration) -> Result<(), String> {
         if buf[..len].starts_with(b"+PONG") {
             Ok(())
         } else {
-            Err(format!("reply {:?}", String::from_utf8_lossy(&buf[..len]).trim()))
+            Err(format!(
+                "reply {:?}",
+                String::from_utf8_lossy(&buf[..len]).trim()
+            ))
         }
     };
     tokio::time::timeout(timeout, attempt)
