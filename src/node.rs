@@ -305,6 +305,28 @@ fn map_err(e: &redis::RedisError) -> NodeError {
     NodeError::from_redis(e)
 }
 
+/// Whether the connection broke, so that the manager reconnects and a second
+/// try may reach the node.
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// Runs a script, once more after a broken connection: the connection manager
+/// reconnects on the first error, so a node that came back is reached at
+/// once. Every script here is idempotent for the same arguments (a repeated
+/// acquire finds our own hold and returns the same fence), so a first try
+/// that did run before the connection broke does no harm.
+async fn invoke<T: redis::FromRedisValue>(
+    conn: &mut ConnectionManager,
+    inv: &redis::ScriptInvocation<'_>,
+) -> Result<T, NodeError> {
+    match inv.invoke_async(conn).await {
+        Ok(v) => Ok(v),
+        Err(e) if broken(&e) => inv.invoke_async(conn).await.map_err(|e| map_err(&e)),
+        Err(e) => Err(map_err(&e)),
+    }
+}
+
 impl NodeOps for RedisNode {
     fn addr(&self) -> &str {
         &self.addr
@@ -327,7 +349,7 @@ impl NodeOps for RedisNode {
                 .arg(&*owner)
                 .arg(ms(lease))
                 .arg(count);
-            let reply: Vec<Value> = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            let reply: Vec<Value> = invoke(&mut conn, &inv).await?;
             let code = reply.first().and_then(int);
             let value = reply.get(1).and_then(int);
             match (code, value) {
@@ -362,7 +384,7 @@ impl NodeOps for RedisNode {
                 .arg(count)
                 .arg(ms(lease))
                 .arg(token);
-            let code: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            let code: i64 = invoke(&mut conn, &inv).await?;
             match code {
                 scripts::REL_RELEASED => Ok(Released::Released),
                 scripts::REL_LOWERED => Ok(Released::Lowered),
@@ -395,7 +417,11 @@ impl NodeOps for RedisNode {
                         .arg(ms(item.lease));
                 }
             }
-            let replies: Vec<Vec<i64>> = match pipe.query_async(&mut conn).await {
+            let first = match pipe.query_async(&mut conn).await {
+                Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
+                other => other,
+            };
+            let replies: Vec<Vec<i64>> = match first {
                 Ok(r) => r,
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
@@ -436,7 +462,7 @@ impl NodeOps for RedisNode {
         Box::pin(async move {
             let mut inv = scripts::RAISE_FENCE.prepare_invoke();
             inv.key(&keys.fence).arg(token);
-            let _: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            let _: i64 = invoke(&mut conn, &inv).await?;
             Ok(())
         })
     }
@@ -447,7 +473,7 @@ impl NodeOps for RedisNode {
         Box::pin(async move {
             let mut inv = scripts::FORCE_RELEASE.prepare_invoke();
             inv.key(&keys.lock).key(&keys.channel);
-            let n: i64 = inv.invoke_async(&mut conn).await.map_err(|e| map_err(&e))?;
+            let n: i64 = invoke(&mut conn, &inv).await?;
             Ok(n == 1)
         })
     }
