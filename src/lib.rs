@@ -8,6 +8,7 @@ mod node;
 mod owner;
 mod quorum;
 mod scripts;
+mod wait;
 mod watchdog;
 
 #[cfg(test)]
@@ -22,5 +23,6 @@ pub use crate::lock::{
 };
 pub use crate::node::NodeLockState;
 pub use crate::owner::Owner;
+pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;
 pub use redis;

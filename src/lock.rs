@@ -15,6 +15,7 @@ use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 use crate::node::{failure, Keys, NodeLockState, NodeOps, Released};
 use crate::owner::{new_client_id, Owner};
 use crate::quorum::{self, Decision, FanOut, Grant, Tally};
+use crate::wait::{Notifier, Waiter};
 use crate::watchdog::Watchdog;
 
 /// Locks a std mutex, recovering the data if a panic poisoned it: every
@@ -56,6 +57,7 @@ pub(crate) struct Inner {
     pub(crate) client_id: String,
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
     pub(crate) watchdog: Watchdog,
+    notifier: Notifier,
 }
 
 /// Serializes acquisitions of one name by one owner and remembers its hold.
@@ -176,7 +178,10 @@ impl LockManager {
     }
 
     pub(crate) fn from_parts(config: Config, nodes: Vec<Arc<dyn NodeOps>>) -> Self {
+        let clients: Vec<redis::Client> = nodes.iter().filter_map(|n| n.pubsub_client()).collect();
+        let notifier = Notifier::start(nodes.len(), clients, config.required);
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            notifier,
             watchdog: Watchdog::new(weak.clone(), config.renew_interval),
             config,
             nodes,
@@ -354,6 +359,12 @@ impl LockManager {
             required: inner.config.required,
             nodes,
         })
+    }
+
+    /// Counters of the waiters' pub/sub connections.
+    #[must_use]
+    pub fn pubsub_stats(&self) -> crate::wait::PubSubStats {
+        self.inner.notifier.stats()
     }
 
     /// Watchdog counters since the manager was built.
@@ -544,55 +555,121 @@ impl Inner {
         };
         let owner_id = owner.shared_id();
         let mut attempt: u32 = 0;
+        let mut waiter: Option<Waiter> = None;
+        // Local fairness: while other local waiters are queued for this lock,
+        // a newcomer queues behind them instead of barging in.
+        if wait != Wait::Up(Duration::ZERO) && self.notifier.has_waiters(&keys.channel) {
+            waiter = Some(self.notifier.waiter(&keys.channel));
+        }
+        let mut deferred = waiter.is_some();
         loop {
-            let err = match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
-                Ok(won) => {
-                    let hold = Arc::new(Hold {
-                        inner: Arc::clone(self),
-                        keys: Arc::clone(&keys),
-                        owner: owner.clone(),
-                        owner_id: Arc::clone(&owner_id),
-                        lease,
-                        token: won.token,
-                        acquired_at: won.started,
-                        max_hold: if renew { self.config.max_hold } else { None },
-                        state: Mutex::new(HoldInner {
-                            count: 1,
-                            valid_until: won.valid_until,
-                            granted: won.granted,
-                            renewing: false,
-                        }),
-                        phase: tokio::sync::watch::Sender::new(HoldState::Held),
-                        renew_done: tokio::sync::Notify::new(),
-                    });
-                    won.late.finish(Arc::downgrade(&hold));
-                    if renew {
-                        self.watchdog.register(&hold);
-                    }
-                    return Ok(hold);
+            let err = if deferred {
+                None
+            } else {
+                if let Some(w) = waiter.as_mut() {
+                    w.mark();
                 }
-                Err(e) => e,
+                match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
+                    Ok(won) => {
+                        if let Some(w) = waiter.take() {
+                            w.acquired();
+                        }
+                        return Ok(self.hold(&keys, &owner, lease, renew, won));
+                    }
+                    Err(e) if e.is_retryable() => Some(e),
+                    Err(e) => return Err(e),
+                }
             };
-            if !err.is_retryable() {
-                return Err(err);
-            }
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if remaining == Some(Duration::ZERO) {
-                return Err(err);
-            }
-            let mut delay = self.config.backoff.delay(attempt);
-            if let Some(pttl) = err.min_pttl() {
-                // The holder's key expires by then at the latest.
-                let jitter = Duration::from_micros(rand::random_range(0..=2_000));
-                delay = delay.min(pttl + jitter);
-            }
-            if let Some(r) = remaining {
-                delay = delay.min(r);
+                return Err(match err {
+                    Some(e) => e,
+                    // Queued the whole wait behind local waiters: one last try.
+                    None => match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
+                        Ok(won) => return Ok(self.hold(&keys, &owner, lease, renew, won)),
+                        Err(e) => e,
+                    },
+                });
             }
             attempt = attempt.saturating_add(1);
-            tokio::time::sleep(delay).await;
+            let Some(w) = waiter.as_mut() else {
+                // First miss: subscribe to the release channel, then try once
+                // more, so a release that happened before the subscription
+                // took effect is not missed.
+                let w = self.notifier.waiter(&keys.channel);
+                let limit = remaining.map_or(self.config.node_timeout, |r| {
+                    r.min(self.config.node_timeout)
+                });
+                w.confirmed(limit).await;
+                waiter = Some(w);
+                continue;
+            };
+            let delay = match &err {
+                Some(e) => self.fallback(e, attempt, w.covered(), remaining),
+                // Queued behind local waiters: release messages wake us when
+                // our turn comes; poll only if they are not covered.
+                None if w.covered() => remaining.unwrap_or(lease),
+                None => self.config.backoff.delay(attempt),
+            };
+            let woke = w.wait(delay).await;
+            deferred = false;
+            debug!(lock = %keys.name, ?woke, "waiter woke");
         }
+    }
+
+    fn hold(
+        self: &Arc<Self>,
+        keys: &Arc<Keys>,
+        owner: &Owner,
+        lease: Duration,
+        renew: bool,
+        won: Won,
+    ) -> Arc<Hold> {
+        let hold = Arc::new(Hold {
+            inner: Arc::clone(self),
+            keys: Arc::clone(keys),
+            owner: owner.clone(),
+            owner_id: owner.shared_id(),
+            lease,
+            token: won.token,
+            acquired_at: won.started,
+            max_hold: if renew { self.config.max_hold } else { None },
+            state: Mutex::new(HoldInner {
+                count: 1,
+                valid_until: won.valid_until,
+                granted: won.granted,
+                renewing: false,
+            }),
+            phase: tokio::sync::watch::Sender::new(HoldState::Held),
+            renew_done: tokio::sync::Notify::new(),
+        });
+        won.late.finish(Arc::downgrade(&hold));
+        if renew {
+            self.watchdog.register(&hold);
+        }
+        hold
+    }
+
+    /// How long a waiter sleeps when no release message comes. With release
+    /// messages covered, until the holder's key would expire (so a lost
+    /// message costs at most one TTL); without, the polling backoff. Never
+    /// past the caller's deadline; jittered.
+    fn fallback(
+        &self,
+        err: &Error,
+        attempt: u32,
+        covered: bool,
+        remaining: Option<Duration>,
+    ) -> Duration {
+        let backoff = self.config.backoff.delay(attempt);
+        let jitter = Duration::from_micros(rand::random_range(0..=2_000));
+        let delay = match err.min_pttl() {
+            Some(pttl) if covered => pttl + jitter,
+            Some(pttl) => backoff.min(pttl + jitter),
+            None => backoff,
+        };
+        remaining.map_or(delay, |r| delay.min(r))
     }
 
     /// One fan-out of the acquire script. On success the grants belong to the

@@ -90,6 +90,11 @@ pub struct NodeLockState {
 pub(crate) trait NodeOps: Send + Sync + 'static {
     fn addr(&self) -> &str;
 
+    /// A client for the node's pub/sub connection, if it has one.
+    fn pubsub_client(&self) -> Option<Client> {
+        None
+    }
+
     fn acquire(
         &self,
         keys: &Arc<Keys>,
@@ -279,12 +284,6 @@ impl RedisNode {
             client: spec.client,
         })
     }
-
-    /// The client this node was built from (for pub/sub connections).
-    #[allow(dead_code)]
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -330,6 +329,10 @@ async fn invoke<T: redis::FromRedisValue>(
 impl NodeOps for RedisNode {
     fn addr(&self) -> &str {
         &self.addr
+    }
+
+    fn pubsub_client(&self) -> Option<Client> {
+        Some(self.client.clone())
     }
 
     fn acquire(

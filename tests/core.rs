@@ -28,7 +28,10 @@ async fn lock_and_release_touch_every_node() {
     assert!(g.valid_until() > std::time::Instant::now());
     assert!(g.granted_nodes().len() >= 3);
     assert!(
-        support::eventually(Duration::from_secs(1), || async { nodes_with_key(&name).await == 5 }).await,
+        support::eventually(Duration::from_secs(1), || async {
+            nodes_with_key(&name).await == 5
+        })
+        .await,
         "late grants should reach all 5 nodes"
     );
     let owner = g.owner().id().to_owned();
@@ -58,7 +61,10 @@ async fn reentry_counts_and_needs_as_many_releases() {
     c.release().await.expect("release 3");
     b.release().await.expect("release 2");
     assert_eq!(a.hold_count(), 1);
-    assert!(nodes_with_key(&name).await >= 3, "still held after 2 of 3 releases");
+    assert!(
+        nodes_with_key(&name).await >= 3,
+        "still held after 2 of 3 releases"
+    );
     a.release().await.expect("release 1");
     assert_eq!(nodes_with_key(&name).await, 0);
 }
@@ -69,7 +75,12 @@ async fn other_owners_are_refused_and_cannot_release() {
     let name = unique("owners");
     let alice = m.new_owner();
     let bob = m.new_owner();
-    let g = m.request(&name).owner(&alice).acquire().await.expect("alice");
+    let g = m
+        .request(&name)
+        .owner(&alice)
+        .acquire()
+        .await
+        .expect("alice");
     let err = m
         .request(&name)
         .owner(&bob)
@@ -79,7 +90,10 @@ async fn other_owners_are_refused_and_cannot_release() {
         .expect_err("bob is refused");
     assert!(err.is_contended(), "{err}");
     let pttl = err.min_pttl().expect("holder pttl");
-    assert!(pttl > Duration::from_secs(20) && pttl <= Duration::from_secs(30), "{pttl:?}");
+    assert!(
+        pttl > Duration::from_secs(20) && pttl <= Duration::from_secs(30),
+        "{pttl:?}"
+    );
 
     // Another task of the same process is another owner too.
     let (m2, n2) = (m.clone(), name.clone());
@@ -100,10 +114,19 @@ async fn other_owners_are_refused_and_cannot_release() {
 
     // Break alice's lock, let bob take it: alice can no longer release it.
     m.force_unlock(&name).await.expect("force");
-    let gb = m.request(&name).owner(&bob).wait(Duration::ZERO).acquire().await.expect("bob");
+    let gb = m
+        .request(&name)
+        .owner(&bob)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("bob");
     let err = g.release().await.expect_err("alice no longer holds it");
     assert!(matches!(err, Error::NotHeld { .. }), "{err}");
-    assert!(nodes_with_key(&name).await >= 3, "alice's release must not free bob's lock");
+    assert!(
+        nodes_with_key(&name).await >= 3,
+        "alice's release must not free bob's lock"
+    );
     gb.release().await.expect("bob releases");
 }
 
@@ -114,8 +137,17 @@ async fn fencing_tokens_strictly_increase_across_holders() {
     let mut last = 0;
     for round in 0..20 {
         let owner = m.new_owner();
-        let g = m.request(&name).owner(&owner).acquire().await.expect("lock");
-        assert!(g.fencing_token() > last, "round {round}: {} <= {last}", g.fencing_token());
+        let g = m
+            .request(&name)
+            .owner(&owner)
+            .acquire()
+            .await
+            .expect("lock");
+        assert!(
+            g.fencing_token() > last,
+            "round {round}: {} <= {last}",
+            g.fencing_token()
+        );
         last = g.fencing_token();
         g.release().await.expect("release");
     }
@@ -141,13 +173,19 @@ async fn partial_grants_are_rolled_back() {
             .await
             .expect("ttl");
     }
-    let err = m.try_lock(&name, Duration::ZERO).await.expect_err("3 of 5 taken");
+    let err = m
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("3 of 5 taken");
     assert!(err.is_contended(), "{err}");
     for i in 3..5 {
         assert!(hash_on(i, &name).await.is_empty(), "grant left on node {i}");
     }
     for i in 0..3 {
-        assert_eq!(hash_on(i, &name).await, vec![("someone-else".to_owned(), 1)]);
+        assert_eq!(
+            hash_on(i, &name).await,
+            vec![("someone-else".to_owned(), 1)]
+        );
     }
     m.force_unlock(&name).await.expect("clean up");
 }
@@ -178,7 +216,10 @@ async fn every_subset_of_taken_nodes_on_real_redis() {
             let free = 5 - mask.count_ones() as usize;
             match m.try_lock(&name, Duration::ZERO).await {
                 Ok(g) => {
-                    assert!(free >= required, "{quorum:?} {mask:05b}: granted with {free} free");
+                    assert!(
+                        free >= required,
+                        "{quorum:?} {mask:05b}: granted with {free} free"
+                    );
                     g.release().await.expect("release");
                 }
                 Err(e) => {
@@ -189,7 +230,11 @@ async fn every_subset_of_taken_nodes_on_real_redis() {
             for i in 0..5 {
                 let h = hash_on(i, &name).await;
                 if mask & (1 << i) != 0 {
-                    assert_eq!(h, vec![("other".to_owned(), 1)], "{quorum:?} {mask:05b} node {i}");
+                    assert_eq!(
+                        h,
+                        vec![("other".to_owned(), 1)],
+                        "{quorum:?} {mask:05b} node {i}"
+                    );
                 } else {
                     assert!(h.is_empty(), "{quorum:?} {mask:05b} node {i} left {h:?}");
                 }
@@ -205,7 +250,10 @@ async fn status_and_force_unlock_report_reality() {
     let name = unique("status");
     let g = m.lock(&name).await.expect("lock");
     let g2 = m.lock(&name).await.expect("re-enter");
-    support::eventually(Duration::from_secs(1), || async { nodes_with_key(&name).await == 5 }).await;
+    support::eventually(Duration::from_secs(1), || async {
+        nodes_with_key(&name).await == 5
+    })
+    .await;
     let st = m.status(&name).await.expect("status");
     assert_eq!(st.nodes.len(), 5);
     assert_eq!(st.holder(), Some(g.owner().id()));
@@ -237,15 +285,29 @@ async fn a_wrong_type_key_is_a_typed_error_and_is_left_intact() {
             .await
             .expect("SET");
     }
-    let err = m.try_lock(&name, Duration::from_millis(300)).await.expect_err("wrong type");
+    let err = m
+        .try_lock(&name, Duration::from_millis(300))
+        .await
+        .expect_err("wrong type");
     assert!(err.is_wrong_type(), "{err}");
-    let err = m.lock(&name).await.expect_err("lock() does not retry a wrong type");
+    let err = m
+        .lock(&name)
+        .await
+        .expect_err("lock() does not retry a wrong type");
     assert!(err.is_wrong_type(), "{err}");
     for i in 0..5 {
         let mut c = raw(i).await;
-        let v: String = redis::cmd("GET").arg(key(&name)).query_async(&mut c).await.expect("GET");
+        let v: String = redis::cmd("GET")
+            .arg(key(&name))
+            .query_async(&mut c)
+            .await
+            .expect("GET");
         assert_eq!(v, "precious");
-        let _: () = redis::cmd("DEL").arg(key(&name)).query_async(&mut c).await.expect("DEL");
+        let _: () = redis::cmd("DEL")
+            .arg(key(&name))
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
     }
     let st = m.status(&name).await.expect("status");
     assert!(st.nodes.iter().all(|n| n.state.is_ok()));
@@ -255,15 +317,43 @@ async fn a_wrong_type_key_is_a_typed_error_and_is_left_intact() {
 async fn bad_input_gets_typed_errors() {
     let m = manager(Quorum::Majority).await;
     for name in ["", "has{brace", "x\ty"] {
-        let e = m.try_lock(name, Duration::ZERO).await.expect_err("bad name");
-        assert!(matches!(e, Error::InvalidInput { what: "lock name", .. }), "{e}");
+        let e = m
+            .try_lock(name, Duration::ZERO)
+            .await
+            .expect_err("bad name");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidInput {
+                    what: "lock name",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
     let long = "n".repeat(quorumlock::MAX_NAME_LEN + 1);
-    assert!(m.lock(&long).await.expect_err("oversized").is_invalid_input());
-    let e = m.lock_with_lease("x", Duration::ZERO).await.expect_err("zero lease");
-    assert!(matches!(e, Error::InvalidInput { what: "lease", .. }), "{e}");
-    let e = m.lock_with_lease("x", Duration::from_millis(2)).await.expect_err("lease <= drift");
-    assert!(matches!(e, Error::InvalidInput { what: "lease", .. }), "{e}");
+    assert!(m
+        .lock(&long)
+        .await
+        .expect_err("oversized")
+        .is_invalid_input());
+    let e = m
+        .lock_with_lease("x", Duration::ZERO)
+        .await
+        .expect_err("zero lease");
+    assert!(
+        matches!(e, Error::InvalidInput { what: "lease", .. }),
+        "{e}"
+    );
+    let e = m
+        .lock_with_lease("x", Duration::from_millis(2))
+        .await
+        .expect_err("lease <= drift");
+    assert!(
+        matches!(e, Error::InvalidInput { what: "lease", .. }),
+        "{e}"
+    );
 
     let e = LockManager::builder().build().await.expect_err("no nodes");
     assert!(matches!(e, Error::Config(_)), "{e}");
@@ -273,21 +363,49 @@ async fn bad_input_gets_typed_errors() {
         .build()
         .await
         .expect_err("same node twice");
-    assert!(matches!(e, Error::Config(ref s) if s.contains("same node")), "{e}");
+    assert!(
+        matches!(e, Error::Config(ref s) if s.contains("same node")),
+        "{e}"
+    );
     for q in [Quorum::AtLeast(0), Quorum::AtLeast(6)] {
         let e = builder().quorum(q).build().await.expect_err("bad quorum");
         assert!(matches!(e, Error::Config(_)), "{q:?}: {e}");
     }
     for bad in ["not a url", "http://127.0.0.1:1", "redis://:secret@[::1"] {
-        let e = LockManager::builder().node(bad).build().await.expect_err("bad url");
-        assert!(matches!(e, Error::InvalidInput { what: "node URL", .. }), "{bad}: {e}");
+        let e = LockManager::builder()
+            .node(bad)
+            .build()
+            .await
+            .expect_err("bad url");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidInput {
+                    what: "node URL",
+                    ..
+                }
+            ),
+            "{bad}: {e}"
+        );
         assert!(!e.to_string().contains("secret"), "password leaked: {e}");
     }
-    let e = builder().lease(Duration::ZERO).build().await.expect_err("zero lease");
+    let e = builder()
+        .lease(Duration::ZERO)
+        .build()
+        .await
+        .expect_err("zero lease");
     assert!(e.is_invalid_input());
-    let e = builder().drift_factor(f64::NAN).build().await.expect_err("nan drift");
+    let e = builder()
+        .drift_factor(f64::NAN)
+        .build()
+        .await
+        .expect_err("nan drift");
     assert!(e.is_invalid_input());
-    let e = builder().key_prefix("a{").build().await.expect_err("brace prefix");
+    let e = builder()
+        .key_prefix("a{")
+        .build()
+        .await
+        .expect_err("brace prefix");
     assert!(e.is_invalid_input());
 
     // An unreachable node: a closed port.
@@ -301,7 +419,10 @@ async fn bad_input_gets_typed_errors() {
         .build()
         .await
         .expect_err("unreachable");
-    assert!(matches!(e, Error::Connect { ref failures } if failures.len() == 1), "{e}");
+    assert!(
+        matches!(e, Error::Connect { ref failures } if failures.len() == 1),
+        "{e}"
+    );
     assert!(!e.to_string().contains("hunter2"), "password leaked: {e}");
 }
 
@@ -376,7 +497,10 @@ async fn a_dropped_guard_releases_at_once() {
     let g = m.lock(&name).await.expect("lock");
     drop(g);
     assert!(
-        support::eventually(Duration::from_secs(1), || async { nodes_with_key(&name).await == 0 }).await,
+        support::eventually(Duration::from_secs(1), || async {
+            nodes_with_key(&name).await == 0
+        })
+        .await,
         "dropping the guard should release in the background"
     );
     let g = tokio::time::timeout(Duration::from_secs(1), m.lock(&name))
@@ -390,16 +514,32 @@ async fn a_dropped_guard_releases_at_once() {
 async fn a_fixed_lease_expires_and_is_not_renewed() {
     let m = manager(Quorum::Majority).await;
     let name = unique("lease");
-    let g = m.lock_with_lease(&name, Duration::from_millis(300)).await.expect("lock");
+    let g = m
+        .lock_with_lease(&name, Duration::from_millis(300))
+        .await
+        .expect("lock");
     assert!(g.valid_until() <= std::time::Instant::now() + Duration::from_millis(300));
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert!(!g.is_held());
-    assert_eq!(nodes_with_key(&name).await, 0, "a fixed lease must not be renewed");
+    assert_eq!(
+        nodes_with_key(&name).await,
+        0,
+        "a fixed lease must not be renewed"
+    );
     let other = m.new_owner();
-    let g2 = m.request(&name).owner(&other).wait(Duration::ZERO).acquire().await.expect("free");
+    let g2 = m
+        .request(&name)
+        .owner(&other)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free");
     let e = g.release().await.expect_err("expired");
     assert!(e.is_expired(), "{e}");
-    assert!(nodes_with_key(&name).await >= 3, "an expired guard's release must not free the new holder");
+    assert!(
+        nodes_with_key(&name).await >= 3,
+        "an expired guard's release must not free the new holder"
+    );
     g2.release().await.expect("release");
 }
 
@@ -408,12 +548,26 @@ async fn try_lock_waits_its_wait_then_reports_the_holder() {
     let m = manager(Quorum::Majority).await;
     let name = unique("wait");
     let holder = m.new_owner();
-    let g = m.request(&name).owner(&holder).acquire().await.expect("lock");
+    let g = m
+        .request(&name)
+        .owner(&holder)
+        .acquire()
+        .await
+        .expect("lock");
     let start = std::time::Instant::now();
-    let e = m.try_lock(&name, Duration::from_millis(400)).await.expect_err("held");
+    let e = m
+        .try_lock(&name, Duration::from_millis(400))
+        .await
+        .expect_err("held");
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(400), "returned early: {waited:?}");
-    assert!(waited < Duration::from_millis(1_500), "returned late: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(400),
+        "returned early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "returned late: {waited:?}"
+    );
     assert!(e.is_contended() && e.min_pttl().is_some(), "{e}");
     g.release().await.expect("release");
 }
@@ -421,7 +575,11 @@ async fn try_lock_waits_its_wait_then_reports_the_holder() {
 /// Read-modify-write of a counter kept in Redis, with a pause between the
 /// read and the write so that unprotected writers overlap.
 async fn bump(c: &mut redis::aio::MultiplexedConnection, counter: &str) {
-    let v: Option<i64> = redis::cmd("GET").arg(counter).query_async(c).await.expect("GET");
+    let v: Option<i64> = redis::cmd("GET")
+        .arg(counter)
+        .query_async(c)
+        .await
+        .expect("GET");
     tokio::time::sleep(Duration::from_micros(300)).await;
     let _: () = redis::cmd("SET")
         .arg(counter)
@@ -455,7 +613,11 @@ async fn hammer(m: Option<LockManager>, tasks: usize, iterations: usize) -> i64 
         h.await.expect("task");
     }
     let mut c = raw(0).await;
-    redis::cmd("GET").arg(&counter).query_async(&mut c).await.expect("GET")
+    redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut c)
+        .await
+        .expect("GET")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,12 +80,18 @@ async fn a_node_down_before_acquire_majority_succeeds_and_all_fails_cleanly() {
     let all = watchdog_manager(Quorum::All).await;
     nodes().kill(4);
     let name = unique("down");
-    let err = all.try_lock(&name, Duration::ZERO).await.expect_err("All needs node 4");
+    let err = all
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("All needs node 4");
     assert!(err.is_unavailable(), "{err}");
     for i in 0..4 {
         assert!(!has_key(i, &name).await, "All left a grant on node {i}");
     }
-    let g = majority.try_lock(&name, Duration::ZERO).await.expect("4 of 5 is a majority");
+    let g = majority
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect("4 of 5 is a majority");
     let granted = g.granted_nodes();
     assert!(granted.len() >= 3 && !granted.contains(&4), "{granted:?}");
     g.release().await.expect("release");
@@ -104,17 +110,27 @@ async fn renewal_keeps_a_lock_past_its_lease_and_a_minority_loss_is_repaired() {
     let g = m.lock(&name).await.expect("lock");
     nodes().kill(2);
     tokio::time::sleep(LEASE * 3).await;
-    assert!(g.is_held(), "the lock should survive the loss of 1 of 5 nodes");
+    assert!(
+        g.is_held(),
+        "the lock should survive the loss of 1 of 5 nodes"
+    );
     assert!(!g.is_lost());
-    let err = rival.try_lock(&name, Duration::ZERO).await.expect_err("still held");
+    let err = rival
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("still held");
     assert!(err.is_contended(), "{err}");
     let before = m.watchdog_stats();
     assert!(before.ticks >= 6, "{before:?}");
 
     nodes().restart(2).expect("restart node 2 empty");
     assert!(!has_key(2, &name).await, "node 2 came back empty");
-    let repaired = support::eventually(PERIOD + Duration::from_millis(150), || has_key(2, &name)).await;
-    assert!(repaired, "the watchdog did not repair node 2 within one period");
+    let repaired =
+        support::eventually(PERIOD + Duration::from_millis(150), || has_key(2, &name)).await;
+    assert!(
+        repaired,
+        "the watchdog did not repair node 2 within one period"
+    );
     assert!(m.watchdog_stats().repairs > before.repairs);
     assert!(g.granted_nodes().contains(&2));
     g.release().await.expect("release");
@@ -139,9 +155,14 @@ async fn a_majority_loss_fires_lost_within_the_lease() {
     for i in 0..3 {
         nodes().kill(i);
     }
-    tokio::time::timeout(LEASE, g.lost()).await.expect("lost() within the lease");
+    tokio::time::timeout(LEASE, g.lost())
+        .await
+        .expect("lost() within the lease");
     assert!(killed.elapsed() <= LEASE);
-    assert!(std::time::Instant::now() <= valid_until + PERIOD, "loss signalled long after validity ended");
+    assert!(
+        std::time::Instant::now() <= valid_until + PERIOD,
+        "loss signalled long after validity ended"
+    );
     assert!(g.is_lost());
     assert!(!g.is_held());
     assert_eq!(g.state(), HoldState::Lost);
@@ -151,7 +172,10 @@ async fn a_majority_loss_fires_lost_within_the_lease() {
     let err = g.release().await.expect_err("lost");
     assert!(err.is_lost());
     // Acquisitions fail while the majority is down.
-    let err = m.try_lock(&unique("after"), Duration::ZERO).await.expect_err("no quorum");
+    let err = m
+        .try_lock(&unique("after"), Duration::ZERO)
+        .await
+        .expect_err("no quorum");
     assert!(err.is_unavailable(), "{err}");
 }
 
@@ -174,7 +198,11 @@ async fn no_renewal_reaches_a_node_after_release_or_drop() {
         let ticks = m.watchdog_stats().ticks;
         tokio::time::sleep(PERIOD * 4).await;
         assert_eq!(futures_calls().await, before, "a script ran after {how}");
-        assert_eq!(m.watchdog_stats().ticks, ticks, "the watchdog ticked with nothing held");
+        assert_eq!(
+            m.watchdog_stats().ticks,
+            ticks,
+            "the watchdog ticked with nothing held"
+        );
         assert_eq!(nodes_with_key(&name).await, 0);
     }
 }
@@ -234,9 +262,17 @@ async fn a_thousand_locks_cost_one_round_trip_per_node_per_tick() {
     let ticks = s1.ticks - s0.ticks;
     assert_eq!(ticks, 3);
     assert_eq!(s1.locks_renewed - s0.locks_renewed, 3_000);
-    assert_eq!(s1.round_trips - s0.round_trips, 3 * 5, "one pipeline per node per tick");
+    assert_eq!(
+        s1.round_trips - s0.round_trips,
+        3 * 5,
+        "one pipeline per node per tick"
+    );
     for i in 0..nodes().len() {
-        assert_eq!(evalsha_calls(i).await, 3, "node {i}: one script call per tick for 1,000 locks");
+        assert_eq!(
+            evalsha_calls(i).await,
+            3,
+            "node {i}: one script call per tick for 1,000 locks"
+        );
     }
     for g in guards {
         drop(g);
@@ -260,10 +296,16 @@ async fn max_hold_stops_renewal_and_says_so() {
         .await
         .expect("renewal stops");
     assert_eq!(state, HoldState::MaxHoldReached);
-    assert!(start.elapsed() >= Duration::from_millis(900), "stopped early");
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "stopped early"
+    );
     assert!(!g.is_lost(), "max hold is not a loss");
     assert_eq!(m.watchdog_stats().max_hold_stops, 1);
-    let expired = support::eventually(LEASE + PERIOD, || async { nodes_with_key(&name).await == 0 }).await;
+    let expired = support::eventually(LEASE + PERIOD, || async {
+        nodes_with_key(&name).await == 0
+    })
+    .await;
     assert!(expired, "the lock should expire once renewal stops");
     assert!(!g.is_held());
     let err = g.release().await.expect_err("expired");
@@ -285,8 +327,13 @@ async fn a_stolen_lock_is_lost_not_renewed() {
     let name = unique("stolen");
     let g = m.lock(&name).await.expect("lock");
     m.force_unlock(&name).await.expect("break");
-    let t = thief.try_lock(&name, Duration::ZERO).await.expect("thief takes it");
-    tokio::time::timeout(LEASE, g.lost()).await.expect("loss detected");
+    let t = thief
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect("thief takes it");
+    tokio::time::timeout(LEASE, g.lost())
+        .await
+        .expect("loss detected");
     assert!(m.watchdog_stats().conflicts >= 3);
     // The thief's lock is untouched by the loser's cleanup.
     tokio::time::sleep(PERIOD).await;

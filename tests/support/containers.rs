@@ -86,7 +86,9 @@
 //! This is test code: a missing Docker engine, a failing build or a node that
 //! does not come back panics with a message saying what failed. Nothing is
 //! ever skipped silently.
-#![allow(dead_code)] // each test binary uses a different subset of the harness
+// Each test binary uses a different subset of the harness; and as test code
+// it reports every failure by panicking with a message (see "Failures").
+#![allow(dead_code, clippy::panic)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -159,7 +161,10 @@ impl Profile {
             "no",
             "--dir",
             "/data",
-            // A lock service must refuse writes rather than evict lock keys.
+            // When full, refuse writes (acquisition fails, the quorum decides)
+            // rather than evict lock keys (which would free held locks).
+            "--maxmemory",
+            "256mb",
             "--maxmemory-policy",
             "noeviction",
             // No RDB snapshots in either profile: Safe relies on the AOF alone.

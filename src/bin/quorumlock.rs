@@ -1,0 +1,63 @@
+//! `quorumlock`: run a command under a distributed lock held on N independent
+//! Redis masters, inspect a lock, or break one.
+//!
+//! See `quorumlock --help` for the commands, examples and exit statuses.
+
+// The modules live in src/bin/quorumlock/, beside this file.
+#[path = "quorumlock/cli.rs"]
+mod cli;
+#[path = "quorumlock/cluster.rs"]
+mod cluster;
+#[path = "quorumlock/exec.rs"]
+mod exec;
+#[path = "quorumlock/exit.rs"]
+mod exit;
+#[path = "quorumlock/progress.rs"]
+mod progress;
+#[path = "quorumlock/status.rs"]
+mod status;
+#[path = "quorumlock/unlock.rs"]
+mod unlock;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli::report_parse_error(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Failure::new(
+                exit::FAILURE,
+                format!("cannot start the async runtime: {e}"),
+            )
+            .report()
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Exec(args) => exec::run(&cli.global, args).await,
+            Command::Status(args) => status::run(&cli.global, args).await,
+            Command::Unlock(args) => unlock::run(&cli.global, args).await,
+        }
+    });
+    // Background work still queued by the library (rollbacks of cancelled
+    // acquisitions, releases to slow nodes) gets no further chance after
+    // this point; every command settles what matters before returning.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => failure.report(),
+    }
+}

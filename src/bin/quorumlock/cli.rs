@@ -1,0 +1,340 @@
+//! The command line: options, help texts and parse errors.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use quorumlock::Quorum;
+
+/// Example node list, shown wherever the nodes are missing.
+pub const NODES_EXAMPLE: &str = "redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379";
+
+const ROOT_HELP: &str = "\
+Nodes:
+  Every command needs the Redis masters (independent, not replicas of each
+  other), as --nodes or in QUORUMLOCK_NODES, comma separated:
+    export QUORUMLOCK_NODES=redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379
+  URLs may carry a password and a db: redis://:secret@redis-a:6379/2
+
+Examples:
+  # Run a report on one host at a time; give up at once if it is running elsewhere
+  quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
+
+  # crontab on every host: at most one run at a time across all of them;
+  # --quiet keeps cron from mailing when another host has the lock
+  */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
+
+  # Wait up to 10 minutes for the lock, keep it renewed while migrating
+  quorumlock exec --wait 10m db-migrate -- ./migrate.sh --all
+
+  # Who holds it, node by node (or as JSON)
+  quorumlock status nightly-report
+  quorumlock status --json nightly-report
+
+  # Break a lock whose holder is known to be gone
+  quorumlock unlock --force nightly-report
+
+Exit status:
+  0        success (exec: the command's own status, whatever it is)
+  1        other failure (confirmation declined, key of the wrong type)
+  2        usage or configuration error: bad option, duration, URL, quorum,
+           lock name, or no nodes given
+  69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
+  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
+  76       exec: lock lost while the command ran; the command was terminated
+  126/127  exec: the command could not be started / was not found
+  128+N    exec: the command was killed by signal N, or quorumlock was
+           interrupted by signal N while waiting for the lock
+  Whenever the status is quorumlock's own, a line on stderr says why.";
+
+const EXEC_HELP: &str = "\
+The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
+fencing token: larger than every token issued for this lock before; pass it
+to the resource you protect and have it reject smaller ones).
+
+While the command runs, the lock is renewed every lease/3. If renewal cannot
+show a quorum in time, the lock is lost: the command's process group gets
+SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to quorumlock are forwarded to the
+command (its whole process group); quorumlock waits for it, releases the
+lock and exits with the command's status.
+
+The command runs in a process group of its own, so that signals reach every
+process it starts. An interactive command that reads the terminal needs
+--foreground, which keeps it in quorumlock's process group (signals then go
+to the command only).
+
+Examples:
+  quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
+  */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
+  quorumlock exec --wait 2m --lease 10s --grace 30s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
+
+Exit status:
+  N        the command's own status (128+N if it was killed by signal N)
+  2        usage or configuration error
+  69       not enough nodes reachable for the quorum
+  75       lock not obtained within --wait (another owner holds it)
+  76       lock lost while the command ran; the command was terminated
+  126/127  the command could not be started / was not found
+  128+N    quorumlock was interrupted by signal N while waiting for the lock";
+
+const UNLOCK_HELP: &str = "\
+An administrative break: the lock is deleted on every node whoever holds it.
+The holder is not told until its next renewal finds the lock gone, so for a
+moment two processes may both believe they hold it. Use it only when the
+holder is known to be gone, or wait for the lease to run out instead.
+
+Without --yes, asks on stdin to type the lock name to confirm.
+
+Exit status: 0 when deleted on every node (or held nowhere), 1 when not
+confirmed, 2 without --force, 69 when some node could not be reached (the
+lock may survive there until its TTL).";
+
+/// Run a command under a distributed lock held on N independent Redis masters.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quorumlock",
+    version,
+    after_long_help = ROOT_HELP,
+    after_help = "See 'quorumlock --help' for examples and exit statuses.",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Options shared by every command.
+    #[command(flatten)]
+    pub global: Global,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Redis master URLs, comma separated (at least one; an odd number, 3 or
+    /// 5, for a majority quorum).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_NODES",
+        value_name = "URL,...",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub nodes: Vec<String>,
+
+    /// Grants needed: `majority` (RedLock), `all` (MultiLock) or a number.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_QUORUM",
+        value_name = "majority|all|N",
+        default_value = "majority",
+        hide_env_values = true,
+        value_parser = parse_quorum
+    )]
+    pub quorum: Quorum,
+
+    /// Prefix of the lock keys (must match the applications sharing the locks).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_KEY_PREFIX",
+        value_name = "PREFIX",
+        default_value = "quorumlock:",
+        hide_env_values = true
+    )]
+    pub key_prefix: String,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding the lock, renewed until it exits.
+    #[command(after_long_help = EXEC_HELP)]
+    Exec(ExecArgs),
+    /// Show what every node holds for a lock: holder, hold count, PTTL, fence.
+    Status(StatusArgs),
+    /// Break a lock whoever holds it (administrative; needs --force).
+    #[command(after_long_help = UNLOCK_HELP)]
+    Unlock(UnlockArgs),
+}
+
+/// `quorumlock exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Give up if the lock is not obtained within this time (`0s`: a single
+    /// attempt). Default: wait as long as it takes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// The lease on the nodes, renewed every lease/3 while the command runs.
+    /// A shorter lease frees the lock sooner after a crash. [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+
+    /// After the lock is lost, how long the command has between SIGTERM and
+    /// SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// Keep the command in quorumlock's process group, for interactive
+    /// commands that read the terminal.
+    #[arg(long)]
+    pub foreground: bool,
+
+    /// Say nothing when the lock is not obtained within --wait (the exit
+    /// status, 75, still tells).
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `quorumlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// `quorumlock unlock`.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Confirm that this is an administrative break of someone else's lock.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Do not ask for confirmation on stdin.
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// Parses a duration such as `500ms`, `30s`, `5m` or `1h 30m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (expected a duration such as 500ms, 30s, 5m or 1h)"))
+}
+
+/// Parses `majority`, `all` or a number.
+fn parse_quorum(s: &str) -> Result<Quorum, String> {
+    s.parse::<Quorum>()
+        .map_err(|_| "expected `majority`, `all` or a number of nodes (at least 1)".to_owned())
+}
+
+/// Reports a command-line error: help and version as clap prints them,
+/// anything else as one `quorumlock: error:` line (plus the usage line when
+/// clap has one). Returns clap's exit status (2 for errors).
+pub fn report_parse_error(e: &clap::Error) -> ExitCode {
+    let code = u8::try_from(e.exit_code()).unwrap_or(crate::exit::USAGE);
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        // Help goes to stdout, as clap does; nothing to add.
+        let _ = e.print();
+        return ExitCode::from(code);
+    }
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines();
+    let mut message = lines
+        .next()
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ")
+        .trim_end()
+        .to_owned();
+    // Clap lists missing arguments on indented lines after the first one.
+    for line in lines.by_ref() {
+        if line.trim().is_empty() {
+            break;
+        }
+        if line.starts_with(char::is_whitespace) && !line.trim_start().starts_with("tip:") {
+            message.push(' ');
+            message.push_str(line.trim());
+        }
+    }
+    eprintln!("quorumlock: error: {message}");
+    if let Some(usage) = rendered.lines().find(|l| l.starts_with("Usage: ")) {
+        eprintln!("quorumlock: {}", usage.replacen("Usage: ", "usage: ", 1));
+    }
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5").is_err());
+    }
+
+    #[test]
+    fn quorums_parse() {
+        assert_eq!(parse_quorum("majority"), Ok(Quorum::Majority));
+        assert_eq!(parse_quorum("all"), Ok(Quorum::All));
+        assert_eq!(parse_quorum("3"), Ok(Quorum::AtLeast(3)));
+        assert!(parse_quorum("most").is_err());
+    }
+
+    #[test]
+    fn exec_takes_the_command_after_the_name() {
+        let cli = Cli::try_parse_from([
+            "quorumlock",
+            "--nodes",
+            "redis://a:1,redis://b:2",
+            "exec",
+            "--wait",
+            "1s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .expect("valid command line");
+        assert_eq!(cli.global.nodes, ["redis://a:1", "redis://b:2"]);
+        let Command::Exec(args) = cli.command else {
+            unreachable!("parsed as exec");
+        };
+        assert_eq!(args.wait, Some(Duration::from_secs(1)));
+        assert_eq!(args.name, "job");
+        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+    }
+}

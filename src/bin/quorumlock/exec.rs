@@ -1,0 +1,393 @@
+//! `quorumlock exec`: run a command while holding a lock.
+
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use quorumlock::{Error, HoldState, LockGuard, Owner};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::{ExecArgs, Global};
+use crate::cluster::{human, join, Cluster, Need};
+use crate::exit::{self, warn, Failure};
+use crate::progress::Progress;
+
+/// Runs `quorumlock exec`; returns the exit status.
+pub async fn run(global: &Global, args: ExecArgs) -> Result<u8, Failure> {
+    let mut signals = Signals::new()?;
+    let cluster = Cluster::connect(global, args.lease, Need::Quorum).await?;
+    if let Some(down) = cluster.down_summary() {
+        warn(down);
+    }
+    if !global.quorum.is_exclusive(cluster.total) {
+        warn(format!(
+            "a quorum of {} out of {} node(s) does not guarantee mutual exclusion",
+            cluster.required, cluster.total
+        ));
+    }
+    let owner = cluster.manager.new_owner();
+    let guard = match acquire(&cluster, &owner, &args, &mut signals).await {
+        Ok(guard) => guard,
+        Err(failure) if failure.code == exit::NOT_OBTAINED && args.quiet => {
+            return Ok(exit::NOT_OBTAINED)
+        }
+        Err(failure) => return Err(failure),
+    };
+    let token = guard.fencing_token();
+    let outcome = supervise(&guard, &args, &mut signals).await;
+    let released = guard.release().await;
+    cluster.settle(&args.name, owner.id()).await;
+    let program = args.command.first().map(program_name).unwrap_or_default();
+    match outcome {
+        Outcome::NotStarted(failure) => Err(failure),
+        Outcome::Lost { how } => Err(Failure::new(
+            exit::LOST,
+            format!(
+                "lock {} (token {token}) was lost while {program} ran: renewal could not reach a quorum in time; {how}",
+                args.name
+            ),
+        )),
+        Outcome::Exited(status) => match released {
+            Ok(()) => Ok(code_of(status)),
+            Err(e @ (Error::Lost { .. } | Error::Expired { .. } | Error::NotHeld { .. })) => {
+                Err(Failure::new(
+                    exit::LOST,
+                    format!(
+                        "{program} exited ({}), but the lock was not held until the end: {e}",
+                        describe_status(status)
+                    ),
+                ))
+            }
+            Err(e) => {
+                warn(format!(
+                    "releasing lock {}: {e}; it expires with its lease",
+                    args.name
+                ));
+                Ok(code_of(status))
+            }
+        },
+    }
+}
+
+/// Takes the lock, showing the wait; a signal cancels it.
+async fn acquire(
+    cluster: &Cluster,
+    owner: &Owner,
+    args: &ExecArgs,
+    signals: &mut Signals,
+) -> Result<LockGuard, Failure> {
+    let manager = &cluster.manager;
+    let request = manager.request(args.name.as_str()).owner(owner);
+    let request = match args.wait {
+        Some(wait) => request.wait(wait),
+        None => request.wait_forever(),
+    };
+    let progress = Progress::start(manager.clone(), args.name.clone(), cluster.total);
+    let result = tokio::select! {
+        r = request.acquire() => Ok(r),
+        s = signals.recv() => Err(s),
+    };
+    progress.stop().await;
+    match result {
+        Ok(Ok(guard)) => Ok(guard),
+        Ok(Err(e)) => Err(not_acquired(cluster, &args.name, args.wait, e)),
+        Err(sig) => {
+            // The dropped acquisition rolls its grants back in the background.
+            cluster.settle(&args.name, owner.id()).await;
+            Err(Failure::new(
+                exit::signaled(sig as i32),
+                format!("interrupted by {sig} while waiting for lock {}", args.name),
+            ))
+        }
+    }
+}
+
+/// The one-line reason a lock was not obtained.
+fn not_acquired(cluster: &Cluster, name: &str, wait: Option<Duration>, e: Error) -> Failure {
+    let within = wait.map_or_else(String::new, |w| format!(" within {}", human(w)));
+    match e {
+        Error::Contended {
+            taken,
+            min_pttl,
+            failures,
+            required,
+            granted,
+            ..
+        } => {
+            let nodes = taken
+                .iter()
+                .map(|t| format!("#{} {}", cluster.original(t.node), t.addr))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let pttl = min_pttl.map_or_else(|| "none".to_owned(), human);
+            let mut message = format!(
+                "lock {name} not obtained{within}: held by another owner on {} of {} node(s) ({nodes}), smallest PTTL {pttl}; needed {required}, got {granted}",
+                taken.len(),
+                cluster.total,
+            );
+            if !failures.is_empty() {
+                message.push_str(&format!("; unreachable: {}", join(&failures)));
+            }
+            Failure::new(exit::NOT_OBTAINED, message)
+        }
+        Error::Unavailable {
+            failures,
+            required,
+            granted,
+            ..
+        } => Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "lock {name} not obtained{within}: too few nodes answered (needed {required}, got {granted}): {}",
+                join(&failures)
+            ),
+        ),
+        e @ Error::ValidityExhausted { .. } => {
+            let mut f = Failure::from(e);
+            f.message = format!("lock {name} not obtained{within}: {}", f.message);
+            f
+        }
+        e => e.into(),
+    }
+}
+
+/// How the command ended.
+enum Outcome {
+    /// It exited by itself (or after a forwarded signal).
+    Exited(ExitStatus),
+    /// The lock was lost and the command was terminated; `how` says how.
+    Lost { how: String },
+    /// It could not be started.
+    NotStarted(Failure),
+}
+
+/// Runs the command until it exits or the lock is lost.
+async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) -> Outcome {
+    let Some((program, rest)) = args.command.split_first() else {
+        return Outcome::NotStarted(Failure::usage("no command given"));
+    };
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("QUORUMLOCK_NAME", &args.name)
+        .env("QUORUMLOCK_TOKEN", guard.fencing_token().to_string());
+    if !args.foreground {
+        command.process_group(0);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            return Outcome::NotStarted(Failure::new(
+                code,
+                format!("cannot run {}: {e}", program_name(program)),
+            ));
+        }
+    };
+    let target = Target::of(&child, !args.foreground);
+    let stopped = guard.renewal_stopped();
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => Outcome::Exited(status),
+                    // Waiting on our own child cannot fail in practice.
+                    Err(e) => Outcome::NotStarted(Failure::new(
+                        exit::FAILURE,
+                        format!("lost track of {}: {e}", program_name(program)),
+                    )),
+                };
+            }
+            state = &mut stopped => {
+                let why = if state == HoldState::MaxHoldReached { "max hold reached" } else { "lost" };
+                warn(format!(
+                    "lock {} {why}; sending SIGTERM to {} (SIGKILL in {})",
+                    args.name,
+                    program_name(program),
+                    human(args.grace)
+                ));
+                let how = terminate(&mut child, target, args.grace, signals).await;
+                return Outcome::Lost { how };
+            }
+            sig = signals.recv() => target.forward(sig),
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`; returns what it took.
+async fn terminate(
+    child: &mut Child,
+    target: Target,
+    grace: Duration,
+    signals: &mut Signals,
+) -> String {
+    target.send(Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut status = None;
+    // Wait for the command, and in group mode for everything it started.
+    loop {
+        if status.is_some() && !target.group_alive() {
+            break;
+        }
+        tokio::select! {
+            s = child.wait(), if status.is_none() => status = Some(s),
+            () = tokio::time::sleep_until(deadline) => break,
+            () = tokio::time::sleep(Duration::from_millis(50)), if status.is_some() => {}
+            sig = signals.recv() => target.forward(sig),
+        }
+    }
+    let killed = status.is_none() || target.group_alive();
+    if killed {
+        target.send(Signal::SIGKILL);
+    }
+    let status = match status {
+        Some(status) => status,
+        None => child.wait().await,
+    };
+    let exited = status.map_or_else(|e| format!("unknown status: {e}"), describe_status);
+    if killed {
+        format!(
+            "killed with SIGKILL after a grace of {}, {exited}",
+            human(grace)
+        )
+    } else {
+        format!("terminated with SIGTERM, {exited}")
+    }
+}
+
+/// Where signals for the command go.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    pid: Option<Pid>,
+    /// The command leads a process group of its own.
+    group: bool,
+}
+
+impl Target {
+    fn of(child: &Child, group: bool) -> Self {
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw);
+        Self { pid, group }
+    }
+
+    /// Sends `sig` to the command's process group, or to the command alone.
+    fn send(self, sig: Signal) {
+        let Some(pid) = self.pid else { return };
+        // In group mode the group outlives its leader while members remain,
+        // and its id cannot be reused meanwhile; without a group, the pid
+        // is still our unreaped child (the caller has not seen it exit).
+        let result = if self.group {
+            killpg(pid, sig)
+        } else {
+            kill(pid, sig)
+        };
+        if let Err(e) = result {
+            if e != Errno::ESRCH {
+                warn(format!("cannot send {sig} to the command: {e}"));
+            }
+        }
+    }
+
+    /// Whether any process of the command's group is still running.
+    fn group_alive(self) -> bool {
+        match self.pid {
+            Some(pid) if self.group => killpg(pid, None).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Passes a signal quorumlock received on to the command.
+    fn forward(self, sig: Signal) {
+        // Sharing our process group, the command already got a signal that
+        // the terminal sent to the foreground group.
+        if !self.group && from_terminal(sig) {
+            return;
+        }
+        self.send(sig);
+    }
+}
+
+/// Whether `sig` was most likely sent by the terminal to our whole process
+/// group: a terminal signal while we are in the terminal's foreground group.
+fn from_terminal(sig: Signal) -> bool {
+    if !matches!(sig, Signal::SIGINT | Signal::SIGQUIT | Signal::SIGHUP) {
+        return false;
+    }
+    std::fs::File::open("/dev/tty")
+        .ok()
+        .and_then(|tty| nix::unistd::tcgetpgrp(&tty).ok())
+        .is_some_and(|fg| fg == nix::unistd::getpgrp())
+}
+
+/// The signals `exec` catches: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, Failure> {
+        let listen = |kind: SignalKind| {
+            signal(kind)
+                .map_err(|e| Failure::new(exit::FAILURE, format!("cannot listen for signals: {e}")))
+        };
+        Ok(Self {
+            int: listen(SignalKind::interrupt())?,
+            term: listen(SignalKind::terminate())?,
+            hup: listen(SignalKind::hangup())?,
+            quit: listen(SignalKind::quit())?,
+        })
+    }
+
+    /// The next signal received.
+    ///
+    /// Cancel safe: a signal that arrives meanwhile is kept for the next call.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+        }
+    }
+}
+
+/// The exit status a shell would report for `status`.
+fn code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(exit::FAILURE),
+        (None, Some(sig)) => exit::signaled(sig),
+        (None, None) => exit::FAILURE,
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => Signal::try_from(sig).map_or_else(
+            |_| format!("killed by signal {sig}"),
+            |s| format!("killed by {s}"),
+        ),
+        (None, None) => status.to_string(),
+    }
+}
+
+fn program_name(program: &OsString) -> String {
+    program.to_string_lossy().into_owned()
+}

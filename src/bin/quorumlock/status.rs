@@ -1,0 +1,195 @@
+//! `quorumlock status`: what every node holds for a lock.
+
+use std::collections::HashMap;
+
+use quorumlock::{NodeFailure, Quorum};
+use serde::Serialize;
+
+use crate::cli::{Global, StatusArgs};
+use crate::cluster::{human, Cluster, Need};
+use crate::exit::Failure;
+
+/// The status of a lock, as printed (`--json` prints exactly this).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The lock name.
+    pub name: String,
+    /// The quorum policy: `majority`, `all` or a number.
+    pub quorum: String,
+    /// Grants a holder needs.
+    pub required: usize,
+    /// The owner holding it on at least `required` nodes, if any.
+    pub holder: Option<String>,
+    /// One row per node, in `--nodes` order.
+    pub nodes: Vec<Row>,
+}
+
+/// One node's view of the lock.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Index in `--nodes`.
+    pub node: usize,
+    /// Address, without credentials.
+    pub addr: String,
+    /// Whether the node answered.
+    pub reachable: bool,
+    /// The owner holding the lock there, if any.
+    pub holder: Option<String>,
+    /// The holder's hold count (0 when free).
+    pub hold_count: Option<u32>,
+    /// Remaining time of the key in milliseconds, if held with a TTL.
+    pub pttl_ms: Option<u64>,
+    /// The node's fence counter: the last token it issued for this lock.
+    pub fence: Option<u64>,
+    /// Why the node did not answer.
+    pub error: Option<String>,
+}
+
+/// Runs `quorumlock status`; returns the exit status.
+pub async fn run(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
+    let cluster = Cluster::connect(global, None, Need::Any).await?;
+    let report = report(&cluster, global.quorum, &args.name).await?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| Failure::new(crate::exit::FAILURE, format!("cannot encode JSON: {e}")))?;
+        println!("{json}");
+    } else {
+        print!("{}", table(&report));
+    }
+    Ok(0)
+}
+
+/// Asks every reachable node about `name`; unreachable ones get a row too.
+pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Report, Failure> {
+    let status = cluster.manager.status(name).await?;
+    let mut nodes: Vec<Row> = status
+        .nodes
+        .into_iter()
+        .map(|n| {
+            let node = cluster.original(n.node);
+            match n.state {
+                Ok(s) => Row {
+                    node,
+                    addr: n.addr,
+                    reachable: true,
+                    hold_count: Some(s.hold_count),
+                    pttl_ms: s
+                        .pttl
+                        .filter(|_| s.holder.is_some())
+                        .map(|p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX)),
+                    holder: s.holder,
+                    fence: Some(s.fence),
+                    error: None,
+                },
+                Err(f) => unreachable_row(NodeFailure { node, ..f }),
+            }
+        })
+        .collect();
+    nodes.extend(cluster.down.iter().cloned().map(unreachable_row));
+    nodes.sort_by_key(|r| r.node);
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for holder in nodes.iter().filter_map(|r| r.holder.as_deref()) {
+        *counts.entry(holder).or_default() += 1;
+    }
+    let holder = counts
+        .into_iter()
+        .find(|(_, c)| *c >= cluster.required)
+        .map(|(h, _)| h.to_owned());
+    Ok(Report {
+        name: name.to_owned(),
+        quorum: quorum_name(quorum),
+        required: cluster.required,
+        holder,
+        nodes,
+    })
+}
+
+fn unreachable_row(f: NodeFailure) -> Row {
+    let error = if f.message.is_empty() {
+        f.kind.to_string()
+    } else {
+        format!("{}: {}", f.kind, f.message)
+    };
+    Row {
+        node: f.node,
+        addr: f.addr,
+        reachable: false,
+        holder: None,
+        hold_count: None,
+        pttl_ms: None,
+        fence: None,
+        error: Some(error),
+    }
+}
+
+fn quorum_name(quorum: Quorum) -> String {
+    match quorum {
+        Quorum::Majority => "majority".to_owned(),
+        Quorum::All => "all".to_owned(),
+        Quorum::AtLeast(k) => k.to_string(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// The report as a summary line and an aligned table.
+pub fn table(report: &Report) -> String {
+    let total = report.nodes.len();
+    let reachable = report.nodes.iter().filter(|r| r.reachable).count();
+    let held = report.nodes.iter().filter(|r| r.holder.is_some()).count();
+    let state = match &report.holder {
+        Some(h) => format!("held by {h} on {held} of {total} node(s)"),
+        None if held == 0 => "free".to_owned(),
+        None => format!("not held by any owner on a quorum (taken on {held} of {total} node(s))"),
+    };
+    let mut out = format!(
+        "lock {}: {state}; quorum {} needs {} of {total}, {reachable} reachable\n",
+        report.name, report.quorum, report.required
+    );
+    let dash = || "-".to_owned();
+    let mut rows = vec![[
+        "NODE".to_owned(),
+        "ADDRESS".to_owned(),
+        "REACHABLE".to_owned(),
+        "HOLDER".to_owned(),
+        "HOLDS".to_owned(),
+        "PTTL".to_owned(),
+        "FENCE".to_owned(),
+    ]];
+    for r in &report.nodes {
+        rows.push([
+            r.node.to_string(),
+            r.addr.clone(),
+            if r.reachable { "yes" } else { "no" }.to_owned(),
+            r.holder.clone().unwrap_or_else(dash),
+            r.hold_count.map_or_else(dash, |c| c.to_string()),
+            match (r.holder.is_some(), r.pttl_ms) {
+                (true, Some(ms)) => human(std::time::Duration::from_millis(ms)),
+                (true, None) => "no ttl".to_owned(),
+                (false, _) => dash(),
+            },
+            r.fence.map_or_else(dash, |f| f.to_string()),
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in &rows {
+        let line = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    for r in report.nodes.iter().filter(|r| !r.reachable) {
+        if let Some(e) = &r.error {
+            out.push_str(&format!("node {} ({}): {e}\n", r.node, r.addr));
+        }
+    }
+    out
+}

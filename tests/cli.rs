@@ -1,0 +1,437 @@
+//! The `quorumlock` binary, run as a real process against local masters.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use quorumlock::Quorum;
+use support::{manager, nodes, unique, LocalNodes};
+
+/// The binary, pointed at the shared nodes, with no settings from the
+/// environment of whoever runs the tests.
+fn ql() -> Command {
+    ql_on(&nodes().urls())
+}
+
+/// The binary, pointed at `urls`.
+fn ql_on(urls: &[String]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
+    c.env("QUORUMLOCK_NODES", urls.join(","))
+        .env_remove("QUORUMLOCK_QUORUM")
+        .env_remove("QUORUMLOCK_KEY_PREFIX")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `c` to completion with captured output.
+fn run(c: &mut Command) -> Output {
+    c.output().expect("run quorumlock")
+}
+
+/// Spawns `c` with captured output.
+fn spawn(c: &mut Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quorumlock")
+}
+
+/// Waits for `child` at most `within`; kills it and fails the test after that.
+fn finish(mut child: Child, within: Duration) -> Output {
+    let deadline = Instant::now() + within;
+    let mut timed_out = false;
+    while child.try_wait().expect("poll the child").is_none() {
+        if Instant::now() >= deadline {
+            timed_out = true;
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect the child");
+    assert!(
+        !timed_out,
+        "quorumlock did not finish within {within:?}; stderr: {}",
+        stderr(&out)
+    );
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh scratch directory.
+fn scratch(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique(&format!("quorumlock-cli-{prefix}")));
+    std::fs::create_dir_all(&dir).expect("create a scratch dir");
+    dir
+}
+
+/// Waits until `path` exists (the command under the lock has started).
+fn wait_for_file(path: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {within:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `status --json` parsed.
+fn status_json(name: &str) -> serde_json::Value {
+    let out = run(ql().args(["status", "--json", name]));
+    assert_eq!(out.status.code(), Some(0), "status: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+#[test]
+fn concurrent_execs_never_interleave() {
+    let name = unique("cli-mutex");
+    let dir = scratch("mutex");
+    let log = dir.join("log");
+    let script = r#"echo "start $$" >> "$1"; sleep 0.3; echo "end $$" >> "$1""#;
+    let children: Vec<Child> = (0..3)
+        .map(|_| {
+            spawn(
+                ql().args(["exec", &name, "--", "sh", "-c", script, "sh"])
+                    .arg(&log),
+            )
+        })
+        .collect();
+    for child in children {
+        let out = finish(child, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "exec: {}", stderr(&out));
+    }
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "three runs, two lines each:\n{text}");
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair[1].strip_prefix("end ");
+        assert!(start.is_some() && start == end, "runs interleaved:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exit_status_and_environment_pass_through() {
+    let name = unique("cli-env");
+    let out = run(ql().args([
+        "exec",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        r#"echo "$QUORUMLOCK_NAME $QUORUMLOCK_TOKEN"; exit 7"#,
+    ]));
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    let printed = stdout(&out);
+    let (seen_name, token) = printed
+        .trim()
+        .split_once(' ')
+        .expect("the command printed its name and token");
+    assert_eq!(seen_name, name);
+    let token: u64 = token.parse().expect("QUORUMLOCK_TOKEN is a number");
+    assert!(token > 0);
+
+    // A second run gets a larger fencing token.
+    let out = run(ql().args(["exec", &name, "--", "sh", "-c", "echo $QUORUMLOCK_TOKEN"]));
+    assert_eq!(out.status.code(), Some(0));
+    let next: u64 = stdout(&out).trim().parse().expect("a token");
+    assert!(next > token, "{next} > {token}");
+
+    // Killed by a signal: 128 + N, as shells report it.
+    let out = run(ql().args(["exec", &name, "--", "sh", "-c", "kill -9 $$"]));
+    assert_eq!(out.status.code(), Some(128 + 9));
+
+    // Not found: 127, with a line saying so.
+    let out = run(ql().args(["exec", &name, "--", "/nonexistent/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot run /nonexistent/command"));
+
+    // The lock was released every time.
+    let json = status_json(&name);
+    assert!(json["holder"].is_null(), "{json}");
+}
+
+#[test]
+fn losing_the_lock_terminates_the_command() {
+    let private = LocalNodes::start(3).expect("start 3 private masters");
+    let name = unique("cli-lost");
+    let dir = scratch("lost");
+    let pidfile = dir.join("pid");
+    let started = Instant::now();
+    let child = spawn(
+        ql_on(&private.urls())
+            .args(["exec", "--lease", "1s", "--grace", "1s", &name, "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 30"#,
+                "sh",
+            ])
+            .arg(&pidfile),
+    );
+    wait_for_file(&pidfile, Duration::from_secs(10));
+    let pid = std::fs::read_to_string(&pidfile).expect("read the pid");
+    private.kill(0);
+    private.kill(1);
+    let out = finish(child, Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    assert_eq!(out.status.code(), Some(76), "stderr: {}", stderr(&out));
+    assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}");
+    assert!(stderr(&out).contains("lost"), "stderr: {}", stderr(&out));
+    let alive = Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(Stdio::null())
+        .status()
+        .expect("run kill -0");
+    assert!(!alive.success(), "the command outlived the lock");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wait_gives_up_with_the_holders_pttl() {
+    let name = unique("cli-wait");
+    let dir = scratch("wait");
+    let marker = dir.join("held");
+    let holder = spawn(
+        ql().args([
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$1"; sleep 20"#,
+            "sh",
+        ])
+        .arg(&marker),
+    );
+    wait_for_file(&marker, Duration::from_secs(10));
+
+    let started = Instant::now();
+    let out = run(ql().args(["exec", "--wait", "500ms", &name, "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "stderr: {}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    let err = stderr(&out);
+    let reason = err.lines().last().unwrap_or_default();
+    assert!(reason.starts_with("quorumlock: error: lock "), "{err}");
+    assert!(reason.contains(&name) && reason.contains("PTTL"), "{err}");
+    assert!(
+        reason.contains("127.0.0.1:"),
+        "names the taken nodes: {err}"
+    );
+
+    // --quiet says nothing, the status still tells.
+    let out = run(ql().args(["exec", "-q", "--wait", "0s", &name, "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    assert_eq!(stderr(&out), "");
+
+    // SIGTERM to the holder reaches its command, then the lock is released.
+    let term = Command::new("kill")
+        .args(["-TERM", &holder.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    let out = finish(holder, Duration::from_secs(10));
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 15),
+        "stderr: {}",
+        stderr(&out)
+    );
+    let json = status_json(&name);
+    assert!(json["holder"].is_null(), "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn status_shows_every_node() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("cli-status");
+    let outer = m.lock(&name).await.expect("lock");
+    let inner = m.lock(&name).await.expect("re-enter");
+    let owner = outer.owner().id().to_owned();
+    let token = outer.fencing_token();
+    let settled = support::eventually(Duration::from_secs(2), || async {
+        let s = m.status(&name).await.expect("status");
+        s.nodes.iter().all(|n| {
+            n.state
+                .as_ref()
+                .is_ok_and(|s| s.hold_count == 2 && s.fence == token)
+        })
+    })
+    .await;
+    assert!(settled, "every node shows the hold");
+
+    let n = name.clone();
+    let json = tokio::task::spawn_blocking(move || status_json(&n))
+        .await
+        .expect("status --json");
+    assert_eq!(json["name"], name.as_str());
+    assert_eq!(json["required"], 3);
+    assert_eq!(json["holder"], owner.as_str());
+    let rows = json["nodes"].as_array().expect("nodes array");
+    assert_eq!(rows.len(), 5);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["node"], i);
+        assert_eq!(row["addr"], format!("127.0.0.1:{}", nodes().port(i)));
+        assert_eq!(row["reachable"], true);
+        assert_eq!(row["holder"], owner.as_str());
+        assert_eq!(row["hold_count"], 2);
+        assert_eq!(row["fence"], token);
+        let pttl = row["pttl_ms"].as_u64().expect("a PTTL");
+        assert!(pttl > 0 && pttl <= 30_000, "{pttl}");
+    }
+
+    let n = name.clone();
+    let out = tokio::task::spawn_blocking(move || run(ql().args(["status", &n])))
+        .await
+        .expect("status");
+    assert_eq!(out.status.code(), Some(0));
+    let table = stdout(&out);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].contains(&format!("held by {owner}")), "{table}");
+    assert!(lines[1].starts_with("NODE"), "{table}");
+    assert_eq!(lines.len(), 7, "{table}");
+    for (i, line) in lines[2..].iter().enumerate() {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[0], i.to_string(), "{table}");
+        assert_eq!(cells[1], format!("127.0.0.1:{}", nodes().port(i)));
+        assert_eq!(cells[2], "yes");
+        assert_eq!(cells[3], owner);
+        assert_eq!(cells[4], "2");
+        assert!(cells[5].ends_with('s'), "a PTTL: {line}");
+        assert_eq!(cells[6], token.to_string());
+    }
+
+    inner.release().await.expect("release the inner level");
+    outer.release().await.expect("release");
+    let n = name.clone();
+    let json = tokio::task::spawn_blocking(move || status_json(&n))
+        .await
+        .expect("status --json");
+    assert!(json["holder"].is_null(), "{json}");
+    for row in json["nodes"].as_array().expect("nodes array") {
+        assert!(row["holder"].is_null());
+        assert_eq!(row["hold_count"], 0);
+        assert!(row["pttl_ms"].is_null());
+        assert_eq!(row["fence"], token, "the fence counter survives release");
+    }
+}
+
+#[tokio::test]
+async fn unlock_force_breaks_a_held_lock() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("cli-unlock");
+    let guard = m.lock(&name).await.expect("lock");
+
+    let n = name.clone();
+    let (refused, declined) = tokio::task::spawn_blocking(move || {
+        let refused = run(ql().args(["unlock", &n]));
+        let mut c = ql();
+        c.args(["unlock", "--force", &n])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn unlock");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(b"not-the-name\n").expect("answer");
+        }
+        (refused, finish(child, Duration::from_secs(10)))
+    })
+    .await
+    .expect("unlock runs");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("administrative break"));
+    assert_eq!(declined.status.code(), Some(1), "{}", stderr(&declined));
+    assert!(stderr(&declined).contains("Type the lock name to confirm"));
+    assert!(guard.is_held(), "a declined unlock leaves the lock alone");
+
+    let n = name.clone();
+    let (out, json) = tokio::task::spawn_blocking(move || {
+        let out = run(ql().args(["unlock", "--force", "--yes", &n]));
+        (out, status_json(&n))
+    })
+    .await
+    .expect("unlock runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("deleted on"), "{}", stdout(&out));
+    assert!(json["holder"].is_null(), "{json}");
+    for row in json["nodes"].as_array().expect("nodes array") {
+        assert!(row["holder"].is_null(), "{json}");
+        assert_eq!(row["hold_count"], 0);
+    }
+    // The holder finds out when it releases.
+    assert!(guard.release().await.is_err());
+}
+
+#[test]
+fn bad_input_is_one_line_and_status_2() {
+    let name = unique("cli-bad");
+    let cases: Vec<(&str, Command)> = vec![
+        ("duration", {
+            let mut c = ql();
+            c.args(["exec", "--wait", "5x", &name, "--", "true"]);
+            c
+        }),
+        ("lease", {
+            let mut c = ql();
+            c.args(["exec", "--lease", "soon", &name, "--", "true"]);
+            c
+        }),
+        ("quorum", {
+            let mut c = ql();
+            c.args(["--quorum", "most", "status", &name]);
+            c
+        }),
+        ("quorum too large", {
+            let mut c = ql();
+            c.args(["--quorum", "9", "exec", &name, "--", "true"]);
+            c
+        }),
+        ("url", {
+            let mut c = ql_on(&["not a url".to_owned()]);
+            c.args(["status", &name]);
+            c
+        }),
+        ("url scheme", {
+            let mut c = ql();
+            c.args(["--nodes", "http://127.0.0.1:1", "status", &name]);
+            c
+        }),
+        ("no nodes", {
+            let mut c = ql();
+            c.env_remove("QUORUMLOCK_NODES").args(["status", &name]);
+            c
+        }),
+        ("lock name", {
+            let mut c = ql();
+            c.args(["exec", "a{b}", "--", "true"]);
+            c
+        }),
+    ];
+    for (what, mut c) in cases {
+        let out = run(&mut c);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+        assert!(err.starts_with("quorumlock: error: "), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        if what == "no nodes" {
+            assert!(err.contains("QUORUMLOCK_NODES=redis://"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Waiting: pub/sub wake-ups, broken subscriptions, cancellation, fairness.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock::{LockManager, Quorum};
+use support::{key, manager, nodes, nodes_with_key, raw, unique};
+
+/// Subscriptions to `name`'s release channel, summed over nodes.
+async fn pubsub_channels(name: &str) -> usize {
+    let mut n = 0;
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let chans: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(format!("{}:released", key(name)))
+            .query_async(&mut c)
+            .await
+            .expect("PUBSUB CHANNELS");
+        n += chans.len();
+    }
+    n
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_on_release_not_on_its_timer() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("wake");
+    let holder = m.new_owner();
+    let g = m
+        .request(&name)
+        .owner(&holder)
+        .acquire()
+        .await
+        .expect("lock");
+    let (m2, n2) = (m.clone(), name.clone());
+    let waiter = tokio::spawn(async move {
+        let g = m2.lock(&n2).await.expect("waiter locks");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    // Let the waiter subscribe and go to sleep on its fallback timer, which
+    // is the holder's PTTL (about 30 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let acquired = waiter.await.expect("waiter task");
+    let handoff = acquired.duration_since(released);
+    assert!(
+        handoff < Duration::from_secs(1),
+        "woke after {handoff:?}: not by pub/sub"
+    );
+    assert!(m.pubsub_stats().messages >= 1);
+}
+
+#[tokio::test]
+async fn a_waiter_still_acquires_when_its_subscription_is_killed() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("killed");
+    let holder = m.new_owner();
+    let g = m
+        .request(&name)
+        .owner(&holder)
+        .acquire()
+        .await
+        .expect("lock");
+    let (m2, n2) = (m.clone(), name.clone());
+    let waiter = tokio::spawn(async move {
+        let g = m2.lock(&n2).await.expect("waiter locks");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    let n3 = name.clone();
+    assert!(
+        support::eventually(Duration::from_secs(2), || async {
+            pubsub_channels(&n3).await >= 5
+        })
+        .await,
+        "the waiter should have subscribed on every node"
+    );
+    let connections = m.pubsub_stats().connections;
+    // Kill every pub/sub connection to every node.
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut c)
+            .await
+            .expect("CLIENT KILL");
+    }
+    // Release right away: the message may be lost; the waiter must not hang
+    // until the holder's 30 s TTL would have run out.
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let acquired = waiter.await.expect("waiter task");
+    assert!(
+        acquired.duration_since(released) < Duration::from_secs(3),
+        "waiter hung after its pub/sub connection died: {:?}",
+        acquired.duration_since(released)
+    );
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            m.pubsub_stats().connections >= connections + 5
+        })
+        .await,
+        "pub/sub connections should come back"
+    );
+}
+
+#[tokio::test]
+async fn dropped_acquisitions_leave_no_key_and_no_subscription() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("dropped");
+    let holder = m.new_owner();
+    let contender = m.new_owner();
+    let mut rng_state = 0x9e37_79b9_u64;
+    let mut next = move || {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        rng_state
+    };
+    for trial in 0..500u32 {
+        // Half the trials race a free lock, half wait on a held one.
+        let g = if trial % 2 == 0 {
+            Some(
+                m.request(&name)
+                    .owner(&holder)
+                    .acquire()
+                    .await
+                    .expect("holder"),
+            )
+        } else {
+            None
+        };
+        let cut = Duration::from_micros(next() % 4_000);
+        let r = tokio::time::timeout(cut, m.request(&name).owner(&contender).acquire()).await;
+        if let Ok(Ok(won)) = r {
+            won.release().await.expect("release");
+        }
+        if let Some(g) = g {
+            g.release().await.expect("release");
+        }
+    }
+    let clean = support::eventually(Duration::from_secs(3), || async {
+        nodes_with_key(&name).await == 0
+    })
+    .await;
+    assert!(clean, "a dropped acquisition left a key behind");
+    let unsubscribed = support::eventually(Duration::from_secs(3), || async {
+        pubsub_channels(&name).await == 0 && m.pubsub_stats().channels == 0
+    })
+    .await;
+    assert!(
+        unsubscribed,
+        "a dropped acquisition left a subscription behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_share_one_lock_fairly() {
+    let m: LockManager = manager(Quorum::Majority).await;
+    let name = unique("fair");
+    let total = 2_000usize;
+    let tasks = 16usize;
+    let inside = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (m, name, inside, done) = (m.clone(), name.clone(), inside.clone(), done.clone());
+        handles.push(tokio::spawn(async move {
+            let mut waits = Vec::new();
+            let mut mine = 0usize;
+            loop {
+                let start = Instant::now();
+                let g = m.lock(&name).await.expect("lock");
+                waits.push(start.elapsed());
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                let taken = done.fetch_add(1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.expect("release");
+                if taken >= total {
+                    break;
+                }
+                mine += 1;
+            }
+            (mine, waits)
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        let (mine, waits) = h.await.expect("task");
+        assert!(mine > 0, "a task never got the lock");
+        all.extend(waits);
+    }
+    all.sort();
+    let p99 = all[all.len() * 99 / 100];
+    let max = all[all.len() - 1];
+    let p50 = all[all.len() / 2];
+    println!(
+        "fairness: {} acquisitions by {tasks} tasks; wait p50 {p50:?}, p99 {p99:?}, max {max:?}",
+        all.len()
+    );
+    assert!(
+        max < Duration::from_secs(10),
+        "a waiter starved for {max:?}"
+    );
+}
