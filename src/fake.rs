@@ -187,7 +187,7 @@ impl NodeOps for FakeNode {
                     Released::Lowered
                 } else {
                     s.locks.remove(&keys.lock);
-                    Released::Released
+                    Released::Deleted
                 }
             }
         })

@@ -921,7 +921,7 @@ impl Inner {
         fan.until(|f| {
             f.replies()
                 .iter()
-                .filter(|r| matches!(r, Some(Ok(Released::Released | Released::Lowered))))
+                .filter(|r| matches!(r, Some(Ok(Released::Deleted | Released::Lowered))))
                 .count()
                 >= required
         })
@@ -936,7 +936,7 @@ impl Inner {
         let mut t = ReleaseTally::default();
         for (i, r) in replies.iter().enumerate() {
             match r {
-                Some(Ok(Released::Released | Released::Lowered)) => t.released += 1,
+                Some(Ok(Released::Deleted | Released::Lowered)) => t.released += 1,
                 Some(Ok(Released::Missing)) => t.missing += 1,
                 Some(Ok(Released::OtherOwner)) => t.other += 1,
                 Some(Err(e)) => t.failures.push(failure(&self.nodes, i, e)),
@@ -968,9 +968,7 @@ struct Won {
 /// recorded on the hold. (Release goes to every node, so a late grant is
 /// released with the lock even if it lands after the hold is gone.)
 struct LateGrants {
-    rest: futures::stream::FuturesUnordered<
-        futures::future::BoxFuture<'static, quorum::NodeReply<Grant>>,
-    >,
+    rest: quorum::Pending<Grant>,
 }
 
 impl LateGrants {

@@ -39,7 +39,7 @@ impl Keys {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
     /// Deleted, and waiters notified.
-    Released,
+    Deleted,
     /// The hold count was lowered; the lock stays.
     Lowered,
     /// No key: expired, or the node lost it.
@@ -389,7 +389,7 @@ impl NodeOps for RedisNode {
                 .arg(token);
             let code: i64 = invoke(&mut conn, &inv).await?;
             match code {
-                scripts::REL_RELEASED => Ok(Released::Released),
+                scripts::REL_RELEASED => Ok(Released::Deleted),
                 scripts::REL_LOWERED => Ok(Released::Lowered),
                 scripts::REL_MISSING => Ok(Released::Missing),
                 scripts::REL_OTHER_OWNER => Ok(Released::OtherOwner),

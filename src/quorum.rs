@@ -34,10 +34,16 @@ pub(crate) fn valid_until(
 /// The reply of one node to one call.
 pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 
+/// Replies by node index; `None` where still pending.
+pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
+
+/// Calls still in flight.
+pub(crate) type Pending<T> = FuturesUnordered<BoxFuture<'static, NodeReply<T>>>;
+
 /// Calls in flight to several nodes, read as they complete.
 pub(crate) struct FanOut<T> {
-    pending: FuturesUnordered<BoxFuture<'static, NodeReply<T>>>,
-    replies: Vec<Option<Result<T, NodeError>>>,
+    pending: Pending<T>,
+    replies: Replies<T>,
 }
 
 impl<T: Send + 'static> FanOut<T> {
@@ -85,12 +91,7 @@ impl<T: Send + 'static> FanOut<T> {
     }
 
     /// Gives up the replies and the calls still in flight.
-    pub(crate) fn into_parts(
-        self,
-    ) -> (
-        Vec<Option<Result<T, NodeError>>>,
-        FuturesUnordered<BoxFuture<'static, NodeReply<T>>>,
-    ) {
+    pub(crate) fn into_parts(self) -> (Replies<T>, Pending<T>) {
         (self.replies, self.pending)
     }
 }
@@ -159,12 +160,12 @@ mod tests {
     fn validity_subtracts_elapsed_and_drift() {
         let lease = 10_000 * MS;
         let drift = 102 * MS;
-        assert_eq!(validity(lease, 0 * MS, drift), Some(9_898 * MS));
+        assert_eq!(validity(lease, Duration::ZERO, drift), Some(9_898 * MS));
         assert_eq!(validity(lease, 898 * MS, drift), Some(9_000 * MS));
         assert_eq!(validity(lease, 9_898 * MS, drift), None);
         assert_eq!(validity(lease, 9_897 * MS, drift), Some(MS));
         assert_eq!(validity(lease, 20_000 * MS, drift), None);
-        assert_eq!(validity(MS, 0 * MS, 2 * MS), None);
+        assert_eq!(validity(MS, Duration::ZERO, 2 * MS), None);
     }
 
     #[test]

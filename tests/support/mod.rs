@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod containers;
+pub mod history;
 pub mod local;
 
 use std::sync::OnceLock;

@@ -62,10 +62,11 @@ SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to quorumlock are forwarded to the
 command (its whole process group); quorumlock waits for it, releases the
 lock and exits with the command's status.
 
-The command runs in a process group of its own, so that signals reach every
-process it starts. An interactive command that reads the terminal needs
---foreground, which keeps it in quorumlock's process group (signals then go
-to the command only).
+Run from cron, a script or a service, the command gets a process group of
+its own, so that these signals reach every process it starts. Run in the
+foreground of a terminal (or with --foreground), it shares quorumlock's
+process group so that it can read the terminal; signals then go to the
+command alone.
 
 Examples:
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
@@ -181,8 +182,9 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
 
-    /// Keep the command in quorumlock's process group, for interactive
-    /// commands that read the terminal.
+    /// Keep the command in quorumlock's process group even when not run
+    /// from a terminal (the default there): signals then reach the command
+    /// alone, not every process it started.
     #[arg(long)]
     pub foreground: bool,
 

@@ -175,7 +175,9 @@ pub fn join(failures: &[NodeFailure]) -> String {
 /// A duration for people: `850ms`, `29.5s`, `4m 10s`.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms < 1_000 {
+    if d.is_zero() {
+        "0s".to_owned()
+    } else if ms < 1_000 {
         format!("{ms}ms")
     } else if ms < 60_000 {
         format!("{:.1}s", d.as_secs_f64())
@@ -195,6 +197,7 @@ mod tests {
 
     #[test]
     fn durations_read_well() {
+        assert_eq!(human(Duration::ZERO), "0s");
         assert_eq!(human(Duration::from_millis(850)), "850ms");
         assert_eq!(human(Duration::from_millis(29_512)), "29.5s");
         assert_eq!(human(Duration::from_secs(250)), "4m 10s");

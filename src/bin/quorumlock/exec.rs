@@ -1,7 +1,7 @@
 //! `quorumlock exec`: run a command while holding a lock.
 
 use std::ffi::OsString;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IsTerminal};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -127,8 +127,7 @@ fn not_acquired(cluster: &Cluster, name: &str, wait: Option<Duration>, e: Error)
                 .join(", ");
             let pttl = min_pttl.map_or_else(|| "none".to_owned(), human);
             let mut message = format!(
-                "lock {name} not obtained{within}: held by another owner on {} of {} node(s) ({nodes}), smallest PTTL {pttl}; needed {required}, got {granted}",
-                taken.len(),
+                "lock {name} not obtained{within}: held by another owner, smallest PTTL {pttl}, taken on {nodes}; needed {required} of {} node(s), got {granted}",
                 cluster.total,
             );
             if !failures.is_empty() {
@@ -177,7 +176,8 @@ async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) ->
         .args(rest)
         .env("QUORUMLOCK_NAME", &args.name)
         .env("QUORUMLOCK_TOKEN", guard.fencing_token().to_string());
-    if !args.foreground {
+    let own_group = !(args.foreground || in_terminal_foreground());
+    if own_group {
         command.process_group(0);
     }
     let mut child = match command.spawn() {
@@ -194,7 +194,7 @@ async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) ->
             ));
         }
     };
-    let target = Target::of(&child, !args.foreground);
+    let target = Target::of(&child, own_group);
     let stopped = guard.renewal_stopped();
     tokio::pin!(stopped);
     loop {
@@ -319,6 +319,14 @@ impl Target {
         }
         self.send(sig);
     }
+}
+
+/// Whether quorumlock runs interactively: stdin is a terminal and our
+/// process group is its foreground group.
+fn in_terminal_foreground() -> bool {
+    let stdin = std::io::stdin();
+    stdin.is_terminal()
+        && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
 /// Whether `sig` was most likely sent by the terminal to our whole process

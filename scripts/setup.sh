@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what quorumlock's demo, tests and benchmark need on a fresh
+# Debian/Ubuntu machine: redis-server (the nodes of the demo and the tests).
+# Docker is needed only by the chaos tests (tests/chaos.rs); no registry is
+# used: docker/build-image.sh builds the image from the local redis-server.
+set -euo pipefail
+
+need_redis() { ! command -v redis-server >/dev/null 2>&1; }
+
+if need_redis; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing redis-server with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "setup: redis-server is missing; install it (e.g. sudo apt-get install -y redis-server)" >&2
+    exit 1
+  fi
+fi
+# The packaged service is not needed: tests start their own servers.
+if command -v systemctl >/dev/null 2>&1; then
+  systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
+redis-server --version >&2

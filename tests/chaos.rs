@@ -1,0 +1,3 @@
+//! placeholder
+#![allow(clippy::panic)]
+mod support;
