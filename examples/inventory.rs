@@ -34,7 +34,11 @@ async fn sell(db: &mut MultiplexedConnection, item: &str) -> redis::RedisResult<
         return Ok(false);
     }
     tokio::time::sleep(Duration::from_millis(3)).await;
-    let _: () = redis::cmd("SET").arg(item).arg(stock - 1).query_async(db).await?;
+    let _: () = redis::cmd("SET")
+        .arg(item)
+        .arg(stock - 1)
+        .query_async(db)
+        .await?;
     let _: i64 = redis::cmd("INCR")
         .arg(format!("{item}:sold"))
         .query_async(db)
@@ -43,12 +47,22 @@ async fn sell(db: &mut MultiplexedConnection, item: &str) -> redis::RedisResult<
 }
 
 async fn run(urls: &[String], with_lock: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
-    let item = format!("inventory:widget:{}", if with_lock { "locked" } else { "unlocked" });
+    let item = format!(
+        "inventory:widget:{}",
+        if with_lock { "locked" } else { "unlocked" }
+    );
     let mut db = redis::Client::open(urls[0].as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let _: () = redis::cmd("SET").arg(&item).arg(STOCK).query_async(&mut db).await?;
-    let _: () = redis::cmd("DEL").arg(format!("{item}:sold")).query_async(&mut db).await?;
+    let _: () = redis::cmd("SET")
+        .arg(&item)
+        .arg(STOCK)
+        .query_async(&mut db)
+        .await?;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{item}:sold"))
+        .query_async(&mut db)
+        .await?;
 
     let start = Instant::now();
     let mut instances = Vec::new();
@@ -95,7 +109,9 @@ async fn run(urls: &[String], with_lock: bool) -> Result<Outcome, Box<dyn std::e
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let configured = std::env::var("QUORUMLOCK_NODES").ok().filter(|v| !v.trim().is_empty());
+    let configured = std::env::var("QUORUMLOCK_NODES")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
     let (_local, urls) = match configured {
         Some(list) => (None, list.split(',').map(|u| u.trim().to_owned()).collect()),
         None => {

@@ -482,14 +482,23 @@ impl Hold {
 
     /// Waits until no renewal batch that includes this hold is in flight, so
     /// that a release always reaches a node after the renewal.
+    ///
+    /// Bounded: a renewal batch ends within its timeout; if the watchdog was
+    /// stopped halfway (its runtime shut down), this gives up after that.
     async fn wait_renewal_done(&self) {
-        loop {
-            let notified = self.renew_done.notified();
-            if !lock(&self.state).renewing {
-                return;
+        let limit =
+            crate::watchdog::renew_timeout(&self.inner.config, self.inner.watchdog.registered())
+                + self.inner.config.node_timeout;
+        let wait = async {
+            loop {
+                let notified = self.renew_done.notified();
+                if !lock(&self.state).renewing {
+                    return;
+                }
+                notified.await;
             }
-            notified.await;
-        }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
     }
 }
 
@@ -699,7 +708,7 @@ impl Inner {
         async {
             let required = self.config.required;
             let start = Instant::now();
-            let mut rollback = Rollback::new(self, keys, owner_id, prior_count);
+            let mut rollback = Rollback::new(self, keys, owner_id, prior_count, lease);
             let timeout = self.call_timeout(lease);
             let mut fan = FanOut::start(self.nodes.len(), timeout, |i| {
                 self.nodes[i].acquire(keys, owner_id, lease, count)
@@ -1004,16 +1013,24 @@ struct Rollback {
     keys: Arc<Keys>,
     owner_id: Arc<str>,
     restore: u32,
+    lease: Duration,
     armed: bool,
 }
 
 impl Rollback {
-    fn new(inner: &Arc<Inner>, keys: &Arc<Keys>, owner_id: &Arc<str>, restore: u32) -> Self {
+    fn new(
+        inner: &Arc<Inner>,
+        keys: &Arc<Keys>,
+        owner_id: &Arc<str>,
+        restore: u32,
+        lease: Duration,
+    ) -> Self {
         Self {
             inner: Arc::clone(inner),
             keys: Arc::clone(keys),
             owner_id: Arc::clone(owner_id),
             restore,
+            lease,
             armed: true,
         }
     }
@@ -1029,7 +1046,7 @@ impl Rollback {
         usize,
         futures::future::BoxFuture<'static, Result<Released, crate::error::NodeError>>,
     )> {
-        let lease = self.inner.config.lease;
+        let lease = self.lease;
         (0..self.inner.nodes.len())
             .filter(|i| !skip.get(*i).copied().unwrap_or(false))
             .map(|i| {

@@ -95,6 +95,11 @@ impl Watchdog {
         }
     }
 
+    /// How many holds are registered (some may be finished).
+    pub(crate) fn registered(&self) -> usize {
+        lock(&self.holds).len()
+    }
+
     /// Starts renewing `hold`; starts the task if it is not running.
     pub(crate) fn register(&self, hold: &Arc<Hold>) {
         lock(&self.holds).push(Arc::downgrade(hold));
@@ -149,6 +154,13 @@ impl Drop for Watchdog {
     }
 }
 
+/// The timeout of one renewal pipeline: the per-node timeout plus 10 ms per
+/// thousand locks for the script's own time on the node.
+pub(crate) fn renew_timeout(config: &crate::Config, locks: usize) -> Duration {
+    let thousands = u32::try_from(locks / 1_000).unwrap_or(u32::MAX);
+    config.node_timeout + Duration::from_millis(10).saturating_mul(thousands)
+}
+
 async fn run(manager: Weak<Inner>, interval: Duration) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -181,7 +193,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
             .collect(),
     );
     let n = inner.nodes.len();
-    let timeout = inner.config.node_timeout.max(wd.interval / 4);
+    let timeout = renew_timeout(&inner.config, due.len());
     let built = start.elapsed();
     let mut fan = FanOut::start(n, timeout, |i| inner.nodes[i].renew(Arc::clone(&batch)));
     fan.until(|_| false).await;

@@ -580,11 +580,7 @@ fn ms(d: Duration) -> String {
 
 /// The last 8 characters of an owner id.
 fn short(owner: &str) -> &str {
-    let cut = owner
-        .char_indices()
-        .rev()
-        .nth(7)
-        .map_or(0, |(i, _)| i);
+    let cut = owner.char_indices().rev().nth(7).map_or(0, |(i, _)| i);
     &owner[cut..]
 }
 
@@ -658,7 +654,15 @@ mod tests {
         // a stays in the section until 10 s, but its validity ended at 2 s.
         h.record("a", "owner-a", 1, s(0), s(10_000), s(2_000), None);
         // b learned of a loss at 3 s, long before its validity or exit.
-        h.record("b", "owner-b", 2, s(2_000), s(9_000), s(9_500), Some(s(3_000)));
+        h.record(
+            "b",
+            "owner-b",
+            2,
+            s(2_000),
+            s(9_000),
+            s(9_500),
+            Some(s(3_000)),
+        );
         h.record("c", "owner-c", 3, s(3_000), s(4_000), s(5_000), None);
         let v = h.check();
         assert!(v.is_clean(), "{v}");
@@ -677,7 +681,10 @@ mod tests {
         let h = History::new();
         let now = Instant::now();
         let mut hold = h.enter("a", "owner-a", 1, now);
-        assert!(!hold.observe(now + Duration::from_secs(30)), "already lapsed");
+        assert!(
+            !hold.observe(now + Duration::from_secs(30)),
+            "already lapsed"
+        );
         assert!(!hold.believes());
         hold.exit(now + Duration::from_secs(30));
         let iv = &h.intervals()[0];

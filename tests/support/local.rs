@@ -30,7 +30,15 @@ fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// A free port below the kernel's ephemeral range (32768 and up), so that a
+/// client connection cannot take a stopped node's port before it restarts.
 fn free_port() -> std::io::Result<u16> {
+    for _ in 0..200 {
+        let port = rand::random_range(20_000..32_000u16);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -74,9 +82,43 @@ impl LocalNodes {
             this.launch(i)?;
         }
         for i in 0..n {
-            this.wait_ready(i)?;
+            this.ready_or_move(i)?;
         }
         Ok(this)
+    }
+
+    /// Waits for node `i`; if its server exited (another process took the
+    /// port between our probe and its bind), starts it on a new port.
+    fn ready_or_move(&self, i: usize) -> std::io::Result<()> {
+        for _ in 0..5 {
+            let exited = {
+                let mut node = self.node(i);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    if ping(node.port, Duration::from_millis(200)) {
+                        return Ok(());
+                    }
+                    let gone = node
+                        .child
+                        .as_mut()
+                        .is_none_or(|c| c.try_wait().ok().flatten().is_some());
+                    if gone || Instant::now() >= deadline {
+                        break gone;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            };
+            if !exited {
+                break;
+            }
+            self.kill(i);
+            self.node(i).port = free_port()?;
+            self.launch(i)?;
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("redis-server node {i} did not answer PING"),
+        ))
     }
 
     fn launch(&self, i: usize) -> std::io::Result<()> {

@@ -1,5 +1,6 @@
 //! Exit statuses and the one-line failure report.
 
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use quorumlock::Error;
@@ -86,4 +87,16 @@ pub fn one_line(message: &str) -> String {
 /// Prints `quorumlock: warning: MESSAGE` on stderr.
 pub fn warn(message: impl AsRef<str>) {
     eprintln!("quorumlock: warning: {}", one_line(message.as_ref()));
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) is no error.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != ErrorKind::BrokenPipe => Err(Failure::new(
+            FAILURE,
+            format!("cannot write to stdout: {e}"),
+        )),
+        _ => Ok(()),
+    }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::{Global, StatusArgs};
 use crate::cluster::{human, Cluster, Need};
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 
 /// The status of a lock, as printed (`--json` prints exactly this).
 #[derive(Debug, Serialize)]
@@ -51,10 +51,10 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     let report = report(&cluster, global.quorum, &args.name).await?;
     if args.json {
         let json = serde_json::to_string_pretty(&report)
-            .map_err(|e| Failure::new(crate::exit::FAILURE, format!("cannot encode JSON: {e}")))?;
-        println!("{json}");
+            .map_err(|e| Failure::new(exit::FAILURE, format!("cannot encode JSON: {e}")))?;
+        exit::print(&format!("{json}\n"))?;
     } else {
-        print!("{}", table(&report));
+        exit::print(&table(&report))?;
     }
     Ok(0)
 }

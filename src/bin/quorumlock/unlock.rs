@@ -64,14 +64,14 @@ pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8, Failure> {
     };
     failures.extend(cluster.down.iter().cloned());
     failures.sort_by_key(|f| f.node);
-    if deleted == 0 {
-        println!("lock {name} was not held on any reachable node");
+    exit::print(&if deleted == 0 {
+        format!("lock {name} was not held on any reachable node\n")
     } else {
-        println!(
-            "broke lock {name}: deleted on {deleted} of {} node(s)",
+        format!(
+            "broke lock {name}: deleted on {deleted} of {} node(s)\n",
             cluster.total
-        );
-    }
+        )
+    })?;
     if failures.is_empty() {
         Ok(0)
     } else {
