@@ -927,12 +927,17 @@ impl Inner {
         let mut fan = FanOut::start(self.nodes.len(), self.call_timeout(lease), |i| {
             self.nodes[i].release(keys, owner_id, count, lease, token)
         });
+        // Decided once a quorum released, or can no longer release.
         fan.until(|f| {
-            f.replies()
-                .iter()
-                .filter(|r| matches!(r, Some(Ok(Released::Deleted | Released::Lowered))))
-                .count()
-                >= required
+            let (mut released, mut pending) = (0, 0);
+            for r in f.replies() {
+                match r {
+                    Some(Ok(Released::Deleted | Released::Lowered)) => released += 1,
+                    None => pending += 1,
+                    _ => {}
+                }
+            }
+            released >= required || released + pending < required
         })
         .await;
         let (replies, rest) = fan.into_parts();
@@ -946,10 +951,10 @@ impl Inner {
         for (i, r) in replies.iter().enumerate() {
             match r {
                 Some(Ok(Released::Deleted | Released::Lowered)) => t.released += 1,
-                Some(Ok(Released::Missing)) => t.missing += 1,
+                Some(Ok(Released::Missing)) => {}
                 Some(Ok(Released::OtherOwner)) => t.other += 1,
                 Some(Err(e)) => t.failures.push(failure(&self.nodes, i, e)),
-                None => {}
+                None => t.pending += 1,
             }
         }
         t
@@ -959,8 +964,8 @@ impl Inner {
 #[derive(Default)]
 pub(crate) struct ReleaseTally {
     released: usize,
-    missing: usize,
     other: usize,
+    pending: usize,
     failures: Vec<NodeFailure>,
 }
 
@@ -1278,33 +1283,51 @@ impl LockGuard {
                 Error::Expired { name }
             });
         }
+        if prior == HoldState::Lost || !was_valid {
+            // Nothing left to wait for: clean up in the background, report now.
+            let cleanup = Arc::clone(&hold);
+            spawn_detached(async move {
+                cleanup.wait_renewal_done().await;
+                let _ = cleanup
+                    .inner
+                    .release_on_nodes(
+                        &cleanup.keys,
+                        &cleanup.owner_id,
+                        0,
+                        cleanup.lease,
+                        cleanup.token,
+                    )
+                    .await;
+            });
+            return Err(if prior == HoldState::Lost {
+                Error::Lost { name }
+            } else {
+                Error::Expired { name }
+            });
+        }
         hold.wait_renewal_done().await;
         let t = hold
             .inner
             .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)
             .await;
-        if prior == HoldState::Lost {
-            return Err(Error::Lost { name });
-        }
-        if !was_valid {
-            return Err(Error::Expired { name });
-        }
-        if t.released >= hold.inner.config.required {
+        let required = hold.inner.config.required;
+        if t.released >= required {
             return Ok(());
         }
-        if t.failures.is_empty() || t.released + t.failures.len() < hold.inner.config.required {
-            if t.other > 0 && t.released == 0 {
-                return Err(Error::NotHeld { name });
-            }
-            if t.missing + t.other > 0 && t.released < hold.inner.config.required {
-                return Err(Error::Expired { name });
-            }
+        if t.released + t.failures.len() + t.pending >= required {
+            // The nodes that did not answer could have completed the quorum.
+            return Err(Error::Unavailable {
+                name,
+                failures: t.failures,
+                required,
+                granted: t.released,
+            });
         }
-        Err(Error::Unavailable {
-            name,
-            failures: t.failures,
-            required: hold.inner.config.required,
-            granted: t.released,
+        // Enough nodes answered that the lock was no longer ours.
+        Err(if t.other > 0 && t.released == 0 {
+            Error::NotHeld { name }
+        } else {
+            Error::Expired { name }
         })
     }
 

@@ -1,3 +1,1208 @@
-//! placeholder
+//! Failover chaos suite: faults injected into five Redis masters running in
+//! Docker (`tests/support/containers.rs`) while clients hold and contend for
+//! locks. Every critical section is recorded in a history
+//! (`tests/support/history.rs`) that is checked for overlapping holders and
+//! fencing-token inversions.
+//!
+//! Every scenario takes [`exclusive`]: the binary's own serial lock (so that
+//! scenarios on the two profiles do not disturb each other's timings on a
+//! small machine) and then `Cluster::exclusive`, which brings every node back
+//! to running, unpaused and connected. Each scenario restores the nodes when
+//! it ends; after a panic the next scenario restores them.
+//!
+//! Knobs of the randomized run (scenario 7):
+//!
+//! - `QUORUMLOCK_CHAOS_SEED`: the seed of the fault schedule (random if
+//!   unset; always printed, so a failure can be replayed);
+//! - `QUORUMLOCK_CHAOS_SECS`: how long faults are injected (default 60);
+//! - `QUORUMLOCK_CHAOS_MAX_FAULTS`: nodes faulted at once (default 2, a
+//!   minority of 5; 3 or more lets a majority fail, which must still be safe).
+//!
+//! There is no Docker engine? The harness panics with a clear message: the
+//! suite never skips silently.
+
+// Test code: failures are reported by panicking.
 #![allow(clippy::panic)]
+
 mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock::{
+    Error, HoldState, LockGuard, LockManager, LockManagerBuilder, NodeErrorKind, Quorum,
+    WatchdogStats,
+};
+use support::containers::{Cluster, ClusterGuard, Profile, NODES};
+use support::history::{History, Hold};
+use support::{key, unique};
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// Exclusive use of the `profile` cluster, serialised with every other
+/// scenario of this binary (whatever their profile).
+async fn exclusive(profile: Profile) -> (tokio::sync::MutexGuard<'static, ()>, ClusterGuard) {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let serial = SERIAL.lock().await;
+    let cluster = Cluster::exclusive(profile).await;
+    (serial, cluster)
+}
+
+/// A builder over the cluster's five nodes (quorum: majority).
+fn builder(cluster: &Cluster) -> LockManagerBuilder {
+    LockManager::builder()
+        .nodes(cluster.urls())
+        .quorum(Quorum::Majority)
+        .node_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_secs(2))
+}
+
+async fn build(b: LockManagerBuilder) -> LockManager {
+    b.build().await.expect("build a manager over the cluster")
+}
+
+/// A raw connection to node `i`, independent of quorumlock.
+async fn raw(cluster: &Cluster, i: usize) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(cluster.url(i)).expect("node url");
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("raw connection to node {i}: timed out"))
+    .unwrap_or_else(|e| panic!("raw connection to node {i}: {e}"))
+}
+
+/// Whether node `i` holds the lock key of `name`.
+async fn has_key(cluster: &Cluster, i: usize, name: &str) -> bool {
+    let mut c = raw(cluster, i).await;
+    redis::cmd("EXISTS")
+        .arg(key(name))
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("EXISTS on node {i}: {e}"))
+}
+
+/// The owners in the lock hash of `name` on node `i`.
+async fn holders_on(cluster: &Cluster, i: usize, name: &str) -> Vec<String> {
+    let mut c = raw(cluster, i).await;
+    redis::cmd("HKEYS")
+        .arg(key(name))
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("HKEYS on node {i}: {e}"))
+}
+
+const BLOCKER: &str = "chaos-blocker";
+
+/// A third owner takes `name` on node `i` by hand (HSET + PEXPIRE), so that
+/// quorumlock clients find it taken there.
+async fn block(cluster: &Cluster, i: usize, name: &str, ttl: Duration) {
+    let mut c = raw(cluster, i).await;
+    let ms = u64::try_from(ttl.as_millis()).expect("ttl in ms");
+    let (): () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(name))
+        .arg(BLOCKER)
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(key(name))
+        .arg(ms)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("blocking {name} on node {i}: {e}"));
+}
+
+/// Removes the third owner's hold of `name` on node `i` (an emptied hash
+/// disappears).
+async fn unblock(cluster: &Cluster, i: usize, name: &str) {
+    let mut c = raw(cluster, i).await;
+    let removed: u64 = redis::cmd("HDEL")
+        .arg(key(name))
+        .arg(BLOCKER)
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("unblocking {name} on node {i}: {e}"));
+    assert_eq!(removed, 1, "node {i} should still be held by the blocker");
+}
+
+/// Polls `f` every 20 ms until it returns true or `within` passes.
+async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Records that `client` entered the critical section with `guard`.
+fn enter(history: &Arc<History>, client: &str, guard: &LockGuard) -> Hold {
+    history.enter(
+        client,
+        guard.owner().id(),
+        guard.fencing_token(),
+        guard.valid_until(),
+    )
+}
+
+/// Counters of one contending client.
+#[derive(Debug, Default, Clone, Copy)]
+struct ClientStats {
+    attempts: u64,
+    acquisitions: u64,
+    losses: u64,
+    lapses: u64,
+    contended: u64,
+    unavailable: u64,
+    exhausted: u64,
+    release_errors: u64,
+}
+
+impl ClientStats {
+    fn add(&mut self, o: &ClientStats) {
+        self.attempts += o.attempts;
+        self.acquisitions += o.acquisitions;
+        self.losses += o.losses;
+        self.lapses += o.lapses;
+        self.contended += o.contended;
+        self.unavailable += o.unavailable;
+        self.exhausted += o.exhausted;
+        self.release_errors += o.release_errors;
+    }
+}
+
+/// One pass of a contending client: takes `name` (waiting at most `wait`),
+/// works in the critical section for `work` while watching its validity and
+/// the loss signal, records all of it in `history`, leaves, releases.
+/// Returns whether it got the lock.
+async fn critical_section(
+    manager: &LockManager,
+    name: &str,
+    client: &str,
+    history: &Arc<History>,
+    wait: Duration,
+    work: Duration,
+    stats: &mut ClientStats,
+) -> bool {
+    stats.attempts += 1;
+    let guard = match manager.try_lock(name, wait).await {
+        Ok(guard) => guard,
+        Err(e) if e.is_contended() => {
+            stats.contended += 1;
+            return false;
+        }
+        Err(e) if e.is_unavailable() => {
+            stats.unavailable += 1;
+            return false;
+        }
+        Err(e) if e.is_validity_exhausted() => {
+            stats.exhausted += 1;
+            return false;
+        }
+        Err(e) => panic!("{client}: unexpected acquisition error: {e}"),
+    };
+    stats.acquisitions += 1;
+    let mut hold = enter(history, client, &guard);
+    let done = Instant::now() + work;
+    loop {
+        if !hold.observe(guard.valid_until()) {
+            if !hold.is_lost() {
+                stats.lapses += 1;
+            }
+            break;
+        }
+        let now = Instant::now();
+        if now >= done {
+            break;
+        }
+        tokio::select! {
+            biased;
+            () = guard.lost() => {
+                hold.lost_now();
+                stats.losses += 1;
+                break;
+            }
+            () = tokio::time::sleep((done - now).min(Duration::from_millis(10))) => {}
+        }
+    }
+    hold.exit(guard.valid_until());
+    if let Err(e) = guard.release().await {
+        stats.release_errors += 1;
+        if !(e.is_lost() || e.is_not_held() || e.is_unavailable()) {
+            panic!("{client}: unexpected release error: {e}");
+        }
+    }
+    true
+}
+
+/// Sums watchdog counters.
+fn sum_stats(managers: &[LockManager]) -> WatchdogStats {
+    let mut t = WatchdogStats::default();
+    for m in managers {
+        let s = m.watchdog_stats();
+        t.ticks += s.ticks;
+        t.extended += s.extended;
+        t.repairs += s.repairs;
+        t.conflicts += s.conflicts;
+        t.node_errors += s.node_errors;
+        t.losses += s.losses;
+    }
+    t
+}
+
+/// A small deterministic generator (SplitMix64) for the fault schedule.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform in `lo..hi` milliseconds.
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.next() % (hi - lo).max(1))
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// 1. One node of five killed during a long hold
+
+#[tokio::test]
+async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const LEASE: Duration = Duration::from_millis(1500);
+    let holder = build(builder(&cluster).lease(LEASE)).await;
+    let rival = build(builder(&cluster).lease(LEASE)).await;
+    let history = History::new();
+    let name = unique("chaos-kill1");
+
+    let guard = holder.lock(&name).await.expect("lock");
+    let mut hold = enter(&history, "holder", &guard);
+    let victim = guard.granted_nodes()[0];
+    let before = holder.watchdog_stats();
+    history.note("fault", format!("kill node {victim}"));
+    cluster.kill(victim).await;
+
+    // Hold for three leases while a rival keeps trying.
+    let until = Instant::now() + LEASE * 3;
+    let mut probes = 0;
+    while Instant::now() < until {
+        tokio::select! {
+            () = guard.lost() => panic!("lost the lock with 4 of 5 nodes up"),
+            () = tokio::time::sleep(Duration::from_millis(150)) => {}
+        }
+        assert!(
+            hold.observe(guard.valid_until()),
+            "validity lapsed with 4 of 5 nodes up"
+        );
+        match rival.try_lock(&name, Duration::ZERO).await {
+            Ok(g) => {
+                // Recorded so that the checker reports it.
+                let h = enter(&history, "rival", &g);
+                h.exit(g.valid_until());
+                let _ = g.release().await;
+            }
+            Err(e) => assert!(e.is_contended(), "rival: expected contended, got {e}"),
+        }
+        probes += 1;
+    }
+    let during = holder.watchdog_stats();
+    assert!(guard.is_held() && !guard.is_lost(), "{guard:?}");
+    assert_eq!(guard.state(), HoldState::Held);
+    assert!(
+        during.ticks - before.ticks >= 6,
+        "the watchdog should tick every {:?}: {during:?}",
+        LEASE / 3
+    );
+    assert!(during.extended > before.extended, "{during:?}");
+    assert!(
+        during.node_errors > before.node_errors,
+        "renewals of the killed node should fail: {during:?}"
+    );
+    assert_eq!(during.losses, 0, "{during:?}");
+
+    // The node comes back empty; the watchdog re-creates the key there.
+    history.note("fault", format!("start node {victim} (empty)"));
+    cluster.start(victim).await;
+    let repaired = eventually(Duration::from_secs(5), || has_key(&cluster, victim, &name)).await;
+    assert!(repaired, "the watchdog did not repair node {victim}");
+    let after = holder.watchdog_stats();
+    assert!(after.repairs > during.repairs, "{after:?}");
+
+    hold.exit(guard.valid_until());
+    guard.release().await.expect("release");
+    let verdict = history.check();
+    verdict.assert_clean("1 kill 1 of 5");
+    assert_eq!(verdict.acquisitions, 1, "the rival must never get in");
+    eprintln!(
+        "scenario 1: held {:?} with node {victim} down, {probes} rival probes all contended; \
+         watchdog ticks {}, extended {}, node errors {}, repairs {}; took {:.1?}",
+        LEASE * 3,
+        after.ticks - before.ticks,
+        after.extended - before.extended,
+        after.node_errors - before.node_errors,
+        after.repairs - before.repairs,
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 2. Three of five killed during a hold
+
+#[tokio::test]
+async fn s2_kill_three_of_five_fires_lost_and_acquisitions_fail_until_they_return() {
+    let t0 = Instant::now();
+    // Safe: the killed nodes come back with their data, fence counters included.
+    let (_serial, cluster) = exclusive(Profile::Safe).await;
+    const LEASE: Duration = Duration::from_millis(1500);
+    let holder = build(builder(&cluster).lease(LEASE)).await;
+    let other = build(builder(&cluster).lease(LEASE)).await;
+    let history = History::new();
+    let name = unique("chaos-kill3");
+
+    let guard = holder.lock(&name).await.expect("lock");
+    let mut hold = enter(&history, "holder", &guard);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    history.note("fault", "kill nodes 0, 1, 2");
+    tokio::join!(cluster.kill(0), cluster.kill(1), cluster.kill(2));
+    let down = Instant::now();
+    history.note("fault", "nodes 0, 1, 2 are down");
+
+    tokio::time::timeout(LEASE, guard.lost())
+        .await
+        .expect("lost() should fire within the lease once a majority is down");
+    hold.lost_now();
+    let lost_after = down.elapsed();
+    assert!(guard.is_lost() && !guard.is_held());
+    assert_eq!(guard.state(), HoldState::Lost);
+    assert_eq!(holder.watchdog_stats().losses, 1);
+    hold.exit(guard.valid_until());
+    let err = guard.release().await.expect_err("a lost lock");
+    assert!(err.is_lost(), "{err}");
+
+    // Acquisitions fail as unavailable while the majority is down.
+    // (The loser's keys on the live nodes are released in the background:
+    // until then the same name may look contended.)
+    let released = eventually(Duration::from_secs(2), || async {
+        !has_key(&cluster, 3, &name).await && !has_key(&cluster, 4, &name).await
+    })
+    .await;
+    assert!(released, "a lost lock should be released on the live nodes");
+    let mut refused = 0;
+    for round in 0..4 {
+        for n in [name.clone(), unique("chaos-kill3-fresh")] {
+            let started = Instant::now();
+            let err = other
+                .try_lock(&n, Duration::from_millis(300))
+                .await
+                .expect_err("no quorum with 3 of 5 nodes down");
+            assert!(err.is_unavailable(), "round {round}: {err}");
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{:?}",
+                started.elapsed()
+            );
+            refused += 1;
+        }
+    }
+
+    history.note("fault", "start nodes 0, 1, 2");
+    tokio::join!(cluster.start(0), cluster.start(1), cluster.start(2));
+    let back = Instant::now();
+    let mut stats = ClientStats::default();
+    let mut acquired_after = None;
+    while back.elapsed() < Duration::from_secs(10) {
+        if critical_section(
+            &other,
+            &name,
+            "other",
+            &history,
+            Duration::from_millis(500),
+            Duration::from_millis(20),
+            &mut stats,
+        )
+        .await
+        {
+            acquired_after = Some(back.elapsed());
+            break;
+        }
+    }
+    let acquired_after = acquired_after.unwrap_or_else(|| {
+        panic!("acquisitions should work again once the nodes are back: {stats:?}")
+    });
+    // And keep working.
+    for _ in 0..3 {
+        assert!(
+            critical_section(
+                &other,
+                &name,
+                "other",
+                &history,
+                Duration::from_secs(2),
+                Duration::from_millis(20),
+                &mut stats,
+            )
+            .await,
+            "{stats:?}"
+        );
+    }
+    let verdict = history.check();
+    verdict.assert_clean("2 kill 3 of 5");
+    assert_eq!(verdict.losses, 1);
+    eprintln!(
+        "scenario 2: lost() fired {lost_after:.1?} after the majority went down (lease {LEASE:?}); \
+         {refused} acquisitions refused as unavailable; first acquisition {acquired_after:.1?} \
+         after the nodes returned; took {:.1?}",
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 3. One node paused past the per-node timeout
+
+#[tokio::test]
+async fn s3_a_paused_node_bounds_latency_majority_succeeds_all_fails_cleanly() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const TIMEOUT: Duration = Duration::from_millis(100);
+    const SLACK: Duration = Duration::from_millis(500);
+    // A long fixed lease: keys left behind could not have expired meanwhile.
+    const LEASE: Duration = Duration::from_secs(20);
+    let majority = build(builder(&cluster).node_timeout(TIMEOUT)).await;
+    let all = build(builder(&cluster).node_timeout(TIMEOUT).quorum(Quorum::All)).await;
+    let history = History::new();
+    let name = unique("chaos-pause");
+    let all_name = unique("chaos-pause-all");
+    // Warm up: connections made, scripts loaded.
+    for m in [&majority, &all] {
+        let g = m
+            .request(&name)
+            .lease(LEASE)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        g.expect("warm-up")
+            .release()
+            .await
+            .expect("warm-up release");
+    }
+
+    let victim = 3;
+    history.note("fault", format!("pause node {victim}"));
+    cluster.pause(victim).await;
+    let mut majority_latency = Duration::ZERO;
+    for i in 0..8 {
+        let started = Instant::now();
+        let g = majority
+            .request(&name)
+            .lease(LEASE)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("majority with 4 of 5 answering, try {i}: {e}"));
+        let elapsed = started.elapsed();
+        majority_latency = majority_latency.max(elapsed);
+        assert!(
+            elapsed < TIMEOUT + SLACK,
+            "majority acquire took {elapsed:?}"
+        );
+        assert!(
+            !g.granted_nodes().contains(&victim),
+            "{:?}",
+            g.granted_nodes()
+        );
+        let hold = enter(&history, "majority", &g);
+        hold.exit(g.valid_until());
+        g.release().await.expect("release with 4 of 5 answering");
+    }
+
+    let mut all_latency = Duration::ZERO;
+    for i in 0..3 {
+        let started = Instant::now();
+        let err = all
+            .request(&all_name)
+            .lease(LEASE)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect_err("All cannot be granted with a node paused");
+        let elapsed = started.elapsed();
+        all_latency = all_latency.max(elapsed);
+        assert!(err.is_unavailable(), "try {i}: {err}");
+        match &err {
+            Error::Unavailable { failures, .. } => assert!(
+                failures
+                    .iter()
+                    .any(|f| f.node == victim && f.kind == NodeErrorKind::Timeout),
+                "the paused node should be reported as a timeout: {err}"
+            ),
+            other => panic!("expected Unavailable, got {other}"),
+        }
+        assert!(elapsed < TIMEOUT + SLACK, "All acquire took {elapsed:?}");
+        for n in (0..NODES).filter(|n| *n != victim) {
+            assert!(
+                !has_key(&cluster, n, &all_name).await,
+                "All left a grant on node {n}"
+            );
+        }
+    }
+
+    history.note("fault", format!("unpause node {victim}"));
+    cluster.unpause(victim).await;
+    // The paused node runs the queued acquire and then its rollback, in order.
+    let clean = eventually(Duration::from_secs(3), || async {
+        !has_key(&cluster, victim, &all_name).await && !has_key(&cluster, victim, &name).await
+    })
+    .await;
+    assert!(
+        clean,
+        "node {victim} kept a grant after it resumed: {:?} / {:?}",
+        holders_on(&cluster, victim, &all_name).await,
+        holders_on(&cluster, victim, &name).await
+    );
+    let g = all
+        .request(&all_name)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("All works again once the node resumed");
+    assert_eq!(g.granted_nodes().len(), NODES);
+    g.release().await.expect("release");
+    history.check().assert_clean("3 pause 1");
+    eprintln!(
+        "scenario 3: node timeout {TIMEOUT:?}; worst majority acquire {majority_latency:.1?}, \
+         worst failed All acquire {all_latency:.1?}; took {:.1?}",
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 4. A minority partitioned
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const LEASE: Duration = Duration::from_secs(1);
+    let holder = build(builder(&cluster).lease(LEASE)).await;
+    let history = History::new();
+    let name = unique("chaos-part");
+    let held = unique("chaos-part-held");
+
+    let held_guard = holder.lock(&held).await.expect("lock the held lock");
+    let everywhere = eventually(Duration::from_secs(2), || async {
+        for n in 0..NODES {
+            if !has_key(&cluster, n, &held).await {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(everywhere, "late grants should reach every node");
+    history.note("fault", "partition nodes 3, 4");
+    tokio::join!(cluster.partition(3), cluster.partition(4));
+    let cut = Instant::now();
+
+    // Three contending clients, six cycles each, all must get through.
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..3 {
+        let m = build(builder(&cluster).lease(LEASE)).await;
+        let (name, history) = (name.clone(), Arc::clone(&history));
+        tasks.spawn(async move {
+            let client = format!("client-{c}");
+            let mut stats = ClientStats::default();
+            for _ in 0..6 {
+                let ok = critical_section(
+                    &m,
+                    &name,
+                    &client,
+                    &history,
+                    Duration::from_secs(5),
+                    Duration::from_millis(40),
+                    &mut stats,
+                )
+                .await;
+                assert!(ok, "{client}: majority locking should continue: {stats:?}");
+            }
+            stats
+        });
+    }
+    let mut stats = ClientStats::default();
+    while let Some(r) = tasks.join_next().await {
+        stats.add(&r.expect("client task"));
+    }
+    // Keep the minority cut off for more than two leases: the held lock's
+    // keys expire there.
+    tokio::time::sleep((LEASE * 5 / 2).saturating_sub(cut.elapsed())).await;
+    assert!(
+        held_guard.is_held() && !held_guard.is_lost(),
+        "{held_guard:?}"
+    );
+    let before = holder.watchdog_stats();
+    assert!(before.node_errors > 0, "{before:?}");
+
+    history.note("fault", "heal nodes 3, 4");
+    tokio::join!(cluster.heal(3), cluster.heal(4));
+    let healed = Instant::now();
+    let repaired = eventually(Duration::from_secs(5), || async {
+        has_key(&cluster, 3, &held).await && has_key(&cluster, 4, &held).await
+    })
+    .await;
+    assert!(
+        repaired,
+        "the watchdog should re-create the key on nodes 3, 4"
+    );
+    let repaired_after = healed.elapsed();
+    let after = holder.watchdog_stats();
+    assert!(
+        after.repairs >= before.repairs + 2,
+        "before {before:?}, after {after:?}"
+    );
+    let granted = held_guard.granted_nodes();
+    assert!(granted.contains(&3) && granted.contains(&4), "{granted:?}");
+    held_guard.release().await.expect("release the held lock");
+
+    let verdict = history.check();
+    verdict.assert_clean("4 partition 2");
+    assert_eq!(verdict.acquisitions, 18, "{stats:?}");
+    eprintln!(
+        "scenario 4: 18 lock/release cycles by 3 clients with nodes 3, 4 cut off ({stats:?}); \
+         nodes repaired {repaired_after:.1?} after healing (repairs {} -> {}); took {:.1?}",
+        before.repairs,
+        after.repairs,
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 5. An immediate empty restart: the RedLock hazard, and the watchdog
+
+/// Blocks nodes 3 and 4 for a third owner, so that the next grant lands on
+/// exactly nodes 0, 1, 2.
+async fn block_3_4(cluster: &Cluster, name: &str) {
+    for n in [3, 4] {
+        block(cluster, n, name, Duration::from_secs(60)).await;
+    }
+}
+
+async fn unblock_3_4(cluster: &Cluster, name: &str) {
+    for n in [3, 4] {
+        unblock(cluster, n, name).await;
+    }
+}
+
+#[tokio::test]
+async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_sees_it() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+
+    // (a) Unsafe: fixed leases, no watchdog, no persistence, no delay.
+    let history = History::new();
+    let name = unique("chaos-hazard");
+    let a = build(builder(&cluster)).await;
+    block_3_4(&cluster, &name).await;
+    let ga = a
+        .lock_with_lease(&name, Duration::from_secs(30))
+        .await
+        .expect("A gets 0, 1, 2");
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let hold_a = enter(&history, "A", &ga);
+    history.note("fault", "restart node 2 empty");
+    cluster.restart_empty(2).await;
+    assert!(!has_key(&cluster, 2, &name).await, "node 2 came back empty");
+    unblock_3_4(&cluster, &name).await;
+    let b = build(builder(&cluster)).await;
+    let gb = b
+        .request(&name)
+        .lease(Duration::from_secs(30))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("B gets the forgotten node 2 plus 3, 4: a majority");
+    assert_eq!(gb.granted_nodes(), vec![2, 3, 4]);
+    let hold_b = enter(&history, "B", &gb);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(ga.is_held() && gb.is_held(), "both believe they hold it");
+    hold_a.exit(ga.valid_until());
+    hold_b.exit(gb.valid_until());
+    let _ = ga.release().await;
+    gb.release().await.expect("B releases");
+    let verdict = history.check().print("5a hazard, unsafe");
+    assert!(
+        verdict.overlaps >= 1,
+        "the checker must detect the double hold:\n{verdict}"
+    );
+    assert!(
+        verdict.inversions >= 1,
+        "node 2 forgot its fence counter: B's token cannot exceed A's:\n{verdict}"
+    );
+
+    // (b) The watchdog repairs node 2 before B tries: B is refused.
+    let history = History::new();
+    let name = unique("chaos-hazard-repair");
+    let a = build(
+        builder(&cluster)
+            .lease(Duration::from_secs(6))
+            .renew_interval(Duration::from_millis(500)),
+    )
+    .await;
+    block_3_4(&cluster, &name).await;
+    let ga = a.lock(&name).await.expect("A gets 0, 1, 2");
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let mut hold_a = enter(&history, "A", &ga);
+    let repairs = a.watchdog_stats().repairs;
+    history.note("fault", "restart node 2 empty");
+    cluster.restart_empty(2).await;
+    let repaired = eventually(Duration::from_secs(5), || has_key(&cluster, 2, &name)).await;
+    assert!(repaired, "A's watchdog should re-create its key on node 2");
+    assert!(a.watchdog_stats().repairs > repairs);
+    unblock_3_4(&cluster, &name).await;
+    let b = build(builder(&cluster)).await;
+    let err = b
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("node 2 is A's again");
+    assert!(err.is_contended(), "{err}");
+    assert!(hold_a.observe(ga.valid_until()));
+    assert!(ga.is_held() && !ga.is_lost());
+    hold_a.exit(ga.valid_until());
+    ga.release().await.expect("A releases");
+    let gb = b
+        .try_lock(&name, Duration::from_secs(2))
+        .await
+        .expect("B after A");
+    let hold_b = enter(&history, "B", &gb);
+    hold_b.exit(gb.valid_until());
+    gb.release().await.expect("B releases");
+    history
+        .check()
+        .assert_clean("5b hazard, watchdog repaired first");
+
+    // (c) B acquires before A's watchdog ticks again: A's next renewal finds
+    // B on three nodes and declares the lock lost. The watchdog bounds the
+    // double hold to about one renewal interval; it cannot prevent it.
+    const INTERVAL: Duration = Duration::from_secs(5);
+    let history = History::new();
+    let name = unique("chaos-hazard-conflict");
+    let a = build(
+        builder(&cluster)
+            .lease(INTERVAL * 3)
+            .renew_interval(INTERVAL),
+    )
+    .await;
+    block_3_4(&cluster, &name).await;
+    let ga = a.lock(&name).await.expect("A gets 0, 1, 2");
+    let acquired = Instant::now();
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let mut hold_a = enter(&history, "A", &ga);
+    history.note("fault", "restart node 2 empty");
+    cluster.restart_empty(2).await;
+    unblock_3_4(&cluster, &name).await;
+    let b = build(builder(&cluster)).await;
+    let gb = b
+        .request(&name)
+        .lease(Duration::from_secs(30))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("B gets 2, 3, 4 before A's watchdog runs");
+    let b_at = acquired.elapsed();
+    assert!(
+        b_at + Duration::from_millis(500) < INTERVAL && a.watchdog_stats().ticks == 0,
+        "the restart took {b_at:?}: B was meant to acquire before A's first renewal at {INTERVAL:?}"
+    );
+    assert_eq!(gb.granted_nodes(), vec![2, 3, 4]);
+    let hold_b = enter(&history, "B", &gb);
+    tokio::time::timeout(INTERVAL + Duration::from_secs(2), ga.lost())
+        .await
+        .expect("A's watchdog should find B on 3 nodes and declare the lock lost");
+    hold_a.lost_now();
+    let stats = a.watchdog_stats();
+    assert!(stats.conflicts >= 3 && stats.losses == 1, "{stats:?}");
+    hold_a.exit(ga.valid_until());
+    let _ = ga.release().await;
+    hold_b.exit(gb.valid_until());
+    gb.release().await.expect("B releases");
+    let verdict = history.check().print("5c hazard, B before A's renewal");
+    assert_eq!(verdict.overlaps, 1, "{verdict}");
+    let (x, y) = verdict.first_overlap.clone().expect("the overlap");
+    let window = x.believed_until.min(y.believed_until) - y.entered;
+    assert!(
+        window <= INTERVAL + Duration::from_millis(500),
+        "the double hold lasted {window:?}, more than one renewal interval"
+    );
+    eprintln!(
+        "scenario 5: (a) unsafe double hold detected; (b) repaired first, B refused; \
+         (c) B first, A lost after a double hold of {window:.1?}; took {:.1?}",
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 6. The same restart with persistence
+
+#[tokio::test]
+async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Safe).await;
+    const ROUNDS: usize = 20;
+    let history = History::new();
+    let name = unique("chaos-safe");
+    let a = build(builder(&cluster)).await;
+    let contenders = [
+        build(builder(&cluster).lease(Duration::from_secs(2))).await,
+        build(builder(&cluster).lease(Duration::from_secs(2))).await,
+    ];
+    let mut stats = ClientStats::default();
+    let mut refused = 0;
+    for round in 0..ROUNDS {
+        // A holds exactly three nodes; the victim is one of them.
+        let mine = [round % NODES, (round + 1) % NODES, (round + 2) % NODES];
+        let blocked = [(round + 3) % NODES, (round + 4) % NODES];
+        let victim = mine[2];
+        for n in blocked {
+            block(&cluster, n, &name, Duration::from_secs(60)).await;
+        }
+        let ga = a
+            .request(&name)
+            .lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: A: {e}"));
+        let mut granted = ga.granted_nodes();
+        granted.sort_unstable();
+        let mut expected = mine.to_vec();
+        expected.sort_unstable();
+        assert_eq!(granted, expected, "round {round}");
+        let mut hold_a = enter(&history, "A", &ga);
+        history.note(
+            "fault",
+            format!("round {round}: kill + start node {victim}"),
+        );
+        cluster.kill(victim).await;
+        cluster.start(victim).await;
+        assert!(
+            has_key(&cluster, victim, &name).await,
+            "round {round}: node {victim} lost A's key across the restart"
+        );
+        for n in blocked {
+            unblock(&cluster, n, &name).await;
+        }
+        // The two contenders race for it while A holds: both refused.
+        let (r0, r1) = tokio::join!(
+            contenders[0].try_lock(&name, Duration::ZERO),
+            contenders[1].try_lock(&name, Duration::ZERO)
+        );
+        for (c, r) in [r0, r1].into_iter().enumerate() {
+            match r {
+                Ok(g) => {
+                    let h = enter(&history, &format!("contender-{c}"), &g);
+                    h.exit(g.valid_until());
+                    let _ = g.release().await;
+                }
+                Err(e) => {
+                    assert!(e.is_contended(), "round {round}: {e}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(hold_a.observe(ga.valid_until()), "round {round}");
+        hold_a.exit(ga.valid_until());
+        ga.release()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: A's release: {e}"));
+        // Then they contend normally.
+        let (s0, s1) = tokio::join!(
+            async {
+                let mut s = ClientStats::default();
+                let ok = critical_section(
+                    &contenders[0],
+                    &name,
+                    "contender-0",
+                    &history,
+                    Duration::from_secs(3),
+                    Duration::from_millis(20),
+                    &mut s,
+                )
+                .await;
+                (ok, s)
+            },
+            async {
+                let mut s = ClientStats::default();
+                let ok = critical_section(
+                    &contenders[1],
+                    &name,
+                    "contender-1",
+                    &history,
+                    Duration::from_secs(3),
+                    Duration::from_millis(20),
+                    &mut s,
+                )
+                .await;
+                (ok, s)
+            }
+        );
+        assert!(s0.0 && s1.0, "round {round}: {s0:?} {s1:?}");
+        stats.add(&s0.1);
+        stats.add(&s1.1);
+    }
+    let verdict = history.check();
+    verdict.assert_clean("6 safe restarts");
+    assert_eq!(verdict.acquisitions, ROUNDS * 3);
+    assert_eq!(refused, ROUNDS * 2);
+    eprintln!(
+        "scenario 6: {ROUNDS} rounds of hold + kill/start of one of the holder's nodes + \
+         contention: {refused} contender attempts refused while held, {} acquisitions after; \
+         took {:.1?}",
+        stats.acquisitions,
+        t0.elapsed()
+    );
+    cluster.restore().await;
+}
+
+/// A delayed restart (down longer than the lease) keeps mutual exclusion,
+/// but the node forgot its fence counter: fencing tokens can repeat.
+#[tokio::test]
+async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
+    let t0 = Instant::now();
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const LEASE: Duration = Duration::from_secs(1);
+    let history = History::new();
+    let name = unique("chaos-delayed");
+    let a = build(builder(&cluster)).await;
+    let b = build(builder(&cluster)).await;
+    block_3_4(&cluster, &name).await;
+    let ga = a
+        .lock_with_lease(&name, LEASE)
+        .await
+        .expect("A gets 0, 1, 2");
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let mut hold_a = enter(&history, "A", &ga);
+    history.note("fault", "node 2 down, back empty after lease + 500 ms");
+    let pending = cluster
+        .restart_delayed(2, LEASE + Duration::from_millis(500))
+        .await;
+    // A works until its validity ends.
+    while hold_a.observe(ga.valid_until()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    hold_a.exit(ga.valid_until());
+    let _ = ga.release().await;
+    pending.wait().await;
+    unblock_3_4(&cluster, &name).await;
+    let b = build(builder(&cluster)).await;
+    // Nodes 0 and 1 are unreachable when B asks: B's quorum is 2, 3, 4.
+    history.note("fault", "partition nodes 0, 1");
+    tokio::join!(cluster.partition(0), cluster.partition(1));
+    let gb = b
+        .request(&name)
+        .lease(Duration::from_secs(5))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("B gets 2, 3, 4 after A's lease ended");
+    assert_eq!(gb.granted_nodes(), vec![2, 3, 4]);
+    let hold_b = enter(&history, "B", &gb);
+    hold_b.exit(gb.valid_until());
+    gb.release().await.expect("B releases");
+    tokio::join!(cluster.heal(0), cluster.heal(1));
+    let verdict = history.check().print("6b delayed restart");
+    assert_eq!(verdict.overlaps, 0, "{verdict}");
+    assert!(
+        verdict.inversions >= 1,
+        "expected B's token to repeat A's (no node of B's quorum remembers A's fence):\n{verdict}"
+    );
+    eprintln!("scenario 6b: took {:.1?}", t0.elapsed());
+    cluster.restore().await;
+}
+
+// ---------------------------------------------------------------------------
+// 7. Randomized chaos
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Pause,
+    Partition,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
+    let t0 = Instant::now();
+    let seed = env_u64("QUORUMLOCK_CHAOS_SEED").unwrap_or_else(rand::random);
+    let secs = env_u64("QUORUMLOCK_CHAOS_SECS").unwrap_or(60);
+    let max_faults = env_u64("QUORUMLOCK_CHAOS_MAX_FAULTS").map_or(2, |n| n as usize);
+    assert!((1..=NODES).contains(&max_faults));
+    eprintln!(
+        "chaos: seed {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed}), {secs} s of faults, \
+         at most {max_faults} node(s) faulted at once"
+    );
+    let (_serial, cluster) = exclusive(Profile::Safe).await;
+    const CLIENTS: usize = 8;
+    const LEASE: Duration = Duration::from_secs(1);
+    let history = History::new();
+    let name = unique("chaos-random");
+    let mut managers = Vec::new();
+    for _ in 0..CLIENTS {
+        managers.push(build(builder(&cluster).lease(LEASE)).await);
+    }
+    let faults_end = Instant::now() + Duration::from_secs(secs);
+    // Clients go on for a while on the restored cluster.
+    let clients_end = faults_end + Duration::from_secs(4);
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, m) in managers.iter().enumerate() {
+        let (m, name, history) = (m.clone(), name.clone(), Arc::clone(&history));
+        let mut rng = Rng(seed ^ (0xC1E7 + c as u64));
+        tasks.spawn(async move {
+            let client = format!("client-{c}");
+            let mut stats = ClientStats::default();
+            while Instant::now() < clients_end {
+                let wait = rng.millis(200, 1_000);
+                let work = rng.millis(5, 80);
+                critical_section(&m, &name, &client, &history, wait, work, &mut stats).await;
+                tokio::time::sleep(rng.millis(0, 20)).await;
+            }
+            stats
+        });
+    }
+
+    // The fault schedule: decided by the seed alone.
+    let mut rng = Rng(seed);
+    let mut faulted: Vec<(usize, Fault)> = Vec::new();
+    let mut injected: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut max_at_once = 0;
+    while Instant::now() < faults_end {
+        tokio::time::sleep(rng.millis(200, 1_500)).await;
+        let inject = faulted.len() < max_faults && (faulted.is_empty() || rng.chance(0.5));
+        if inject {
+            let healthy: Vec<usize> = (0..NODES)
+                .filter(|n| !faulted.iter().any(|(f, _)| f == n))
+                .collect();
+            let node = healthy[rng.below(healthy.len())];
+            let (what, fault) = match rng.below(4) {
+                0 => ("kill", Some(Fault::Kill)),
+                1 => ("pause", Some(Fault::Pause)),
+                2 => ("partition", Some(Fault::Partition)),
+                _ => ("restart", None),
+            };
+            history.note("fault", format!("{what} node {node}"));
+            match fault {
+                Some(Fault::Kill) => cluster.kill(node).await,
+                Some(Fault::Pause) => cluster.pause(node).await,
+                Some(Fault::Partition) => cluster.partition(node).await,
+                // Kill and start at once; the AOF keeps the data.
+                None => {
+                    cluster.kill(node).await;
+                    cluster.start(node).await;
+                }
+            }
+            *injected.entry(what).or_default() += 1;
+            if let Some(f) = fault {
+                faulted.push((node, f));
+            }
+            max_at_once = max_at_once.max(faulted.len());
+        } else {
+            let (node, fault) = faulted.remove(rng.below(faulted.len()));
+            let what = match fault {
+                Fault::Kill => {
+                    cluster.start(node).await;
+                    "start"
+                }
+                Fault::Pause => {
+                    cluster.unpause(node).await;
+                    "unpause"
+                }
+                Fault::Partition => {
+                    cluster.heal(node).await;
+                    "heal"
+                }
+            };
+            history.note("fault", format!("{what} node {node}"));
+        }
+    }
+    history.note("fault", "restore every node");
+    cluster.restore().await;
+    let restored = t0.elapsed();
+
+    let mut stats = ClientStats::default();
+    while let Some(r) = tasks.join_next().await {
+        stats.add(&r.expect("client task"));
+    }
+    let wd = sum_stats(&managers);
+    let total_faults: usize = injected.values().sum();
+    let verdict = history.check();
+    eprintln!(
+        "chaos: seed {seed}; {total_faults} faults injected {injected:?} (at most {max_at_once} \
+         at once); clients: {} attempts, {} acquisitions, {} losses, {} lapses, {} contended, \
+         {} unavailable, {} validity exhausted, {} release errors; watchdog: {} ticks, {} \
+         extended, {} repairs, {} conflicts, {} node errors, {} losses; restored at {restored:.1?}, \
+         took {:.1?}",
+        stats.attempts,
+        stats.acquisitions,
+        stats.losses,
+        stats.lapses,
+        stats.contended,
+        stats.unavailable,
+        stats.exhausted,
+        stats.release_errors,
+        wd.ticks,
+        wd.extended,
+        wd.repairs,
+        wd.conflicts,
+        wd.node_errors,
+        wd.losses,
+        t0.elapsed()
+    );
+    verdict.assert_clean(&format!("7 chaos seed {seed}"));
+    assert!(
+        stats.acquisitions >= 50,
+        "too few acquisitions for a meaningful run: {stats:?}"
+    );
+    assert!(total_faults >= secs as usize / 6, "{injected:?}");
+    drop(managers);
+}
