@@ -367,3 +367,27 @@ async fn watchdog_renews_repairs_and_signals_loss() {
     assert!(g.is_lost());
     assert!(g.release().await.expect_err("lost").is_lost());
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_slot_outlives_its_acquisitions() {
+    let (m, fakes) = cluster(3, Quorum::Majority);
+    for i in 0..20 {
+        let g = m.lock(&format!("job-{i}")).await.expect("lock");
+        let g2 = m.lock(&format!("job-{i}")).await.expect("re-enter");
+        g2.release().await.expect("release");
+        g.release().await.expect("release");
+    }
+    for f in &fakes {
+        f.take(KEY, "other", Duration::from_secs(60));
+    }
+    for _ in 0..20 {
+        let _ = tokio::time::timeout(5 * MS, m.lock("job")).await;
+        let _ = m.try_lock("job", Duration::ZERO).await;
+    }
+    let g = m.lock("free").await.expect("lock");
+    assert_eq!(m.inner.slot_count(), 1, "only the held lock keeps a slot");
+    drop(g);
+    // The background release holds the hold until it is done.
+    tokio::time::sleep(MS).await;
+    assert_eq!(m.inner.slot_count(), 0);
+}

@@ -197,10 +197,6 @@ pub enum Error {
         /// The configured bound.
         max_hold: Duration,
     },
-
-    /// No runtime was available to run the operation.
-    #[error("no tokio runtime: {0}")]
-    Runtime(String),
 }
 
 impl Error {

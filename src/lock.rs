@@ -148,26 +148,39 @@ impl LockRequest<'_> {
             .owner
             .unwrap_or_else(|| Owner::current(&inner.client_id));
         let keys = Arc::new(Keys::new(&inner.config.key_prefix, &self.name));
-        let (owner_id, name) = (owner.shared_id(), Arc::clone(&keys.name));
-        let slot = inner.slot(&owner, &keys.name);
-        let result = async {
-            let _gate = slot.gate.lock().await;
-            let existing = lock(&slot.hold).upgrade().filter(|h| h.is_live());
-            if let Some(hold) = existing {
-                return inner.reenter(hold).await;
-            }
-            let hold = inner
-                .acquire_fresh(&slot, keys, owner, lease, renew, self.wait)
-                .await?;
-            *lock(&slot.hold) = Arc::downgrade(&hold);
-            Ok(LockGuard::new(hold))
+        let slot = SlotUse {
+            slot: inner.slot(&owner, &keys.name),
+            inner,
+            owner_id: owner.shared_id(),
+            name: Arc::clone(&keys.name),
+        };
+        let slot = &slot.slot;
+        let _gate = slot.gate.lock().await;
+        let existing = lock(&slot.hold).upgrade().filter(|h| h.is_live());
+        if let Some(hold) = existing {
+            return inner.reenter(hold).await;
         }
-        .await;
-        drop(slot);
-        if result.is_err() {
-            inner.forget_slot_if_idle(&owner_id, &name);
-        }
-        result
+        let hold = inner
+            .acquire_fresh(keys, owner, lease, renew, self.wait)
+            .await?;
+        *lock(&slot.hold) = Arc::downgrade(&hold);
+        Ok(LockGuard::new(hold))
+    }
+}
+
+/// An acquisition's use of its slot: when the acquisition ends, however it
+/// ends (including by being dropped), a slot left without a hold is removed.
+struct SlotUse<'a> {
+    inner: &'a Arc<Inner>,
+    slot: Arc<Slot>,
+    owner_id: Arc<str>,
+    name: Arc<str>,
+}
+
+impl Drop for SlotUse<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .forget_slot_if_idle(&self.owner_id, &self.name, 1);
     }
 }
 
@@ -505,7 +518,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         self.inner
-            .forget_slot_if_idle(&self.owner_id, &self.keys.name);
+            .forget_slot_if_idle(&self.owner_id, &self.keys.name, 0);
     }
 }
 
@@ -524,12 +537,19 @@ impl Inner {
         )
     }
 
-    /// Drops the slot of (`owner`, `name`) if nobody uses it any more.
-    fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>) {
+    /// How many (owner, name) slots are tracked.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        lock(&self.slots).len()
+    }
+
+    /// Drops the slot of (`owner`, `name`) if nobody uses it any more
+    /// besides the map and the caller's `own` references.
+    fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>, own: usize) {
         let mut slots = lock(&self.slots);
         let key = (Arc::clone(owner), Arc::clone(name));
         let idle = slots.get(&key).is_some_and(|slot| {
-            Arc::strong_count(slot) == 1 && lock(&slot.hold).strong_count() == 0
+            Arc::strong_count(slot) == 1 + own && lock(&slot.hold).strong_count() == 0
         });
         if idle {
             slots.remove(&key);
@@ -549,14 +569,12 @@ impl Inner {
 
     async fn acquire_fresh(
         self: &Arc<Self>,
-        slot: &Arc<Slot>,
         keys: Arc<Keys>,
         owner: Owner,
         lease: Duration,
         renew: bool,
         wait: Wait,
     ) -> Result<Arc<Hold>, Error> {
-        let _ = slot;
         let start = Instant::now();
         let deadline = match wait {
             Wait::Forever => None,

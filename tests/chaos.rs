@@ -1014,7 +1014,6 @@ async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
     let history = History::new();
     let name = unique("chaos-delayed");
     let a = build(builder(&cluster)).await;
-    let b = build(builder(&cluster)).await;
     block_3_4(&cluster, &name).await;
     let ga = a
         .lock_with_lease(&name, LEASE)
