@@ -108,8 +108,11 @@ pub enum Error {
     },
 
     /// Another owner holds the lock on enough nodes that the quorum was missed.
+    ///
+    /// `taken` and `failures` list the nodes that had answered when the
+    /// outcome was decided; the acquisition does not wait for the others.
     #[error(
-        "lock {name:?} is held by another owner on {} node(s) (smallest PTTL {}); needed {required}, granted {granted}",
+        "lock {name:?} is held by another owner (seen on {} node(s), smallest PTTL {}); needed {required}, granted {granted}",
         taken.len(),
         fmt_opt_ms(*min_pttl)
     )]
