@@ -265,8 +265,24 @@ async fn a_dropped_guard_releases_in_the_background() {
     let (m, fakes) = cluster(3, Quorum::Majority);
     let g = m.lock("job").await.expect("lock");
     drop(g);
-    tokio::time::sleep(MS).await;
+    m.flush().await;
     assert_eq!(holders(&fakes), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_waits_for_rollbacks_and_releases_to_slow_nodes() {
+    let (m, fakes) = cluster(5, Quorum::Majority);
+    fakes[4].set_mode(Mode::Slow(50 * MS));
+    let g = m.lock("job").await.expect("lock");
+    drop(g);
+    let start = tokio::time::Instant::now();
+    m.flush().await;
+    assert!(
+        start.elapsed() >= 40 * MS,
+        "flush returned before the slow node answered"
+    );
+    assert_eq!(holders(&fakes), 0);
+    m.flush().await;
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -24,18 +25,54 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Runs `fut` in the background on the current runtime, if there is one.
-/// Returns whether it was spawned. Never panics outside a runtime.
-pub(crate) fn spawn_detached<F>(fut: F) -> bool
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            drop(handle.spawn(fut));
-            true
+/// Background work of a manager (releases of dropped guards, rollbacks of
+/// cancelled acquisitions, calls to slow nodes), counted so that
+/// [`LockManager::flush`] can wait for it.
+#[derive(Default)]
+pub(crate) struct Background {
+    running: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// Counts one piece of background work until dropped (also when its runtime
+/// shuts down and drops the task).
+struct Running(Arc<Background>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
         }
-        Err(_) => false,
+    }
+}
+
+impl Background {
+    /// Runs `fut` on the current runtime, if there is one. Returns whether it
+    /// was spawned. Never panics outside a runtime.
+    pub(crate) fn spawn<F>(self: &Arc<Self>, fut: F) -> bool
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let running = Running(Arc::clone(self));
+        drop(handle.spawn(async move {
+            let _running = running;
+            fut.await;
+        }));
+        true
+    }
+
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -58,6 +95,7 @@ pub(crate) struct Inner {
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
     pub(crate) watchdog: Watchdog,
     notifier: Notifier,
+    pub(crate) background: Arc<Background>,
 }
 
 /// Serializes acquisitions of one name by one owner and remembers its hold.
@@ -195,6 +233,7 @@ impl LockManager {
         let notifier = Notifier::start(nodes.len(), clients, config.required);
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             notifier,
+            background: Arc::default(),
             watchdog: Watchdog::new(weak.clone(), config.renew_interval),
             config,
             nodes,
@@ -372,6 +411,19 @@ impl LockManager {
             required: inner.config.required,
             nodes,
         })
+    }
+
+    /// Waits until the background work started so far has finished: releases
+    /// of dropped guards, rollbacks of cancelled acquisitions, and calls to
+    /// nodes that answered after the outcome was decided. Each piece is
+    /// bounded by the node timeout. Call it before the process exits, so
+    /// that nothing is left on the nodes to expire with its lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the work goes on in the background.
+    pub async fn flush(&self) {
+        self.inner.background.idle().await;
     }
 
     /// Counters of the waiters' pub/sub connections.
@@ -671,7 +723,7 @@ impl Inner {
             phase: tokio::sync::watch::Sender::new(HoldState::Held),
             renew_done: tokio::sync::Notify::new(),
         });
-        won.late.finish(Arc::downgrade(&hold));
+        won.late.finish(&self.background, Arc::downgrade(&hold));
         if renew {
             self.watchdog.register(&hold);
         }
@@ -831,7 +883,7 @@ impl Inner {
             .map(|i| (i, self.nodes[i].raise_fence(keys, token)))
             .collect();
         let timeout = self.config.node_timeout;
-        spawn_detached(async move {
+        self.background.spawn(async move {
             for (i, call) in calls {
                 if let Ok(Err(e)) = tokio::time::timeout(timeout, call).await {
                     debug!(node = i, error = %e.message, "raising a lagging fence counter failed");
@@ -914,7 +966,7 @@ impl Inner {
                     *g |= *w;
                 }
                 drop(s);
-                won.late.finish(Arc::downgrade(&hold));
+                won.late.finish(&self.background, Arc::downgrade(&hold));
             }
             Err(e) => {
                 // Still held until `valid_until`: re-entry does not change who
@@ -961,7 +1013,7 @@ impl Inner {
         let (replies, rest) = fan.into_parts();
         if !rest.is_empty() {
             // Let the stragglers finish so every node gets the release.
-            spawn_detached(async move {
+            self.background.spawn(async move {
                 rest.for_each(|_| async {}).await;
             });
         }
@@ -1004,12 +1056,12 @@ struct LateGrants {
 }
 
 impl LateGrants {
-    fn finish(self, hold: Weak<Hold>) {
+    fn finish(self, background: &Arc<Background>, hold: Weak<Hold>) {
         if self.rest.is_empty() {
             return;
         }
         let mut rest = self.rest;
-        spawn_detached(async move {
+        background.spawn(async move {
             while let Some((i, r)) = rest.next().await {
                 if let Ok(Grant::Granted(_)) = r {
                     debug!(node = i, "late grant");
@@ -1113,7 +1165,7 @@ impl Drop for Rollback {
         let calls = self.calls(&[]);
         let timeout = self.inner.config.node_timeout;
         let name = Arc::clone(&self.keys.name);
-        let spawned = spawn_detached(async move {
+        let spawned = self.inner.background.spawn(async move {
             futures::future::join_all(
                 calls
                     .into_iter()
@@ -1304,7 +1356,7 @@ impl LockGuard {
         if prior == HoldState::Lost || !was_valid {
             // Nothing left to wait for: clean up in the background, report now.
             let cleanup = Arc::clone(&hold);
-            spawn_detached(async move {
+            hold.inner.background.spawn(async move {
                 cleanup.wait_renewal_done().await;
                 let _ = cleanup
                     .inner
@@ -1448,7 +1500,8 @@ impl Drop for LockGuard {
         if !hold.is_live() && left > 0 {
             return;
         }
-        spawn_detached(async move {
+        let background = Arc::clone(&hold.inner.background);
+        background.spawn(async move {
             if left == 0 {
                 hold.wait_renewal_done().await;
             }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use tracing::{debug, info, warn};
 
-use crate::lock::{lock, spawn_detached, Hold, HoldState, Inner};
+use crate::lock::{lock, Hold, HoldState, Inner};
 use crate::node::{RenewItem, Renewed};
 use crate::quorum::{self, FanOut};
 
@@ -263,7 +263,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
             add(&wd.counters.losses, 1);
             warn!(lock = %hold.keys.name, confirmed, conflicted, required, "lock lost: renewal could not show a quorum in time");
             let hold = Arc::clone(hold);
-            spawn_detached(async move {
+            inner.background.spawn(async move {
                 let _ = hold
                     .inner
                     .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)

@@ -1,6 +1,6 @@
 //! Connecting to the nodes, tolerating the ones that are down.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumlock::{Error, LockManager, LockManagerBuilder, NodeFailure, Quorum};
 
@@ -130,32 +130,11 @@ impl Cluster {
         })
     }
 
-    /// Waits (briefly) until no reachable node lists `owner` as the holder
-    /// of `name`: the library finishes releases to slow nodes and rollbacks
-    /// of cancelled acquisitions in the background, and the process must not
-    /// exit before they land.
-    pub async fn settle(&self, name: &str, owner: &str) {
-        let deadline = Instant::now()
-            + self
-                .manager
-                .config()
-                .node_timeout
-                .saturating_mul(2)
-                .max(Duration::from_millis(100));
-        loop {
-            let Ok(status) = self.manager.status(name).await else {
-                return;
-            };
-            let ours = status.nodes.iter().any(|n| {
-                n.state
-                    .as_ref()
-                    .is_ok_and(|s| s.holder.as_deref() == Some(owner))
-            });
-            if !ours || Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    /// Waits until the library's background work (releases to slow nodes,
+    /// rollbacks of cancelled acquisitions) has landed: the process must not
+    /// exit before it does.
+    pub async fn settle(&self) {
+        self.manager.flush().await;
     }
 }
 

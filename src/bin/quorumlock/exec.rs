@@ -42,7 +42,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8, Failure> {
     let token = guard.fencing_token();
     let outcome = supervise(&guard, &args, &mut signals).await;
     let released = guard.release().await;
-    cluster.settle(&args.name, owner.id()).await;
+    cluster.settle().await;
     let program = args.command.first().map(program_name).unwrap_or_default();
     match outcome {
         Outcome::NotStarted(failure) => Err(failure),
@@ -99,7 +99,7 @@ async fn acquire(
         Ok(Err(e)) => Err(not_acquired(cluster, &args.name, args.wait, e)),
         Err(sig) => {
             // The dropped acquisition rolls its grants back in the background.
-            cluster.settle(&args.name, owner.id()).await;
+            cluster.settle().await;
             Err(Failure::new(
                 exit::signaled(sig as i32),
                 format!("interrupted by {sig} while waiting for lock {}", args.name),
