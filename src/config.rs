@@ -334,6 +334,7 @@ pub struct LockManagerBuilder {
     backoff: Backoff,
     key_prefix: String,
     max_hold: Option<Duration>,
+    allow_unreachable: bool,
 }
 
 impl std::fmt::Debug for LockManagerBuilder {
@@ -349,6 +350,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("drift_factor", &self.drift_factor)
             .field("key_prefix", &self.key_prefix)
             .field("max_hold", &self.max_hold)
+            .field("allow_unreachable", &self.allow_unreachable)
             .finish_non_exhaustive()
     }
 }
@@ -367,6 +369,7 @@ impl Default for LockManagerBuilder {
             backoff: Backoff::default(),
             key_prefix: "quorumlock:".to_owned(),
             max_hold: None,
+            allow_unreachable: false,
         }
     }
 }
@@ -449,6 +452,18 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Let `build` succeed while some nodes are down, as long as a quorum of
+    /// them is reachable (default: every node must answer).
+    ///
+    /// The unreachable nodes are connected on first use and take part as soon
+    /// as they answer; their role is checked then, and a node that turns out
+    /// not to be a master is never used. A service can then start during a
+    /// minority outage, as RedLock is meant to tolerate.
+    pub fn allow_unreachable(mut self, allow: bool) -> Self {
+        self.allow_unreachable = allow;
+        self
+    }
+
     fn validate(&self) -> Result<(Config, Vec<crate::node::NodeSpec>), Error> {
         let mut specs = Vec::with_capacity(self.urls.len() + self.clients.len());
         for url in &self.urls {
@@ -528,7 +543,9 @@ impl LockManagerBuilder {
     /// - [`Error::InvalidInput`] for a malformed URL or a bad duration;
     /// - [`Error::Config`] for no nodes, the same node twice, or a quorum of 0
     ///   or above the node count;
-    /// - [`Error::Connect`] listing every node that could not be reached;
+    /// - [`Error::Connect`] listing every node that could not be reached
+    ///   (with [`allow_unreachable`](Self::allow_unreachable): only when
+    ///   fewer than a quorum could be reached);
     /// - [`Error::NotMaster`] for a replica.
     ///
     /// # Cancel safety
@@ -539,21 +556,29 @@ impl LockManagerBuilder {
         let connect_timeout = config.connect_timeout;
         let results = futures::future::join_all(
             specs
-                .into_iter()
+                .iter()
+                .cloned()
                 .enumerate()
                 .map(|(i, spec)| crate::node::RedisNode::connect(i, spec, connect_timeout)),
         )
         .await;
         let mut nodes: Vec<std::sync::Arc<dyn crate::node::NodeOps>> = Vec::new();
         let mut failures = Vec::new();
-        for r in results {
+        for (i, r) in results.into_iter().enumerate() {
             match r {
                 Ok(node) => nodes.push(std::sync::Arc::new(node)),
+                Err(Error::Connect { failures: f }) if self.allow_unreachable => {
+                    tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
+                    failures.extend(f);
+                    let lazy = crate::node::RedisNode::lazy(i, specs[i].clone(), connect_timeout)?;
+                    nodes.push(std::sync::Arc::new(lazy));
+                }
                 Err(Error::Connect { failures: f }) => failures.extend(f),
                 Err(e) => return Err(e),
             }
         }
-        if !failures.is_empty() {
+        let reachable = specs.len() - failures.len();
+        if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });
         }
         Ok(crate::LockManager::from_parts(config, nodes))

@@ -3,6 +3,7 @@
 //! The coordinator talks to nodes through the private [`NodeOps`] trait so
 //! that it can be tested against fakes that stall, fail or grant partially.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,6 +137,8 @@ pub(crate) struct RedisNode {
     addr: String,
     conn: ConnectionManager,
     client: Client,
+    /// Set when a node connected lazily turned out not to be a master.
+    refused: Arc<AtomicBool>,
 }
 
 /// A node as given to the builder, before connecting.
@@ -228,62 +231,128 @@ fn redact_message(message: &str, url: &str) -> String {
 }
 
 impl RedisNode {
+    fn manager_config(connect_timeout: Duration) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+    }
+
     /// Connects and checks that the node is a master.
     pub(crate) async fn connect(
         index: usize,
         spec: NodeSpec,
         connect_timeout: Duration,
     ) -> Result<Self, Error> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500));
         let failure = |e: NodeError| Error::Connect {
             failures: vec![e.at(index, &spec.addr)],
         };
         let mut conn = tokio::time::timeout(
             connect_timeout,
-            ConnectionManager::new_with_config(spec.client.clone(), config),
+            ConnectionManager::new_with_config(
+                spec.client.clone(),
+                Self::manager_config(connect_timeout),
+            ),
         )
         .await
         .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-        .map_err(|e| {
-            failure(NodeError::new(
-                NodeErrorKind::Connection,
-                redact_message(&e.to_string(), ""),
-            ))
-        })?;
-        let role: Value =
-            tokio::time::timeout(connect_timeout, redis::cmd("ROLE").query_async(&mut conn))
-                .await
-                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
-                .map_err(|e| failure(NodeError::from_redis(&e)))?;
-        let role = match role {
-            Value::Array(items) => match items.first() {
-                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                Some(Value::SimpleString(s)) => s.clone(),
-                _ => String::new(),
-            },
-            _ => String::new(),
-        };
+        .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let role = tokio::time::timeout(connect_timeout, role(&mut conn))
+            .await
+            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
+            .map_err(|e| failure(NodeError::from_redis(&e)))?;
         if role != "master" {
             return Err(Error::NotMaster {
                 node: index,
                 addr: spec.addr,
-                role: if role.is_empty() {
-                    "unknown role".into()
-                } else {
-                    role
-                },
+                role,
             });
         }
         Ok(Self {
             addr: spec.addr,
             conn,
             client: spec.client,
+            refused: Arc::default(),
         })
     }
+
+    /// A node that could not be reached at build time: its connection is
+    /// made on first use, and a background probe checks its role as soon as
+    /// it answers. If it turns out not to be a master, every call to it fails
+    /// with [`NodeErrorKind::NotMaster`].
+    pub(crate) fn lazy(
+        index: usize,
+        spec: NodeSpec,
+        connect_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let conn = ConnectionManager::new_lazy_with_config(
+            spec.client.clone(),
+            Self::manager_config(connect_timeout),
+        )
+        .map_err(|e| Error::Connect {
+            failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
+        })?;
+        let refused = Arc::new(AtomicBool::new(false));
+        let probe = Arc::downgrade(&refused);
+        let (mut probe_conn, addr) = (conn.clone(), spec.addr.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            drop(handle.spawn(async move {
+                loop {
+                    if probe.strong_count() == 0 {
+                        return;
+                    }
+                    if let Ok(Ok(role)) = tokio::time::timeout(connect_timeout, role(&mut probe_conn)).await {
+                        if role != "master" {
+                            if let Some(flag) = probe.upgrade() {
+                                flag.store(true, Ordering::Release);
+                            }
+                            tracing::error!(node = index, addr = %addr, role = %role, "node is not a master; it will not be used");
+                        } else {
+                            tracing::info!(node = index, addr = %addr, "node reached");
+                        }
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }));
+        }
+        Ok(Self {
+            addr: spec.addr,
+            conn,
+            client: spec.client,
+            refused,
+        })
+    }
+
+    /// The connection, unless the node was found not to be a master.
+    fn checked(&self) -> Result<ConnectionManager, NodeError> {
+        if self.refused.load(Ordering::Acquire) {
+            return Err(NodeError::new(
+                NodeErrorKind::NotMaster,
+                "the node is not a master",
+            ));
+        }
+        Ok(self.conn.clone())
+    }
+}
+
+/// The node's role: `master`, `slave` or `sentinel`.
+async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
+    let role: Value = redis::cmd("ROLE").query_async(conn).await?;
+    let role = match role {
+        Value::Array(items) => match items.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    Ok(if role.is_empty() {
+        "unknown role".to_owned()
+    } else {
+        role
+    })
 }
 
 fn ms(d: Duration) -> u64 {
@@ -342,10 +411,11 @@ impl NodeOps for RedisNode {
         lease: Duration,
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
         Box::pin(async move {
+            let mut conn = conn?;
             let mut inv = scripts::ACQUIRE.prepare_invoke();
             inv.key(&keys.lock)
                 .key(&keys.fence)
@@ -375,10 +445,11 @@ impl NodeOps for RedisNode {
         lease: Duration,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
         Box::pin(async move {
+            let mut conn = conn?;
             let mut inv = scripts::RELEASE.prepare_invoke();
             inv.key(&keys.lock)
                 .key(&keys.channel)
@@ -402,8 +473,9 @@ impl NodeOps for RedisNode {
         &self,
         batch: Arc<Vec<RenewItem>>,
     ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         Box::pin(async move {
+            let mut conn = conn?;
             let mut pipe = redis::pipe();
             for chunk in batch.chunks(RENEW_CHUNK) {
                 let cmd = pipe
@@ -460,9 +532,10 @@ impl NodeOps for RedisNode {
         keys: &Arc<Keys>,
         token: u64,
     ) -> BoxFuture<'static, Result<(), NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         let keys = Arc::clone(keys);
         Box::pin(async move {
+            let mut conn = conn?;
             let mut inv = scripts::RAISE_FENCE.prepare_invoke();
             inv.key(&keys.fence).arg(token);
             let _: i64 = invoke(&mut conn, &inv).await?;
@@ -471,9 +544,10 @@ impl NodeOps for RedisNode {
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         let keys = Arc::clone(keys);
         Box::pin(async move {
+            let mut conn = conn?;
             let mut inv = scripts::FORCE_RELEASE.prepare_invoke();
             inv.key(&keys.lock).key(&keys.channel);
             let n: i64 = invoke(&mut conn, &inv).await?;
@@ -482,9 +556,10 @@ impl NodeOps for RedisNode {
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        let mut conn = self.conn.clone();
+        let conn = self.checked();
         let keys = Arc::clone(keys);
         Box::pin(async move {
+            let mut conn = conn?;
             let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
                 .cmd("HGETALL")
                 .arg(&keys.lock)

@@ -456,6 +456,35 @@ async fn a_replica_is_refused() {
 }
 
 #[tokio::test]
+async fn a_node_that_comes_back_as_a_replica_is_never_used() {
+    let extra = support::LocalNodes::start(1).expect("start a node");
+    extra.kill(0);
+    let m = builder()
+        .node(extra.url(0))
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .build()
+        .await
+        .expect("5 of 6 reachable");
+    extra
+        .restart_as_replica(0, nodes().port(0))
+        .expect("restart as a replica");
+    let name = unique("replica");
+    let refused = support::eventually(Duration::from_secs(3), || async {
+        let st = m.status(&name).await.expect("status");
+        matches!(&st.nodes[5].state, Err(f) if f.kind == quorumlock::NodeErrorKind::NotMaster)
+    })
+    .await;
+    assert!(
+        refused,
+        "the replica should be refused once its role is known"
+    );
+    let g = m.lock(&name).await.expect("lock on the masters");
+    assert!(!g.granted_nodes().contains(&5));
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
 async fn a_cancelled_acquisition_leaves_nothing_behind() {
     let m = manager(Quorum::All).await;
     let name = unique("cancel");

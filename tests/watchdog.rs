@@ -341,3 +341,52 @@ async fn a_stolen_lock_is_lost_not_renewed() {
     assert!(nodes_with_key(&name).await >= 3);
     t.release().await.expect("thief releases");
 }
+
+#[tokio::test]
+async fn a_manager_can_start_during_a_minority_outage() {
+    let _s = serial().await;
+    let _revive = Revive;
+    nodes().kill(3);
+    let err = watchdog_manager_result(false)
+        .await
+        .expect_err("strict build");
+    assert!(
+        matches!(err, quorumlock::Error::Connect { ref failures } if failures.len() == 1 && failures[0].node == 3),
+        "{err}"
+    );
+    let m = watchdog_manager_result(true)
+        .await
+        .expect("a quorum is reachable");
+    let name = unique("outage");
+    let g = m.lock(&name).await.expect("lock on 4 of 5");
+    assert!(!g.granted_nodes().contains(&3));
+    nodes().restart(3).expect("node 3 returns");
+    let used = support::eventually(PERIOD * 3, || has_key(3, &name)).await;
+    assert!(
+        used,
+        "the node that was down at build should be used once it answers"
+    );
+    g.release().await.expect("release");
+    assert_eq!(nodes_with_key(&name).await, 0);
+
+    for i in 0..3 {
+        nodes().kill(i);
+    }
+    let err = watchdog_manager_result(true)
+        .await
+        .expect_err("no quorum reachable");
+    assert!(
+        matches!(err, quorumlock::Error::Connect { ref failures } if failures.len() == 3),
+        "{err}"
+    );
+}
+
+async fn watchdog_manager_result(allow: bool) -> Result<LockManager, quorumlock::Error> {
+    builder()
+        .lease(LEASE)
+        .renew_interval(PERIOD)
+        .connect_timeout(Duration::from_millis(500))
+        .allow_unreachable(allow)
+        .build()
+        .await
+}

@@ -122,6 +122,10 @@ impl LocalNodes {
     }
 
     fn launch(&self, i: usize) -> std::io::Result<()> {
+        self.launch_with(i, &[])
+    }
+
+    fn launch_with(&self, i: usize, extra: &[String]) -> std::io::Result<()> {
         let mut node = self.node(i);
         let port = node.port;
         let node_dir = self.dir.join(format!("node-{i}"));
@@ -135,6 +139,7 @@ impl LocalNodes {
             .arg(&node_dir)
             .arg("--pidfile")
             .arg(self.dir.join(format!("node-{i}.pid")))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -211,6 +216,25 @@ impl LocalNodes {
     pub fn restart(&self, i: usize) -> std::io::Result<()> {
         self.kill(i);
         self.launch(i)?;
+        self.wait_ready(i)
+    }
+
+    /// Starts a killed node `i` again on the same port as a replica of the
+    /// master on `master_port`.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot be started or does not answer PING.
+    pub fn restart_as_replica(&self, i: usize, master_port: u16) -> std::io::Result<()> {
+        self.kill(i);
+        self.launch_with(
+            i,
+            &[
+                "--replicaof".to_owned(),
+                "127.0.0.1".to_owned(),
+                master_port.to_string(),
+            ],
+        )?;
         self.wait_ready(i)
     }
 
