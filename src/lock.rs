@@ -662,14 +662,14 @@ impl Inner {
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if remaining == Some(Duration::ZERO) {
-                return Err(match err {
-                    Some(e) => e,
-                    // Queued the whole wait behind local waiters: one last try.
-                    None => match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
-                        Ok(won) => return Ok(self.hold(&keys, &owner, lease, renew, won)),
-                        Err(e) => e,
-                    },
-                });
+                match err {
+                    Some(e) => return Err(e),
+                    // Queued the whole wait behind local waiters: one try.
+                    None => {
+                        deferred = false;
+                        continue;
+                    }
+                }
             }
             attempt = attempt.saturating_add(1);
             let Some(w) = waiter.as_mut() else {
