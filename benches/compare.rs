@@ -345,6 +345,9 @@ struct Lockers {
     rs_once: rslock::LockManager,
     /// rslock with its default retries, for waiting.
     rs_wait: rslock::LockManager,
+    /// One quorumlock manager per handoff task, as separate processes would
+    /// have (no shared local queue, one pub/sub connection set each).
+    ql_many: Vec<quorumlock::LockManager>,
     ttl: Duration,
 }
 
@@ -354,12 +357,20 @@ impl Lockers {
             .iter()
             .map(|u| nodelay_client(u))
             .collect::<Result<Vec<_>, _>>()?;
-        let ql = quorumlock::LockManager::builder()
-            .nodes(urls.iter().cloned())
-            .quorum(quorumlock::Quorum::Majority)
-            .lease(s.ttl)
-            .build()
-            .await?;
+        let manager = || {
+            quorumlock::LockManager::builder()
+                .nodes(urls.iter().cloned())
+                .quorum(quorumlock::Quorum::Majority)
+                .lease(s.ttl)
+                .build()
+        };
+        let ql = manager().await?;
+        let mut ql_many = Vec::new();
+        if s.runs("handoff") {
+            for _ in 0..s.handoff_tasks {
+                ql_many.push(manager().await?);
+            }
+        }
         let mut rs_once = rslock::LockManager::from_clients(clients.clone());
         rs_once.set_retry(1, s.rs_retry_delay);
         let mut rs_wait = rs_once.clone();
@@ -370,6 +381,7 @@ impl Lockers {
             ql,
             rs_once,
             rs_wait,
+            ql_many,
             ttl: s.ttl,
         })
     }
@@ -401,6 +413,7 @@ impl Lockers {
     /// - floor: one attempt, then a random sleep of 0–200 ms, like rslock.
     async fn wait_lock(
         &self,
+        ql: &quorumlock::LockManager,
         who: Who,
         name: &str,
         owner: &Arc<str>,
@@ -413,7 +426,7 @@ impl Lockers {
                 return None;
             }
             match who {
-                Who::Quorumlock => match self.ql.try_lock(name, left).await {
+                Who::Quorumlock => match ql.try_lock(name, left).await {
                     Ok(g) => return Some(Held::Quorumlock(g)),
                     Err(e) if e.is_contended() => {}
                     Err(_) => *errors += 1,
@@ -492,8 +505,56 @@ fn median(v: &[f64]) -> Option<f64> {
     }
 }
 
+/// CPU time: this process, and all nodes' redis-servers together.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    process: f64,
+    redis: f64,
+}
+
+impl Cpu {
+    async fn now(conns: &[MultiplexedConnection], tck: f64) -> Self {
+        let mut redis = 0.0;
+        for c in conns {
+            if let Ok(i) = info(c, "cpu").await {
+                redis += redis_cpu_secs(&i);
+            }
+        }
+        Self {
+            process: process_cpu_secs(tck).unwrap_or(0.0),
+            redis,
+        }
+    }
+
+    fn add_since(&mut self, from: Self, to: Self) {
+        self.process += to.process - from.process;
+        self.redis += to.redis - from.redis;
+    }
+
+    /// Microseconds per cycle: (client, redis).
+    fn per_cycle_us(&self, cycles: u64) -> (Option<f64>, Option<f64>) {
+        if cycles == 0 {
+            return (None, None);
+        }
+        let n = cycles as f64;
+        (Some(self.process * 1e6 / n), Some(self.redis * 1e6 / n))
+    }
+
+    fn json(&self, cycles: u64) -> Value {
+        let (client, redis) = self.per_cycle_us(cycles);
+        json!({
+            "client_cpu_secs": self.process,
+            "redis_cpu_secs_all_nodes": self.redis,
+            "client_cpu_us_per_cycle": client,
+            "redis_cpu_us_per_cycle_all_nodes": redis,
+        })
+    }
+}
+
 #[derive(Default)]
 struct Results {
+    unc_cpu: Cpu,
+    tp_cpu: Cpu,
     unc_ns: Vec<u64>,
     unc_round_p50_us: Vec<f64>,
     unc_errors: u64,
@@ -507,6 +568,8 @@ struct Results {
     ho_ns: Vec<u64>,
     ho_round_p50_ms: Vec<f64>,
     ho_acquired: u64,
+    /// Lock requests (script calls, SET NX) all nodes served in the handoff runs.
+    ho_requests: u64,
     ho_errors: u64,
     ho_secs: f64,
 }
@@ -635,9 +698,13 @@ struct HoTask {
 /// instant just before releasing, releases, and does not compete again until
 /// another task took the lock; each acquirer records the gap from the last
 /// release. So every sample is a handoff to a waiting task.
+///
+/// quorumlock's tasks share one manager, or with `separate` each has its own
+/// (as tasks of different processes would).
 async fn handoff(
     l: &Arc<Lockers>,
     who: Who,
+    separate: bool,
     name: &str,
     tasks: usize,
     secs: Duration,
@@ -656,12 +723,16 @@ async fn handoff(
                 Arc::clone(&generation),
                 Arc::clone(&name),
             );
+            let ql = match l.ql_many.get(t) {
+                Some(m) if separate => m.clone(),
+                _ => l.ql.clone(),
+            };
             tokio::spawn(async move {
                 let owner = floor_owner(t);
                 let mut out = HoTask::default();
                 loop {
                     let Some(held) = l
-                        .wait_lock(who, &name, &owner, deadline, &mut out.errors)
+                        .wait_lock(&ql, who, &name, &owner, deadline, &mut out.errors)
                         .await
                     else {
                         break;
@@ -728,10 +799,31 @@ fn info_field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
 
 /// `calls` of `cmdstat_evalsha`, 0 when never called.
 fn evalsha_calls(info: &str) -> u64 {
-    info_field(info, "cmdstat_evalsha")
+    command_calls(info, "evalsha")
+}
+
+/// `calls` of one command in `INFO commandstats`, 0 when never called.
+fn command_calls(info: &str, command: &str) -> u64 {
+    info_field(info, &format!("cmdstat_{command}"))
         .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// Lock requests the nodes served, summed over `conns`: script calls
+/// (`EVALSHA`), plus rslock's plain `SET NX` when `who` is rslock (the other
+/// contenders' scripts call SET inside, which commandstats also counts).
+async fn lock_requests(conns: &[MultiplexedConnection], who: Who) -> u64 {
+    let mut n = 0;
+    for c in conns {
+        if let Ok(i) = info(c, "commandstats").await {
+            n += command_calls(&i, "evalsha");
+            if who == Who::Rslock {
+                n += command_calls(&i, "set");
+            }
+        }
+    }
+    n
 }
 
 fn redis_cpu_secs(info: &str) -> f64 {
@@ -1048,6 +1140,8 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
     let started = Instant::now();
 
     let mut res: [Results; 3] = Default::default();
+    let mut ho_separate = Results::default();
+    let tck = clk_tck();
     let contenders_needed = ["uncontended", "throughput", "handoff"]
         .iter()
         .any(|c| s.runs(c));
@@ -1078,7 +1172,9 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
                 let r = &mut res[who.index()];
                 let owner = floor_owner(0);
                 let list = names(&run_id, who, "u", round, s.cycles);
+                let c0 = Cpu::now(&l.floor.conns, tck).await;
                 let mut samples = uncontended(&l, who, &list, &owner, r).await;
+                r.unc_cpu.add_since(c0, Cpu::now(&l.floor.conns, tck).await);
                 samples.sort_unstable();
                 let p50 = pct(&samples, 50.0).map(|n| n / 1e3);
                 eprintln!("  uncontended {:<10} p50 {} µs", who.name(), fmt_num(p50));
@@ -1089,8 +1185,11 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
         if s.runs("throughput") {
             for who in o {
                 let list = Arc::new(names(&run_id, who, "t", round, s.keys));
+                let c0 = Cpu::now(&l.floor.conns, tck).await;
                 let (t, took) = throughput(&l, who, list, s.tasks, s.secs).await;
+                let c1 = Cpu::now(&l.floor.conns, tck).await;
                 let r = &mut res[who.index()];
+                r.tp_cpu.add_since(c0, c1);
                 let secs = took.as_secs_f64();
                 eprintln!(
                     "  throughput  {:<10} {:.0} cycles/s ({} busy, {} failed)",
@@ -1114,23 +1213,46 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
         }
         if s.runs("handoff") {
             for who in o {
-                let name = names(&run_id, who, "h", round, 1).concat();
-                let (mut t, took) =
-                    handoff(&l, who, &name, s.handoff_tasks, s.handoff_secs, s.hold).await;
-                let r = &mut res[who.index()];
-                t.samples.sort_unstable();
-                let p50 = pct(&t.samples, 50.0).map(|n| n / 1e6);
-                eprintln!(
-                    "  handoff     {:<10} p50 {} ms over {} handoffs",
-                    who.name(),
-                    fmt_num(p50),
-                    t.samples.len()
-                );
-                r.ho_round_p50_ms.extend(p50);
-                r.ho_ns.extend(t.samples);
-                r.ho_acquired += t.acquired;
-                r.ho_errors += t.errors;
-                r.ho_secs += took.as_secs_f64();
+                let variants: &[bool] = if who == Who::Quorumlock {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for &separate in variants {
+                    let case = if separate { "hs" } else { "h" };
+                    let name = names(&run_id, who, case, round, 1).concat();
+                    let requests = lock_requests(&l.floor.conns, who).await;
+                    let (mut t, took) = handoff(
+                        &l,
+                        who,
+                        separate,
+                        &name,
+                        s.handoff_tasks,
+                        s.handoff_secs,
+                        s.hold,
+                    )
+                    .await;
+                    let (r, label) = if separate {
+                        (&mut ho_separate, "quorumlock, one manager per task")
+                    } else {
+                        (&mut res[who.index()], who.name())
+                    };
+                    t.samples.sort_unstable();
+                    let p50 = pct(&t.samples, 50.0).map(|n| n / 1e6);
+                    eprintln!(
+                        "  handoff     {label:<10} p50 {} ms over {} handoffs",
+                        fmt_num(p50),
+                        t.samples.len()
+                    );
+                    r.ho_round_p50_ms.extend(p50);
+                    r.ho_ns.extend(t.samples);
+                    r.ho_acquired += t.acquired;
+                    r.ho_errors += t.errors;
+                    r.ho_secs += took.as_secs_f64();
+                    r.ho_requests += lock_requests(&l.floor.conns, who)
+                        .await
+                        .saturating_sub(requests);
+                }
             }
         }
     }
@@ -1171,6 +1293,28 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
                 status: String::new(),
             });
         }
+        let cpu = |r: &Results, redis: bool| {
+            let (c, rd) = r.unc_cpu.per_cycle_us(r.unc_ns.len() as u64);
+            if redis {
+                rd
+            } else {
+                c
+            }
+        };
+        rows.push(Row {
+            metric: "uncontended: client CPU per cycle (µs)".into(),
+            better: "lower",
+            values: [cpu(floor, false), cpu(ql, false), cpu(rs, false)],
+            target: String::new(),
+            status: String::new(),
+        });
+        rows.push(Row {
+            metric: "uncontended: redis CPU per cycle, 5 nodes (µs)".into(),
+            better: "lower",
+            values: [cpu(floor, true), cpu(ql, true), cpu(rs, true)],
+            target: String::new(),
+            status: String::new(),
+        });
     }
     if s.runs("throughput") {
         let v = [floor.tp(), ql.tp(), rs.tp()];
@@ -1202,13 +1346,41 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
             target: String::new(),
             status: String::new(),
         });
+        // Per attempt (successful or busy), so contenders with more busy
+        // attempts are not charged for them per success.
+        let cpu = |r: &Results, redis: bool| {
+            let (c, rd) = r.tp_cpu.per_cycle_us(r.tp_ok + r.tp_busy + r.tp_failed);
+            if redis {
+                rd
+            } else {
+                c
+            }
+        };
+        rows.push(Row {
+            metric: "throughput: client CPU per attempt (µs)".into(),
+            better: "lower",
+            values: [cpu(floor, false), cpu(ql, false), cpu(rs, false)],
+            target: String::new(),
+            status: String::new(),
+        });
+        rows.push(Row {
+            metric: "throughput: redis CPU per attempt, 5 nodes (µs)".into(),
+            better: "lower",
+            values: [cpu(floor, true), cpu(ql, true), cpu(rs, true)],
+            target: String::new(),
+            status: String::new(),
+        });
     }
     if s.runs("handoff") {
+        let sep = &mut ho_separate;
         let v50 = [floor.ho_ms(50.0), ql.ho_ms(50.0), rs.ho_ms(50.0)];
         let vs_rs = ratio(v50[1], v50[2]);
         let ok = vs_rs.map(|r| r <= 0.05);
         rows.push(Row {
-            metric: format!("handoff p50, {} tasks / 1 key (ms)", s.handoff_tasks),
+            metric: format!(
+                "handoff p50, {} tasks / 1 key, one shared manager (ms)",
+                s.handoff_tasks
+            ),
             better: "lower",
             values: v50,
             target: "≤0.05× rslock".into(),
@@ -1218,15 +1390,51 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
             json!({"name": "handoff p50 ≤ 1/20 rslock", "ratio": vs_rs, "limit": 0.05, "met": ok}),
         );
         rows.push(Row {
-            metric: "handoff p99 (ms)".into(),
+            metric: "handoff p99, one shared manager (ms)".into(),
             better: "lower",
             values: [floor.ho_ms(99.0), ql.ho_ms(99.0), rs.ho_ms(99.0)],
             target: String::new(),
             status: String::new(),
         });
+        let v50_sep = [floor.ho_ms(50.0), sep.ho_ms(50.0), rs.ho_ms(50.0)];
+        let ok_sep = ratio(v50_sep[1], v50_sep[2]).map(|r| r <= 0.05);
+        rows.push(Row {
+            metric: "handoff p50, one manager per task (ms)".into(),
+            better: "lower",
+            values: v50_sep,
+            target: "≤0.05× rslock".into(),
+            status: check(ok_sep).into(),
+        });
+        targets.push(json!({
+            "name": "handoff p50 ≤ 1/20 rslock, one manager per task",
+            "ratio": ratio(v50_sep[1], v50_sep[2]), "limit": 0.05, "met": ok_sep,
+        }));
+        rows.push(Row {
+            metric: "handoff p99, one manager per task (ms)".into(),
+            better: "lower",
+            values: [floor.ho_ms(99.0), sep.ho_ms(99.0), rs.ho_ms(99.0)],
+            target: String::new(),
+            status: String::new(),
+        });
+        let per_handoff =
+            |r: &Results| (r.ho_acquired > 0).then(|| r.ho_requests as f64 / r.ho_acquired as f64);
+        rows.push(Row {
+            metric: "handoff: node requests per acquisition, 5 nodes, one shared manager".into(),
+            better: "lower",
+            values: [per_handoff(floor), per_handoff(ql), per_handoff(rs)],
+            target: String::new(),
+            status: String::new(),
+        });
+        rows.push(Row {
+            metric: "handoff: node requests per acquisition, 5 nodes, one manager per task".into(),
+            better: "lower",
+            values: [per_handoff(floor), per_handoff(sep), per_handoff(rs)],
+            target: String::new(),
+            status: String::new(),
+        });
         let rate = |r: &Results| (r.ho_secs > 0.0).then(|| r.ho_ns.len() as f64 / r.ho_secs);
         rows.push(Row {
-            metric: "handoffs (/s)".into(),
+            metric: "handoffs (/s), one shared manager".into(),
             better: "higher",
             values: [rate(floor), rate(ql), rate(rs)],
             target: String::new(),
@@ -1374,18 +1582,22 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
                 "round_p50_us": r.unc_round_p50_us,
                 "median_round_p50_us": median(&r.unc_round_p50_us),
                 "errors": r.unc_errors,
+                "cpu": r.unc_cpu.json(r.unc_ns.len() as u64),
             },
             "throughput": {
                 "cycles_per_sec": r.tp(),
                 "ok": r.tp_ok, "busy": r.tp_busy, "failed": r.tp_failed, "secs": r.tp_secs,
                 "rounds": r.tp_rounds,
                 "first_error": r.tp_first_error,
+                "cpu_per_attempt": r.tp_cpu.json(r.tp_ok + r.tp_busy + r.tp_failed),
             },
             "handoff": {
                 "samples": r.ho_ns.len(),
                 "p50_ms": r.ho_ms(50.0), "p99_ms": r.ho_ms(99.0),
                 "round_p50_ms": r.ho_round_p50_ms,
                 "acquired": r.ho_acquired, "errors": r.ho_errors, "secs": r.ho_secs,
+                "node_requests_all_nodes": r.ho_requests,
+                "node_requests_per_acquisition": (r.ho_acquired > 0).then(|| r.ho_requests as f64 / r.ho_acquired as f64),
             },
         })
     };
@@ -1404,6 +1616,7 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
         "elapsed_secs": elapsed.as_secs_f64(),
         "direction": { "latency": "lower is better", "throughput": "higher is better", "ratios": "quorumlock / other" },
         "contenders": { "floor": per(floor), "quorumlock": per(ql), "rslock": per(rs) },
+        "quorumlock_one_manager_per_task": { "handoff": per(&mut ho_separate)["handoff"].clone() },
         "ratios": {
             "uncontended_p50": { "vs_rslock": ratio(ql.unc_us(50.0), rs.unc_us(50.0)), "vs_floor": ratio(ql.unc_us(50.0), floor.unc_us(50.0)) },
             "uncontended_p99": { "vs_rslock": ratio(ql.unc_us(99.0), rs.unc_us(99.0)), "vs_floor": ratio(ql.unc_us(99.0), floor.unc_us(99.0)) },
@@ -1411,6 +1624,7 @@ async fn run(urls: Vec<String>, local: bool, s: Settings) -> Result<(), BoxError
             "throughput": { "vs_rslock": ratio(ql.tp(), rs.tp()), "vs_floor": ratio(ql.tp(), floor.tp()) },
             "handoff_p50": { "vs_rslock": ratio(ql.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(ql.ho_ms(50.0), floor.ho_ms(50.0)) },
             "handoff_p99": { "vs_rslock": ratio(ql.ho_ms(99.0), rs.ho_ms(99.0)), "vs_floor": ratio(ql.ho_ms(99.0), floor.ho_ms(99.0)) },
+            "handoff_p50_one_manager_per_task": { "vs_rslock": ratio(ho_separate.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(ho_separate.ho_ms(50.0), floor.ho_ms(50.0)) },
         },
         "watchdog": wd,
         "targets": targets,
@@ -1433,6 +1647,13 @@ fn main() -> Result<(), BoxError> {
         return Ok(());
     }
     let s = Settings::from_env(args.iter().any(|a| a == "--quick"))?;
+    if std::env::var_os("RUST_LOG").is_some() {
+        // Diagnostics only: tracing costs time, so figures taken with it are not comparable.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
 
     let nodes_env = std::env::var("QUORUMLOCK_BENCH_NODES").ok();
     let (urls, local_nodes) = match nodes_env.as_deref().map(str::trim) {
