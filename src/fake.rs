@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::lock::lock;
-use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewItem, Renewed};
+use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
 use crate::quorum::Grant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,12 +193,10 @@ impl NodeOps for FakeNode {
         })
     }
 
-    fn renew(
-        &self,
-        batch: Arc<Vec<RenewItem>>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
         self.run(move |s| {
             batch
+                .items
                 .iter()
                 .map(|item| {
                     let expires = Instant::now() + item.lease;

@@ -113,10 +113,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>>;
 
-    fn renew(
-        &self,
-        batch: Arc<Vec<RenewItem>>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
 
     fn raise_fence(
         &self,
@@ -131,6 +128,50 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
 
 /// Locks per script call in a renewal batch; one pipeline carries them all.
 pub(crate) const RENEW_CHUNK: usize = 1_000;
+
+/// The locks one watchdog tick renews, the same on every node.
+pub(crate) struct RenewBatch {
+    pub(crate) items: Vec<RenewItem>,
+    /// The pipeline, built once per tick by the first node that needs it.
+    pipeline: std::sync::OnceLock<redis::Pipeline>,
+}
+
+impl RenewBatch {
+    pub(crate) fn new(items: Vec<RenewItem>) -> Self {
+        Self {
+            items,
+            pipeline: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Builds the pipeline now, so its cost is counted as the watchdog's work.
+    pub(crate) fn prepare(&self) {
+        let _ = self.pipeline();
+    }
+
+    /// One EVALSHA of the renew script per chunk of [`RENEW_CHUNK`] locks.
+    fn pipeline(&self) -> &redis::Pipeline {
+        self.pipeline.get_or_init(|| {
+            let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
+            for chunk in self.items.chunks(RENEW_CHUNK) {
+                let cmd = pipe
+                    .cmd("EVALSHA")
+                    .arg(scripts::RENEW.get_hash())
+                    .arg(chunk.len() * 2);
+                for item in chunk {
+                    cmd.arg(&item.keys.lock).arg(&item.keys.fence);
+                }
+                for item in chunk {
+                    cmd.arg(&*item.owner)
+                        .arg(item.count)
+                        .arg(item.token)
+                        .arg(ms(item.lease));
+                }
+            }
+            pipe
+        })
+    }
+}
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -469,29 +510,11 @@ impl NodeOps for RedisNode {
         })
     }
 
-    fn renew(
-        &self,
-        batch: Arc<Vec<RenewItem>>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
         let conn = self.checked();
         Box::pin(async move {
             let mut conn = conn?;
-            let mut pipe = redis::pipe();
-            for chunk in batch.chunks(RENEW_CHUNK) {
-                let cmd = pipe
-                    .cmd("EVALSHA")
-                    .arg(scripts::RENEW.get_hash())
-                    .arg(chunk.len() * 2);
-                for item in chunk {
-                    cmd.arg(&item.keys.lock).arg(&item.keys.fence);
-                }
-                for item in chunk {
-                    cmd.arg(&*item.owner)
-                        .arg(item.count)
-                        .arg(item.token)
-                        .arg(ms(item.lease));
-                }
-            }
+            let pipe = batch.pipeline();
             let first = match pipe.query_async(&mut conn).await {
                 Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
                 other => other,
@@ -511,7 +534,7 @@ impl NodeOps for RedisNode {
                 Err(e) => return Err(map_err(&e)),
             };
             let codes: Vec<i64> = replies.into_iter().flatten().collect();
-            if codes.len() != batch.len() {
+            if codes.len() != batch.items.len() {
                 return Err(NodeError::protocol("renew batch length"));
             }
             codes

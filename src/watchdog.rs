@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::lock::{lock, Hold, HoldState, Inner};
-use crate::node::{RenewItem, Renewed};
+use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::quorum::{self, FanOut};
 
 /// Counters of the watchdog since the manager was built.
@@ -154,11 +154,13 @@ impl Drop for Watchdog {
     }
 }
 
-/// The timeout of one renewal pipeline: the per-node timeout plus 10 ms per
-/// thousand locks for the script's own time on the node.
+/// The timeout of one renewal pipeline: the per-node timeout plus 50 ms per
+/// thousand locks for encoding and the script's own time on the node, at
+/// most half the renewal period (and never below the per-node timeout).
 pub(crate) fn renew_timeout(config: &crate::Config, locks: usize) -> Duration {
-    let thousands = u32::try_from(locks / 1_000).unwrap_or(u32::MAX);
-    config.node_timeout + Duration::from_millis(10).saturating_mul(thousands)
+    let thousands = u32::try_from(locks.div_ceil(1_000)).unwrap_or(u32::MAX);
+    let want = config.node_timeout + Duration::from_millis(50).saturating_mul(thousands);
+    want.min(config.renew_interval / 2).max(config.node_timeout)
 }
 
 async fn run(manager: Weak<Inner>, interval: Duration) {
@@ -181,7 +183,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
     if due.is_empty() {
         return;
     }
-    let batch: Arc<Vec<RenewItem>> = Arc::new(
+    let batch = Arc::new(RenewBatch::new(
         due.iter()
             .map(|h| RenewItem {
                 keys: Arc::clone(&h.keys),
@@ -191,7 +193,8 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
                 lease: h.lease,
             })
             .collect(),
-    );
+    ));
+    batch.prepare();
     let n = inner.nodes.len();
     let timeout = renew_timeout(&inner.config, due.len());
     let built = start.elapsed();

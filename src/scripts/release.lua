@@ -13,10 +13,10 @@
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
-if redis.call('exists', KEYS[1]) == 0 then
-  return 0
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if not redis.call('hget', KEYS[1], ARGV[1]) then
+  if redis.call('exists', KEYS[1]) == 0 then
+    return 0
+  end
   return -1
 end
 local token = tonumber(ARGV[4])
