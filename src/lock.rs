@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures::stream::StreamExt;
 use tracing::{debug, field, warn, Instrument};
 
 use crate::config::{check_name, Config, LockManagerBuilder};
@@ -1013,9 +1012,7 @@ impl Inner {
         let (replies, rest) = fan.into_parts();
         if !rest.is_empty() {
             // Let the stragglers finish so every node gets the release.
-            self.background.spawn(async move {
-                rest.for_each(|_| async {}).await;
-            });
+            self.background.spawn(rest.for_each(|_, _| {}));
         }
         let mut t = ReleaseTally::default();
         for (i, r) in replies.iter().enumerate() {
@@ -1052,7 +1049,7 @@ struct Won {
 /// recorded on the hold. (Release goes to every node, so a late grant is
 /// released with the lock even if it lands after the hold is gone.)
 struct LateGrants {
-    rest: quorum::Pending<Grant>,
+    rest: quorum::Stragglers<Grant>,
 }
 
 impl LateGrants {
@@ -1060,19 +1057,17 @@ impl LateGrants {
         if self.rest.is_empty() {
             return;
         }
-        let mut rest = self.rest;
-        background.spawn(async move {
-            while let Some((i, r)) = rest.next().await {
-                if let Ok(Grant::Granted(_)) = r {
-                    debug!(node = i, "late grant");
-                    if let Some(hold) = hold.upgrade() {
-                        if let Some(g) = lock(&hold.state).granted.get_mut(i) {
-                            *g = true;
-                        }
+        let rest = self.rest;
+        background.spawn(rest.for_each(move |i, r| {
+            if let Ok(Grant::Granted(_)) = r {
+                debug!(node = i, "late grant");
+                if let Some(hold) = hold.upgrade() {
+                    if let Some(g) = lock(&hold.state).granted.get_mut(i) {
+                        *g = true;
                     }
                 }
             }
-        });
+        }));
     }
 }
 

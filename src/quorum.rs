@@ -38,16 +38,18 @@ pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
 
 /// Calls still in flight.
-pub(crate) type Pending<T> = FuturesUnordered<BoxFuture<'static, NodeReply<T>>>;
+type Pending<T> = FuturesUnordered<BoxFuture<'static, NodeReply<T>>>;
 
-/// Calls in flight to several nodes, read as they complete.
+/// Calls in flight to several nodes, read as they complete, under one
+/// deadline for the whole fan-out (one timer, not one per node).
 pub(crate) struct FanOut<T> {
     pending: Pending<T>,
     replies: Replies<T>,
+    deadline: Instant,
 }
 
 impl<T: Send + 'static> FanOut<T> {
-    /// Starts one call per node. Each call gets its own `timeout`.
+    /// Starts one call per node; each has until `timeout` from now.
     pub(crate) fn start<F>(nodes: usize, timeout: Duration, mut call: F) -> Self
     where
         F: FnMut(usize) -> BoxFuture<'static, Result<T, NodeError>>,
@@ -55,26 +57,35 @@ impl<T: Send + 'static> FanOut<T> {
         let pending = FuturesUnordered::new();
         for i in 0..nodes {
             let fut = call(i);
-            pending.push(Box::pin(async move {
-                let r = match tokio::time::timeout(timeout, fut).await {
-                    Ok(r) => r,
-                    Err(_) => Err(NodeError::timeout()),
-                };
-                (i, r)
-            }) as BoxFuture<'static, NodeReply<T>>);
+            pending
+                .push(Box::pin(async move { (i, fut.await) }) as BoxFuture<'static, NodeReply<T>>);
         }
         Self {
             pending,
             replies: (0..nodes).map(|_| None).collect(),
+            deadline: Instant::now() + timeout,
         }
     }
 
-    /// Reads replies until `decided` says the outcome is known or all replied.
+    /// Reads replies until `decided` says the outcome is known, all replied,
+    /// or the deadline passed (the calls still pending then count as timed
+    /// out).
     pub(crate) async fn until(&mut self, mut decided: impl FnMut(&Self) -> bool) {
+        let deadline = tokio::time::sleep_until(self.deadline);
+        tokio::pin!(deadline);
         while !decided(self) {
-            match self.pending.next().await {
-                Some((i, r)) => self.replies[i] = Some(r),
-                None => break,
+            tokio::select! {
+                biased;
+                next = self.pending.next() => match next {
+                    Some((i, r)) => self.replies[i] = Some(r),
+                    None => break,
+                },
+                () = &mut deadline => {
+                    for r in self.replies.iter_mut().filter(|r| r.is_none()) {
+                        *r = Some(Err(NodeError::timeout()));
+                    }
+                    break;
+                }
             }
         }
     }
@@ -91,8 +102,37 @@ impl<T: Send + 'static> FanOut<T> {
     }
 
     /// Gives up the replies and the calls still in flight.
-    pub(crate) fn into_parts(self) -> (Replies<T>, Pending<T>) {
-        (self.replies, self.pending)
+    pub(crate) fn into_parts(self) -> (Replies<T>, Stragglers<T>) {
+        (
+            self.replies,
+            Stragglers {
+                pending: self.pending,
+                deadline: self.deadline,
+            },
+        )
+    }
+}
+
+/// Calls still in flight when the outcome was decided; still bounded by the
+/// fan-out's deadline.
+pub(crate) struct Stragglers<T> {
+    pending: Pending<T>,
+    deadline: Instant,
+}
+
+impl<T> Stragglers<T> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Feeds each reply that lands before the deadline to `f`.
+    pub(crate) async fn for_each(mut self, mut f: impl FnMut(usize, Result<T, NodeError>)) {
+        let drain = async {
+            while let Some((i, r)) = self.pending.next().await {
+                f(i, r);
+            }
+        };
+        let _ = tokio::time::timeout_at(self.deadline, drain).await;
     }
 }
 
@@ -239,6 +279,6 @@ mod tests {
             matches!(&f.replies()[1], Some(Err(e)) if e.kind == crate::error::NodeErrorKind::Timeout)
         );
         assert!(matches!(f.replies()[2], Some(Ok(2))));
-        assert_eq!(f.in_flight(), 0);
+        assert_eq!(f.in_flight(), 1, "the stalled call is given up, not awaited");
     }
 }
