@@ -722,7 +722,7 @@ impl Inner {
             phase: tokio::sync::watch::Sender::new(HoldState::Held),
             renew_done: tokio::sync::Notify::new(),
         });
-        won.late.finish(&self.background, Arc::downgrade(&hold));
+        won.late.finish(self, &hold);
         if renew {
             self.watchdog.register(&hold);
         }
@@ -965,7 +965,7 @@ impl Inner {
                     *g |= *w;
                 }
                 drop(s);
-                won.late.finish(&self.background, Arc::downgrade(&hold));
+                won.late.finish(self, &hold);
             }
             Err(e) => {
                 // Still held until `valid_until`: re-entry does not change who
@@ -1046,25 +1046,24 @@ struct Won {
 }
 
 /// Calls still in flight when the quorum was reached: late grants are
-/// recorded on the hold. (Release goes to every node, so a late grant is
-/// released with the lock even if it lands after the hold is gone.)
+/// recorded on the hold. A release goes to every node, and on each node's
+/// connection it runs after the acquire, so a late grant is released with
+/// the lock even if it lands after the hold is gone.
 struct LateGrants {
     rest: quorum::Stragglers<Grant>,
 }
 
 impl LateGrants {
-    fn finish(self, background: &Arc<Background>, hold: Weak<Hold>) {
+    fn finish(self, inner: &Arc<Inner>, hold: &Arc<Hold>) {
         if self.rest.is_empty() {
             return;
         }
-        let rest = self.rest;
-        background.spawn(rest.for_each(move |i, r| {
-            if let Ok(Grant::Granted(_)) = r {
+        let weak = Arc::downgrade(hold);
+        inner.background.spawn(self.rest.for_each(move |i, r| {
+            if let (Ok(Grant::Granted(_)), Some(hold)) = (r, weak.upgrade()) {
                 debug!(node = i, "late grant");
-                if let Some(hold) = hold.upgrade() {
-                    if let Some(g) = lock(&hold.state).granted.get_mut(i) {
-                        *g = true;
-                    }
+                if let Some(g) = lock(&hold.state).granted.get_mut(i) {
+                    *g = true;
                 }
             }
         }));

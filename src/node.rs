@@ -420,20 +420,15 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
-/// Runs a script, once more after a broken connection: the connection manager
-/// reconnects on the first error, so a node that came back is reached at
-/// once. Every script here is idempotent for the same arguments (a repeated
-/// acquire finds our own hold and returns the same fence), so a first try
-/// that did run before the connection broke does no harm.
-async fn invoke<T: redis::FromRedisValue>(
+/// Sends one script call, once. No retry: a call re-sent after an error goes
+/// behind whatever was queued meanwhile, and an acquire must never overtake
+/// its own release. (The connection manager reconnects in the background; the
+/// next call uses the new connection.)
+async fn call<T: redis::FromRedisValue>(
     conn: &mut ConnectionManager,
-    inv: &redis::ScriptInvocation<'_>,
+    cmd: &redis::Cmd,
 ) -> Result<T, NodeError> {
-    match inv.invoke_async(conn).await {
-        Ok(v) => Ok(v),
-        Err(e) if broken(&e) => inv.invoke_async(conn).await.map_err(|e| map_err(&e)),
-        Err(e) => Err(map_err(&e)),
-    }
+    cmd.query_async(conn).await.map_err(|e| map_err(&e))
 }
 
 impl NodeOps for RedisNode {
@@ -457,13 +452,9 @@ impl NodeOps for RedisNode {
         let owner = Arc::clone(owner);
         Box::pin(async move {
             let mut conn = conn?;
-            let mut inv = scripts::ACQUIRE.prepare_invoke();
-            inv.key(&keys.lock)
-                .key(&keys.fence)
-                .arg(&*owner)
-                .arg(ms(lease))
-                .arg(count);
-            let reply: Vec<Value> = invoke(&mut conn, &inv).await?;
+            let mut cmd = scripts::ACQUIRE.eval(&[&keys.lock, &keys.fence]);
+            cmd.arg(&*owner).arg(ms(lease)).arg(count);
+            let reply: Vec<Value> = call(&mut conn, &cmd).await?;
             let code = reply.first().and_then(int);
             let value = reply.get(1).and_then(int);
             match (code, value) {
@@ -491,15 +482,9 @@ impl NodeOps for RedisNode {
         let owner = Arc::clone(owner);
         Box::pin(async move {
             let mut conn = conn?;
-            let mut inv = scripts::RELEASE.prepare_invoke();
-            inv.key(&keys.lock)
-                .key(&keys.channel)
-                .key(&keys.fence)
-                .arg(&*owner)
-                .arg(count)
-                .arg(ms(lease))
-                .arg(token);
-            let code: i64 = invoke(&mut conn, &inv).await?;
+            let mut cmd = scripts::RELEASE.eval(&[&keys.lock, &keys.channel, &keys.fence]);
+            cmd.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+            let code: i64 = call(&mut conn, &cmd).await?;
             match code {
                 scripts::REL_RELEASED => Ok(Released::Deleted),
                 scripts::REL_LOWERED => Ok(Released::Lowered),
@@ -515,6 +500,10 @@ impl NodeOps for RedisNode {
         Box::pin(async move {
             let mut conn = conn?;
             let pipe = batch.pipeline();
+            // Retrying is safe here, unlike for acquire and release: a release
+            // waits until the renewal that includes its lock has finished,
+            // retries included. The retry after a broken connection reaches a
+            // node that just came back, so it is repaired this tick.
             let first = match pipe.query_async(&mut conn).await {
                 Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
                 other => other,
@@ -559,9 +548,9 @@ impl NodeOps for RedisNode {
         let keys = Arc::clone(keys);
         Box::pin(async move {
             let mut conn = conn?;
-            let mut inv = scripts::RAISE_FENCE.prepare_invoke();
-            inv.key(&keys.fence).arg(token);
-            let _: i64 = invoke(&mut conn, &inv).await?;
+            let mut cmd = scripts::RAISE_FENCE.eval(&[&keys.fence]);
+            cmd.arg(token);
+            let _: i64 = call(&mut conn, &cmd).await?;
             Ok(())
         })
     }
@@ -571,9 +560,8 @@ impl NodeOps for RedisNode {
         let keys = Arc::clone(keys);
         Box::pin(async move {
             let mut conn = conn?;
-            let mut inv = scripts::FORCE_RELEASE.prepare_invoke();
-            inv.key(&keys.lock).key(&keys.channel);
-            let n: i64 = invoke(&mut conn, &inv).await?;
+            let cmd = scripts::FORCE_RELEASE.eval(&[&keys.lock, &keys.channel]);
+            let n: i64 = call(&mut conn, &cmd).await?;
             Ok(n == 1)
         })
     }

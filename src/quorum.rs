@@ -279,6 +279,10 @@ mod tests {
             matches!(&f.replies()[1], Some(Err(e)) if e.kind == crate::error::NodeErrorKind::Timeout)
         );
         assert!(matches!(f.replies()[2], Some(Ok(2))));
-        assert_eq!(f.in_flight(), 1, "the stalled call is given up, not awaited");
+        assert_eq!(
+            f.in_flight(),
+            1,
+            "the stalled call is given up, not awaited"
+        );
     }
 }

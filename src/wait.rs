@@ -4,8 +4,9 @@
 //!
 //! A released lock publishes on `<prefix>{name}:released` on every node where
 //! it was held. A waiter subscribes to that channel (the first waiter of a
-//! channel sends SUBSCRIBE on every node; the last one to leave sends
-//! UNSUBSCRIBE), retries once the subscription is confirmed, then sleeps
+//! channel sends SUBSCRIBE on every node; a second after the last one left,
+//! UNSUBSCRIBE follows unless a waiter came back), retries once the
+//! subscription is confirmed, then sleeps
 //! until a message from any node arrives or a fallback timer fires.
 //!
 //! When a node's pub/sub connection breaks, its channels are marked
@@ -40,6 +41,10 @@ struct Channel {
     queue: Mutex<VecDeque<u64>>,
     /// Waiters holding this channel.
     refs: Mutex<usize>,
+    /// Woken when a node confirms the subscription.
+    confirmed: tokio::sync::Notify,
+    /// An unsubscribe is scheduled.
+    retiring: AtomicBool,
 }
 
 impl Channel {
@@ -125,6 +130,8 @@ impl Notifier {
                         .collect(),
                     queue: Mutex::new(VecDeque::new()),
                     refs: Mutex::new(0),
+                    confirmed: tokio::sync::Notify::new(),
+                    retiring: AtomicBool::new(false),
                 });
                 channels.insert(channel.into(), Arc::clone(&c));
                 (c, true)
@@ -205,10 +212,16 @@ impl Waiter {
 
     /// Waits until the subscription is confirmed on enough nodes, or `limit`.
     pub(crate) async fn confirmed(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while !self.covered() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
+        let wait = async {
+            loop {
+                let notified = self.chan.confirmed.notified();
+                if self.covered() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
     }
 
     /// Whether this waiter is the longest-waiting local one.
@@ -246,9 +259,53 @@ impl Waiter {
     }
 }
 
+/// How long a channel stays subscribed after its last waiter left, so that a
+/// task that takes the same lock again and again does not SUBSCRIBE and
+/// UNSUBSCRIBE on every node each time.
+const LINGER: Duration = Duration::from_secs(1);
+
+impl Waiter {
+    /// Unsubscribes the channel after [`LINGER`] unless a waiter came back.
+    fn linger(&self) {
+        if self.chan.retiring.swap(true, Ordering::AcqRel) {
+            return; // a retirement is already scheduled
+        }
+        let retire = {
+            let shared = Arc::downgrade(&self.shared);
+            let (chan, name, senders) = (
+                Arc::clone(&self.chan),
+                Arc::clone(&self.name),
+                self.senders.clone(),
+            );
+            move || {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let mut channels = lock(&shared.channels);
+                chan.retiring.store(false, Ordering::Release);
+                let unused = *lock(&chan.refs) == 0
+                    && channels.get(&name).is_some_and(|c| Arc::ptr_eq(c, &chan));
+                if unused {
+                    channels.remove(&name);
+                    for tx in &senders {
+                        let _ = tx.send(Command::Unsubscribe(Arc::clone(&name)));
+                    }
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                retire();
+            })),
+            Err(_) => retire(),
+        }
+    }
+}
+
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut channels = lock(&self.shared.channels);
+        let channels = lock(&self.shared.channels);
         let was_head = {
             let mut q = lock(&self.chan.queue);
             let was_head = q.front() == Some(&self.ticket);
@@ -259,15 +316,8 @@ impl Drop for Waiter {
         *refs = refs.saturating_sub(1);
         if *refs == 0 {
             drop(refs);
-            if channels
-                .get(&self.name)
-                .is_some_and(|c| Arc::ptr_eq(c, &self.chan))
-            {
-                channels.remove(&self.name);
-            }
-            for tx in &self.senders {
-                let _ = tx.send(Command::Unsubscribe(Arc::clone(&self.name)));
-            }
+            drop(channels);
+            self.linger();
         } else if was_head && !self.acquired {
             // Let the next waiter try in our place.
             self.chan.bump();
@@ -321,6 +371,7 @@ async fn node_task(
             if ok {
                 for (_, c) in &current {
                     c.subscribed[i].store(true, Ordering::Release);
+                    c.confirmed.notify_waiters();
                     c.bump();
                 }
             }
@@ -347,6 +398,7 @@ async fn node_task(
                         if sink.subscribe(&*name).await.is_ok() {
                             if let Some(c) = chan {
                                 c.subscribed[i].store(true, Ordering::Release);
+                                c.confirmed.notify_waiters();
                             }
                         } else {
                             ok = false;

@@ -1,32 +1,68 @@
 //! The server-side Lua scripts, loaded once per process.
 //!
-//! Each script is documented in its own `.lua` file. They are sent with
-//! `EVALSHA` and fall back to loading themselves when a node answers `NOSCRIPT`
-//! (for example after it restarted).
+//! Each script is documented in its own `.lua` file; the comments are
+//! stripped before sending.
+//!
+//! Acquire, release, force-release and raise-fence go out as `EVAL` with the
+//! script's body, never `EVALSHA`. An `EVALSHA` that meets a node without the
+//! script (after a restart) fails with `NOSCRIPT` and must be sent again,
+//! behind whatever was queued on the connection meanwhile: an acquire re-sent
+//! behind its own release would grant a lock nobody holds. With `EVAL` every
+//! call runs the first time, in the order it was sent; the node caches the
+//! compiled script by its digest, so the cost is hashing a few hundred bytes.
+//!
+//! The watchdog's renewal is one `EVALSHA` per thousand locks in a pipeline:
+//! its body would be sent once per call anyway, and a release never overtakes
+//! a renewal in flight (release waits for it).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script body without its comments, ready for `EVAL`.
+pub(crate) struct Lua {
+    body: String,
+}
+
+impl Lua {
+    fn new(source: &str) -> Self {
+        let body = source
+            .lines()
+            .map(str::trim_end)
+            .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+        Self { body }
+    }
+
+    /// `EVAL <body> <keys.len()> <keys…>`; add the arguments to it.
+    pub(crate) fn eval(&self, keys: &[&str]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(&self.body).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
+        cmd
+    }
+}
+
 /// Reentrant acquire: grants, re-enters or reports the holder's PTTL.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("acquire.lua")));
 
 /// Release one level or all of them; publishes when fully released.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("release.lua")));
 
 /// Batched renewal with repair of missing keys.
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("renew.lua")));
+    LazyLock::new(|| Script::new(&Lua::new(include_str!("renew.lua")).body));
 
 /// Administrative delete plus publish.
-pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("force_release.lua")));
 
 /// Raise a fence counter to at least a token.
-pub(crate) static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
+pub(crate) static RAISE_FENCE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("raise_fence.lua")));
 
 /// Acquire reply code: the lock was free and is now ours.
 pub(crate) const ACQ_GRANTED: i64 = 1;
@@ -52,3 +88,18 @@ pub(crate) const RENEW_REPAIRED: i64 = 2;
 pub(crate) const RENEW_CONFLICT: i64 = 0;
 /// Renew reply code: wrong type.
 pub(crate) const RENEW_WRONGTYPE: i64 = -2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_stripped_and_code_kept() {
+        let lua = Lua::new("-- header\nlocal x = 1 -- trailing\n\n  -- indented\nreturn x\n");
+        assert_eq!(lua.body, "local x = 1 -- trailing\nreturn x");
+        for script in [&*ACQUIRE, &*RELEASE, &*FORCE_RELEASE, &*RAISE_FENCE] {
+            assert!(!script.body.contains("\n--"));
+            assert!(script.body.contains("redis.call"));
+        }
+    }
+}
