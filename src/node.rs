@@ -180,6 +180,9 @@ pub(crate) struct RedisNode {
     client: Client,
     /// Set when a node connected lazily turned out not to be a master.
     refused: Arc<AtomicBool>,
+    /// Per one-shot script: the node is known to have it, so `EVALSHA` is
+    /// enough. Cleared after a connection error (the node may have restarted).
+    loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
 }
 
 /// A node as given to the builder, before connecting.
@@ -315,6 +318,7 @@ impl RedisNode {
             conn,
             client: spec.client,
             refused: Arc::default(),
+            loaded: Arc::default(),
         })
     }
 
@@ -363,6 +367,7 @@ impl RedisNode {
             conn,
             client: spec.client,
             refused,
+            loaded: Arc::default(),
         })
     }
 
@@ -420,15 +425,51 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
-/// Sends one script call, once. No retry: a call re-sent after an error goes
-/// behind whatever was queued meanwhile, and an acquire must never overtake
-/// its own release. (The connection manager reconnects in the background; the
-/// next call uses the new connection.)
-async fn call<T: redis::FromRedisValue>(
-    conn: &mut ConnectionManager,
-    cmd: &redis::Cmd,
-) -> Result<T, NodeError> {
-    cmd.query_async(conn).await.map_err(|e| map_err(&e))
+/// One script call on one node, sent once (see the `scripts` module for why
+/// it is never re-sent), as `EVAL` or `EVALSHA` depending on what the node is
+/// known to have.
+struct ScriptCall {
+    conn: ConnectionManager,
+    loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
+}
+
+impl RedisNode {
+    fn script_call(&self) -> Result<ScriptCall, NodeError> {
+        Ok(ScriptCall {
+            conn: self.checked()?,
+            loaded: Arc::clone(&self.loaded),
+        })
+    }
+}
+
+impl ScriptCall {
+    async fn run<T: redis::FromRedisValue>(
+        mut self,
+        script: &scripts::Lua,
+        keys: &[&str],
+        args: impl FnOnce(&mut redis::Cmd),
+    ) -> Result<T, NodeError> {
+        let loaded = &self.loaded[script.id];
+        let send_body = !loaded.load(Ordering::Acquire);
+        let mut cmd = script.call(send_body, keys);
+        args(&mut cmd);
+        match cmd.query_async(&mut self.conn).await {
+            Ok(v) => {
+                loaded.store(true, Ordering::Release);
+                Ok(v)
+            }
+            Err(e) => {
+                let no_script =
+                    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+                if no_script || broken(&e) {
+                    for l in self.loaded.iter() {
+                        l.store(false, Ordering::Release);
+                    }
+                }
+                Err(map_err(&e))
+            }
+        }
+    }
 }
 
 impl NodeOps for RedisNode {
@@ -447,14 +488,15 @@ impl NodeOps for RedisNode {
         lease: Duration,
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let conn = self.checked();
+        let call = self.script_call();
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
         Box::pin(async move {
-            let mut conn = conn?;
-            let mut cmd = scripts::ACQUIRE.eval(&[&keys.lock, &keys.fence]);
-            cmd.arg(&*owner).arg(ms(lease)).arg(count);
-            let reply: Vec<Value> = call(&mut conn, &cmd).await?;
+            let reply: Vec<Value> = call?
+                .run(&scripts::ACQUIRE, &[&keys.lock, &keys.fence], |c| {
+                    c.arg(&*owner).arg(ms(lease)).arg(count);
+                })
+                .await?;
             let code = reply.first().and_then(int);
             let value = reply.get(1).and_then(int);
             match (code, value) {
@@ -477,14 +519,19 @@ impl NodeOps for RedisNode {
         lease: Duration,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let conn = self.checked();
+        let call = self.script_call();
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
         Box::pin(async move {
-            let mut conn = conn?;
-            let mut cmd = scripts::RELEASE.eval(&[&keys.lock, &keys.channel, &keys.fence]);
-            cmd.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
-            let code: i64 = call(&mut conn, &cmd).await?;
+            let code: i64 = call?
+                .run(
+                    &scripts::RELEASE,
+                    &[&keys.lock, &keys.channel, &keys.fence],
+                    |c| {
+                        c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+                    },
+                )
+                .await?;
             match code {
                 scripts::REL_RELEASED => Ok(Released::Deleted),
                 scripts::REL_LOWERED => Ok(Released::Lowered),
@@ -544,24 +591,29 @@ impl NodeOps for RedisNode {
         keys: &Arc<Keys>,
         token: u64,
     ) -> BoxFuture<'static, Result<(), NodeError>> {
-        let conn = self.checked();
+        let call = self.script_call();
         let keys = Arc::clone(keys);
         Box::pin(async move {
-            let mut conn = conn?;
-            let mut cmd = scripts::RAISE_FENCE.eval(&[&keys.fence]);
-            cmd.arg(token);
-            let _: i64 = call(&mut conn, &cmd).await?;
+            let _: i64 = call?
+                .run(&scripts::RAISE_FENCE, &[&keys.fence], |c| {
+                    c.arg(token);
+                })
+                .await?;
             Ok(())
         })
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let conn = self.checked();
+        let call = self.script_call();
         let keys = Arc::clone(keys);
         Box::pin(async move {
-            let mut conn = conn?;
-            let cmd = scripts::FORCE_RELEASE.eval(&[&keys.lock, &keys.channel]);
-            let n: i64 = call(&mut conn, &cmd).await?;
+            let n: i64 = call?
+                .run(
+                    &scripts::FORCE_RELEASE,
+                    &[&keys.lock, &keys.channel],
+                    |_| {},
+                )
+                .await?;
             Ok(n == 1)
         })
     }

@@ -390,3 +390,40 @@ async fn watchdog_manager_result(allow: bool) -> Result<LockManager, quorumlock:
         .build()
         .await
 }
+
+#[tokio::test]
+async fn a_flushed_script_cache_fails_one_call_and_is_never_resent() {
+    let _s = serial().await;
+    let m = watchdog_manager(Quorum::Majority).await;
+    let name = unique("noscript");
+    m.lock(&name)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut c)
+            .await
+            .expect("SCRIPT FLUSH");
+    }
+    // The call that meets NOSCRIPT fails on that node rather than being sent
+    // again behind later commands...
+    let err = m
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("NOSCRIPT everywhere");
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(nodes_with_key(&name).await, 0);
+    // ...and the next call carries the script body again.
+    let g = m
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect("scripts travel again");
+    g.release().await.expect("release");
+    m.flush().await;
+    assert_eq!(nodes_with_key(&name).await, 0);
+}

@@ -3,42 +3,60 @@
 //! Each script is documented in its own `.lua` file; the comments are
 //! stripped before sending.
 //!
-//! Acquire, release, force-release and raise-fence go out as `EVAL` with the
-//! script's body, never `EVALSHA`. An `EVALSHA` that meets a node without the
-//! script (after a restart) fails with `NOSCRIPT` and must be sent again,
-//! behind whatever was queued on the connection meanwhile: an acquire re-sent
-//! behind its own release would grant a lock nobody holds. With `EVAL` every
-//! call runs the first time, in the order it was sent; the node caches the
-//! compiled script by its digest, so the cost is hashing a few hundred bytes.
+//! Acquire, release, force-release and raise-fence are never re-sent. A
+//! call re-sent after an error goes behind whatever was queued on the
+//! connection meanwhile, and an acquire re-sent behind its own release would
+//! grant a lock nobody holds. So they go out as `EVALSHA` only while the node
+//! is known to have the script: for each node and script, calls start as
+//! `EVAL` (the script travels with the call and the node caches it), switch
+//! to `EVALSHA` once an `EVAL` succeeded, and go back to `EVAL` for every
+//! script after a connection error (the node may have restarted empty). A `NOSCRIPT` that slips through (`SCRIPT FLUSH`
+//! by an operator) fails that one call on that node, like a timeout would.
 //!
-//! The watchdog's renewal is one `EVALSHA` per thousand locks in a pipeline:
-//! its body would be sent once per call anyway, and a release never overtakes
-//! a renewal in flight (release waits for it).
+//! The watchdog's renewal is one `EVALSHA` per thousand locks in a pipeline,
+//! re-sent after `NOSCRIPT`: a release never overtakes a renewal in flight
+//! (release waits for it), so the retry cannot reorder anything that matters.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// A script body without its comments, ready for `EVAL`.
+/// A script body without its comments, and its digest.
 pub(crate) struct Lua {
+    /// Index among the one-shot scripts (below [`ONE_SHOT`]).
+    pub(crate) id: usize,
     body: String,
+    sha: String,
 }
 
+/// How many one-shot scripts there are.
+pub(crate) const ONE_SHOT: usize = 4;
+
 impl Lua {
-    fn new(source: &str) -> Self {
+    fn new(id: usize, source: &str) -> Self {
         let body = source
             .lines()
             .map(str::trim_end)
             .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n");
-        Self { body }
+        let sha = Script::new(&body).get_hash().to_owned();
+        Self { id, body, sha }
     }
 
-    /// `EVAL <body> <keys.len()> <keys…>`; add the arguments to it.
-    pub(crate) fn eval(&self, keys: &[&str]) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(&self.body).arg(keys.len());
+    /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
+    /// keys; add the arguments to it.
+    pub(crate) fn call(&self, send_body: bool, keys: &[&str]) -> redis::Cmd {
+        let mut cmd = if send_body {
+            let mut c = redis::cmd("EVAL");
+            c.arg(&self.body);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.sha);
+            c
+        };
+        cmd.arg(keys.len());
         for k in keys {
             cmd.arg(*k);
         }
@@ -47,22 +65,24 @@ impl Lua {
 }
 
 /// Reentrant acquire: grants, re-enters or reports the holder's PTTL.
-pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(0, include_str!("acquire.lua")));
 
 /// Release one level or all of them; publishes when fully released.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(1, include_str!("release.lua")));
 
 /// Batched renewal with repair of missing keys.
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&Lua::new(include_str!("renew.lua")).body));
+    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("renew.lua")).body));
 
 /// Administrative delete plus publish.
 pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("force_release.lua")));
+    LazyLock::new(|| Lua::new(2, include_str!("force_release.lua")));
 
 /// Raise a fence counter to at least a token.
 pub(crate) static RAISE_FENCE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("raise_fence.lua")));
+    LazyLock::new(|| Lua::new(3, include_str!("raise_fence.lua")));
 
 /// Acquire reply code: the lock was free and is now ours.
 pub(crate) const ACQ_GRANTED: i64 = 1;
@@ -95,9 +115,16 @@ mod tests {
 
     #[test]
     fn comments_are_stripped_and_code_kept() {
-        let lua = Lua::new("-- header\nlocal x = 1 -- trailing\n\n  -- indented\nreturn x\n");
+        let lua = Lua::new(
+            0,
+            "-- header\nlocal x = 1 -- trailing\n\n  -- indented\nreturn x\n",
+        );
         assert_eq!(lua.body, "local x = 1 -- trailing\nreturn x");
-        for script in [&*ACQUIRE, &*RELEASE, &*FORCE_RELEASE, &*RAISE_FENCE] {
+        for (i, script) in [&*ACQUIRE, &*RELEASE, &*FORCE_RELEASE, &*RAISE_FENCE]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(script.id, i);
             assert!(!script.body.contains("\n--"));
             assert!(script.body.contains("redis.call"));
         }
