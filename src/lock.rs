@@ -509,7 +509,10 @@ pub(crate) struct Hold {
     pub(crate) inner: Arc<Inner>,
     pub(crate) keys: Arc<Keys>,
     pub(crate) owner: Owner,
-    pub(crate) owner_id: Arc<str>,
+    /// The id written into the lock hash: the owner's id plus a suffix
+    /// unique to this hold, so that nothing meant for an earlier hold of the
+    /// same owner (a late release, a rollback) can touch this one.
+    pub(crate) holder_id: Arc<str>,
     pub(crate) lease: Duration,
     pub(crate) token: u64,
     pub(crate) acquired_at: Instant,
@@ -569,7 +572,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         self.inner
-            .forget_slot_if_idle(&self.owner_id, &self.keys.name, 0);
+            .forget_slot_if_idle(&self.owner.shared_id(), &self.keys.name, 0);
     }
 }
 
@@ -631,7 +634,7 @@ impl Inner {
             Wait::Forever => None,
             Wait::Up(w) => Some(start + w),
         };
-        let owner_id = owner.shared_id();
+        let holder_id = owner.holder_id();
         let mut attempt: u32 = 0;
         let mut waiter: Option<Waiter> = None;
         // Local fairness: while other local waiters are queued for this lock,
@@ -647,12 +650,12 @@ impl Inner {
                 if let Some(w) = waiter.as_mut() {
                     w.mark();
                 }
-                match self.attempt(&keys, &owner_id, lease, 1, 0, attempt).await {
+                match self.attempt(&keys, &holder_id, lease, 1, 0, attempt).await {
                     Ok(won) => {
                         if let Some(w) = waiter.take() {
                             w.acquired();
                         }
-                        return Ok(self.hold(&keys, &owner, lease, renew, won));
+                        return Ok(self.hold(&keys, &owner, &holder_id, lease, renew, won));
                     }
                     Err(e) if e.is_retryable() => Some(e),
                     Err(e) => return Err(e),
@@ -700,6 +703,7 @@ impl Inner {
         self: &Arc<Self>,
         keys: &Arc<Keys>,
         owner: &Owner,
+        holder_id: &Arc<str>,
         lease: Duration,
         renew: bool,
         won: Won,
@@ -708,7 +712,7 @@ impl Inner {
             inner: Arc::clone(self),
             keys: Arc::clone(keys),
             owner: owner.clone(),
-            owner_id: owner.shared_id(),
+            holder_id: Arc::clone(holder_id),
             lease,
             token: won.token,
             acquired_at: won.started,
@@ -755,7 +759,7 @@ impl Inner {
     async fn attempt(
         self: &Arc<Self>,
         keys: &Arc<Keys>,
-        owner_id: &Arc<str>,
+        holder_id: &Arc<str>,
         lease: Duration,
         count: u32,
         prior_count: u32,
@@ -764,7 +768,7 @@ impl Inner {
         let span = tracing::debug_span!(
             "quorumlock.acquire",
             lock = %keys.name,
-            owner = %owner_id,
+            holder = %holder_id,
             attempt,
             count,
             granted = field::Empty,
@@ -777,10 +781,10 @@ impl Inner {
         async {
             let required = self.config.required;
             let start = Instant::now();
-            let mut rollback = Rollback::new(self, keys, owner_id, prior_count, lease);
+            let mut rollback = Rollback::new(self, keys, holder_id, prior_count, lease);
             let timeout = self.call_timeout(lease);
             let mut fan = FanOut::start(self.nodes.len(), timeout, |i| {
-                self.nodes[i].acquire(keys, owner_id, lease, count)
+                self.nodes[i].acquire(keys, holder_id, lease, count)
             });
             fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
                 .await;
@@ -955,7 +959,7 @@ impl Inner {
         }
         let next = count.saturating_add(1);
         match self
-            .attempt(&hold.keys, &hold.owner_id, hold.lease, next, count, 0)
+            .attempt(&hold.keys, &hold.holder_id, hold.lease, next, count, 0)
             .await
         {
             Ok(won) => {
@@ -987,14 +991,14 @@ impl Inner {
     pub(crate) async fn release_on_nodes(
         &self,
         keys: &Arc<Keys>,
-        owner_id: &Arc<str>,
+        holder_id: &Arc<str>,
         count: u32,
         lease: Duration,
         token: u64,
     ) -> ReleaseTally {
         let required = self.config.required;
         let mut fan = FanOut::start(self.nodes.len(), self.call_timeout(lease), |i| {
-            self.nodes[i].release(keys, owner_id, count, lease, token)
+            self.nodes[i].release(keys, holder_id, count, lease, token)
         });
         // Decided once a quorum released, or can no longer release.
         fan.until(|f| {
@@ -1080,7 +1084,7 @@ impl LateGrants {
 struct Rollback {
     inner: Arc<Inner>,
     keys: Arc<Keys>,
-    owner_id: Arc<str>,
+    holder_id: Arc<str>,
     restore: u32,
     lease: Duration,
     armed: bool,
@@ -1090,14 +1094,14 @@ impl Rollback {
     fn new(
         inner: &Arc<Inner>,
         keys: &Arc<Keys>,
-        owner_id: &Arc<str>,
+        holder_id: &Arc<str>,
         restore: u32,
         lease: Duration,
     ) -> Self {
         Self {
             inner: Arc::clone(inner),
             keys: Arc::clone(keys),
-            owner_id: Arc::clone(owner_id),
+            holder_id: Arc::clone(holder_id),
             restore,
             lease,
             armed: true,
@@ -1121,7 +1125,13 @@ impl Rollback {
             .map(|i| {
                 (
                     i,
-                    self.inner.nodes[i].release(&self.keys, &self.owner_id, self.restore, lease, 0),
+                    self.inner.nodes[i].release(
+                        &self.keys,
+                        &self.holder_id,
+                        self.restore,
+                        lease,
+                        0,
+                    ),
                 )
             })
             .collect()
@@ -1214,6 +1224,14 @@ impl LockGuard {
     #[must_use]
     pub fn owner(&self) -> &Owner {
         &self.hold.owner
+    }
+
+    /// The id this hold is written under in the lock hash (and shown by
+    /// [`LockManager::status`]): the owner's id plus a suffix unique to the
+    /// hold. Re-entries share it; a later hold of the same owner gets another.
+    #[must_use]
+    pub fn holder_id(&self) -> &str {
+        &self.hold.holder_id
     }
 
     /// The fencing token: larger than every token issued for this lock
@@ -1334,7 +1352,7 @@ impl LockGuard {
             if hold.is_live() && was_valid {
                 let t = hold
                     .inner
-                    .release_on_nodes(&hold.keys, &hold.owner_id, left, hold.lease, hold.token)
+                    .release_on_nodes(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
                     .await;
                 if !t.failures.is_empty() {
                     debug!(lock = %name, failed = t.failures.len(), "lowering the hold count failed on some nodes");
@@ -1356,7 +1374,7 @@ impl LockGuard {
                     .inner
                     .release_on_nodes(
                         &cleanup.keys,
-                        &cleanup.owner_id,
+                        &cleanup.holder_id,
                         0,
                         cleanup.lease,
                         cleanup.token,
@@ -1372,7 +1390,7 @@ impl LockGuard {
         hold.wait_renewal_done().await;
         let t = hold
             .inner
-            .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)
+            .release_on_nodes(&hold.keys, &hold.holder_id, 0, hold.lease, hold.token)
             .await;
         let required = hold.inner.config.required;
         if t.released >= required {
@@ -1501,7 +1519,7 @@ impl Drop for LockGuard {
             }
             let _ = hold
                 .inner
-                .release_on_nodes(&hold.keys, &hold.owner_id, left, hold.lease, hold.token)
+                .release_on_nodes(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
                 .await;
         });
     }

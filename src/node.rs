@@ -442,31 +442,51 @@ impl RedisNode {
     }
 }
 
+/// Whether a script call may be sent again after the connection broke.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Never: acquire (it could land behind its own release or rollback)
+    /// and force-release (it could delete a lock taken meanwhile).
+    Never,
+    /// Once, on the new connection: release and raise-fence only ever lower
+    /// or delete what this hold owns, or raise a counter, so a late copy is
+    /// harmless; without the second try, the first release to a node that
+    /// restarted would fail on the dead connection and leave the key behind.
+    AfterBrokenConnection,
+}
+
 impl ScriptCall {
     async fn run<T: redis::FromRedisValue>(
         mut self,
         script: &scripts::Lua,
         keys: &[&str],
-        args: impl FnOnce(&mut redis::Cmd),
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, NodeError> {
-        let loaded = &self.loaded[script.id];
-        let send_body = !loaded.load(Ordering::Acquire);
-        let mut cmd = script.call(send_body, keys);
-        args(&mut cmd);
-        match cmd.query_async(&mut self.conn).await {
-            Ok(v) => {
-                loaded.store(true, Ordering::Release);
-                Ok(v)
-            }
-            Err(e) => {
-                let no_script =
-                    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-                if no_script || broken(&e) {
-                    for l in self.loaded.iter() {
-                        l.store(false, Ordering::Release);
+        let mut tries = if resend == Resend::Never { 1 } else { 2 };
+        loop {
+            tries -= 1;
+            let loaded = &self.loaded[script.id];
+            let send_body = !loaded.load(Ordering::Acquire);
+            let mut cmd = script.call(send_body, keys);
+            args(&mut cmd);
+            match cmd.query_async(&mut self.conn).await {
+                Ok(v) => {
+                    loaded.store(true, Ordering::Release);
+                    return Ok(v);
+                }
+                Err(e) => {
+                    let no_script =
+                        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+                    if no_script || broken(&e) {
+                        for l in self.loaded.iter() {
+                            l.store(false, Ordering::Release);
+                        }
+                    }
+                    if !(broken(&e) && tries > 0) {
+                        return Err(map_err(&e));
                     }
                 }
-                Err(map_err(&e))
             }
         }
     }
@@ -493,9 +513,14 @@ impl NodeOps for RedisNode {
         let owner = Arc::clone(owner);
         Box::pin(async move {
             let reply: Vec<Value> = call?
-                .run(&scripts::ACQUIRE, &[&keys.lock, &keys.fence], |c| {
-                    c.arg(&*owner).arg(ms(lease)).arg(count);
-                })
+                .run(
+                    &scripts::ACQUIRE,
+                    &[&keys.lock, &keys.fence],
+                    Resend::Never,
+                    |c| {
+                        c.arg(&*owner).arg(ms(lease)).arg(count);
+                    },
+                )
                 .await?;
             let code = reply.first().and_then(int);
             let value = reply.get(1).and_then(int);
@@ -527,6 +552,7 @@ impl NodeOps for RedisNode {
                 .run(
                     &scripts::RELEASE,
                     &[&keys.lock, &keys.channel, &keys.fence],
+                    Resend::AfterBrokenConnection,
                     |c| {
                         c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
                     },
@@ -595,9 +621,14 @@ impl NodeOps for RedisNode {
         let keys = Arc::clone(keys);
         Box::pin(async move {
             let _: i64 = call?
-                .run(&scripts::RAISE_FENCE, &[&keys.fence], |c| {
-                    c.arg(token);
-                })
+                .run(
+                    &scripts::RAISE_FENCE,
+                    &[&keys.fence],
+                    Resend::AfterBrokenConnection,
+                    |c| {
+                        c.arg(token);
+                    },
+                )
                 .await?;
             Ok(())
         })
@@ -611,6 +642,7 @@ impl NodeOps for RedisNode {
                 .run(
                     &scripts::FORCE_RELEASE,
                     &[&keys.lock, &keys.channel],
+                    Resend::Never,
                     |_| {},
                 )
                 .await?;

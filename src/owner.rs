@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 static NEXT_EXPLICIT: AtomicU64 = AtomicU64::new(1);
+static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
 
 /// An explicit lock owner that several tasks can share.
 ///
@@ -35,7 +36,9 @@ impl Owner {
         Self { id: id.into() }
     }
 
-    /// The id written into the lock hash: `client-uuid:owner`.
+    /// The owner's id, `client-uuid:owner`. Each hold of the owner is written
+    /// into the lock hash under this id plus a suffix unique to the hold (see
+    /// [`crate::LockGuard::holder_id`]).
     #[must_use]
     pub fn id(&self) -> &str {
         &self.id
@@ -43,6 +46,12 @@ impl Owner {
 
     pub(crate) fn shared_id(&self) -> Arc<str> {
         Arc::clone(&self.id)
+    }
+
+    /// The id of a new hold of this owner: `owner-id:hold-N`.
+    pub(crate) fn holder_id(&self) -> Arc<str> {
+        let n = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
+        format!("{}:hold-{n}", self.id).into()
     }
 }
 

@@ -117,14 +117,23 @@ impl Watchdog {
     /// The holds due for renewal, each marked as renewing. Holds that were
     /// released, lost or dropped leave the registry here; holds past their
     /// `max_hold` stop here.
-    fn due(&self, now: Instant) -> Vec<Arc<Hold>> {
+    /// Holds whose validity already ran out are returned apart: they are
+    /// lost, never renewed (a renewal would repair keys that may since have
+    /// been taken and released by someone else).
+    fn due(&self, now: Instant) -> (Vec<Arc<Hold>>, Vec<Arc<Hold>>) {
         let mut due = Vec::new();
+        let mut lapsed = Vec::new();
         lock(&self.holds).retain(|weak| {
             let Some(hold) = weak.upgrade() else {
                 return false;
             };
             let mut s = lock(&hold.state);
             if hold.phase() != HoldState::Held {
+                return false;
+            }
+            if s.valid_until <= now {
+                drop(s);
+                lapsed.push(hold);
                 return false;
             }
             if let Some(max) = hold.max_hold {
@@ -142,7 +151,7 @@ impl Watchdog {
             due.push(hold);
             true
         });
-        due
+        (due, lapsed)
     }
 }
 
@@ -175,11 +184,35 @@ async fn run(manager: Weak<Inner>, interval: Duration) {
     }
 }
 
+/// Marks `hold` lost (once), counts it, and releases it in the background
+/// wherever it is still ours.
+fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
+    if !hold.transition(HoldState::Lost) {
+        return;
+    }
+    add(&inner.watchdog.counters.losses, 1);
+    warn!(lock = %hold.keys.name, why, "lock lost");
+    let hold = Arc::clone(hold);
+    inner.background.spawn(async move {
+        let _ = hold
+            .inner
+            .release_on_nodes(&hold.keys, &hold.holder_id, 0, hold.lease, hold.token)
+            .await;
+    });
+}
+
 /// One renewal round: one pipeline per node, all nodes in parallel.
 pub(crate) async fn tick(inner: &Arc<Inner>) {
     let wd = &inner.watchdog;
     let start = Instant::now();
-    let due = wd.due(start);
+    let (due, lapsed) = wd.due(start);
+    for hold in &lapsed {
+        lose(
+            inner,
+            hold,
+            "its validity ran out before it could be renewed",
+        );
+    }
     if due.is_empty() {
         return;
     }
@@ -187,7 +220,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         due.iter()
             .map(|h| RenewItem {
                 keys: Arc::clone(&h.keys),
-                owner: Arc::clone(&h.owner_id),
+                owner: Arc::clone(&h.holder_id),
                 count: lock(&h.state).count,
                 token: h.token,
                 lease: h.lease,
@@ -249,34 +282,25 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
                 None => {}
             }
         }
+        // Lost when the old validity ran out before this tick completed (the
+        // keys may have expired and been taken meanwhile: a renewal cannot
+        // give that time back), when a quorum is out of reach (others hold
+        // too many nodes), or when this tick failed and the old validity ends
+        // before the next tick could help.
+        let lapsed = s.valid_until <= now;
         let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
-        let renewed = confirmed >= required && validity.is_some();
+        let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {
             s.valid_until = s.valid_until.max(until);
         }
-        // Lost when a quorum is out of reach (others hold too many nodes),
-        // or when this tick failed and the old validity ends before the next
-        // tick could help.
         let unreachable = n - conflicted < required;
         let out_of_time = !renewed && s.valid_until <= now + wd.interval;
         s.renewing = false;
-        let lost = (unreachable || out_of_time) && hold.phase() == HoldState::Held;
-        if lost && hold.transition(HoldState::Lost) {
-            drop(s);
-            add(&wd.counters.losses, 1);
-            warn!(lock = %hold.keys.name, confirmed, conflicted, required, "lock lost: renewal could not show a quorum in time");
-            let hold = Arc::clone(hold);
-            inner.background.spawn(async move {
-                let _ = hold
-                    .inner
-                    .release_on_nodes(&hold.keys, &hold.owner_id, 0, hold.lease, hold.token)
-                    .await;
-            });
-        } else {
-            drop(s);
-            if !renewed {
-                debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
-            }
+        drop(s);
+        if lapsed || unreachable || out_of_time {
+            lose(inner, hold, "renewal could not show a quorum in time");
+        } else if !renewed {
+            debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
         }
         hold.renew_done.notify_waiters();
     }

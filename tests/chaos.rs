@@ -4,6 +4,17 @@
 //! (`tests/support/history.rs`) that is checked for overlapping holders and
 //! fencing-token inversions.
 //!
+//! | scenario | profile | fault | expected |
+//! | --- | --- | --- | --- |
+//! | `s1` | fast | kill 1 of 5 during a hold of 3 leases | kept, renewed, rival refused, repaired after |
+//! | `s2` | safe | kill 3 of 5 during a hold | `lost()` within the lease; unavailable until they return |
+//! | `s3` | fast | pause 1 node past the node timeout | bounded latency; majority works, `All` fails cleanly |
+//! | `s4` | fast | partition 2 nodes | locking goes on; the watchdog repairs them when healed |
+//! | `s5` | fast | restart 1 node empty at once | (a) the checker sees two holders; (b) a watchdog repair first refuses the rival; (c) a rival first: the holder loses it within one renewal |
+//! | `s6` | safe | kill + start (AOF) one of the holder's nodes, 20 rounds | never two holders |
+//! | `s6b` | fast | delayed empty restart | never two holders, but a fencing token repeats |
+//! | `s7` | safe | seeded random kills, pauses, partitions, restarts; 8 clients | clean history |
+//!
 //! Every scenario takes [`exclusive`]: the binary's own serial lock (so that
 //! scenarios on the two profiles do not disturb each other's timings on a
 //! small machine) and then `Cluster::exclusive`, which brings every node back
@@ -15,8 +26,13 @@
 //! - `QUORUMLOCK_CHAOS_SEED`: the seed of the fault schedule (random if
 //!   unset; always printed, so a failure can be replayed);
 //! - `QUORUMLOCK_CHAOS_SECS`: how long faults are injected (default 60);
-//! - `QUORUMLOCK_CHAOS_MAX_FAULTS`: nodes faulted at once (default 2, a
-//!   minority of 5; 3 or more lets a majority fail, which must still be safe).
+//! - `QUORUMLOCK_CHAOS_MAX_FAULTS`: nodes faulted at once (default 3: a
+//!   majority may fail, so holds are lost and acquisitions refused, which
+//!   must still be safe; 2 keeps every fault within a minority);
+//! - `QUORUMLOCK_CHAOS_EAGER=1`: a client asks again at once after a lost or
+//!   expired hold instead of first waiting for its clean-up
+//!   (`LockManager::flush`), which exposes a library bug (see the `bug_`
+//!   tests at the end).
 //!
 //! There is no Docker engine? The harness panics with a clear message: the
 //! suite never skips silently.
@@ -152,10 +168,31 @@ where
 fn enter(history: &Arc<History>, client: &str, guard: &LockGuard) -> Hold {
     history.enter(
         client,
-        guard.owner().id(),
+        guard.holder_id(),
         guard.fencing_token(),
         guard.valid_until(),
     )
+}
+
+/// Runs `fut` while the holder of `guard` keeps working: it reads its
+/// validity every 50 ms (a holder that stopped looking would see a stale
+/// validity lapse). Panics if the validity lapses or the lock is lost.
+async fn while_holding<F: std::future::Future>(
+    hold: &mut Hold,
+    guard: &LockGuard,
+    fut: F,
+) -> F::Output {
+    tokio::pin!(fut);
+    loop {
+        assert!(
+            hold.observe(guard.valid_until()) && !guard.is_lost(),
+            "the hold should stay valid: {guard:?}"
+        );
+        tokio::select! {
+            out = &mut fut => return out,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
 }
 
 /// Counters of one contending client.
@@ -169,6 +206,12 @@ struct ClientStats {
     unavailable: u64,
     exhausted: u64,
     release_errors: u64,
+    /// Of which: the lock had been lost / had expired / was held by another
+    /// owner / too many nodes failed to confirm.
+    release_lost: u64,
+    release_expired: u64,
+    release_not_held: u64,
+    release_unavailable: u64,
 }
 
 impl ClientStats {
@@ -181,6 +224,10 @@ impl ClientStats {
         self.unavailable += o.unavailable;
         self.exhausted += o.exhausted;
         self.release_errors += o.release_errors;
+        self.release_lost += o.release_lost;
+        self.release_expired += o.release_expired;
+        self.release_not_held += o.release_not_held;
+        self.release_unavailable += o.release_unavailable;
     }
 }
 
@@ -238,14 +285,37 @@ async fn critical_section(
             () = tokio::time::sleep((done - now).min(Duration::from_millis(10))) => {}
         }
     }
+    let ended_early = !hold.believes();
     hold.exit(guard.valid_until());
-    if let Err(e) = guard.release().await {
+    let released = guard.release().await;
+    if (ended_early || released.is_err()) && !eager() {
+        // Let the clean-up of a lost or expired hold finish before this owner
+        // asks again: works around the library bug shown by
+        // `bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token`.
+        manager.flush().await;
+    }
+    if let Err(e) = released {
         stats.release_errors += 1;
-        if !(e.is_lost() || e.is_not_held() || e.is_unavailable()) {
+        if e.is_lost() {
+            stats.release_lost += 1;
+        } else if e.is_expired() {
+            stats.release_expired += 1;
+        } else if e.is_not_held() {
+            stats.release_not_held += 1;
+        } else if e.is_unavailable() {
+            stats.release_unavailable += 1;
+        } else {
             panic!("{client}: unexpected release error: {e}");
         }
     }
     true
+}
+
+/// `QUORUMLOCK_CHAOS_EAGER=1`: clients ask again at once after a lost or
+/// expired hold, without waiting for its clean-up (exposes the library bug
+/// of `bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token`).
+fn eager() -> bool {
+    std::env::var("QUORUMLOCK_CHAOS_EAGER").is_ok_and(|v| v == "1")
 }
 
 /// Sums watchdog counters.
@@ -304,8 +374,8 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test]
 async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
     const LEASE: Duration = Duration::from_millis(1500);
     let holder = build(builder(&cluster).lease(LEASE)).await;
     let rival = build(builder(&cluster).lease(LEASE)).await;
@@ -317,7 +387,7 @@ async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
     let victim = guard.granted_nodes()[0];
     let before = holder.watchdog_stats();
     history.note("fault", format!("kill node {victim}"));
-    cluster.kill(victim).await;
+    while_holding(&mut hold, &guard, cluster.kill(victim)).await;
 
     // Hold for three leases while a rival keeps trying.
     let until = Instant::now() + LEASE * 3;
@@ -359,8 +429,13 @@ async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
 
     // The node comes back empty; the watchdog re-creates the key there.
     history.note("fault", format!("start node {victim} (empty)"));
-    cluster.start(victim).await;
-    let repaired = eventually(Duration::from_secs(5), || has_key(&cluster, victim, &name)).await;
+    while_holding(&mut hold, &guard, cluster.start(victim)).await;
+    let repaired = while_holding(
+        &mut hold,
+        &guard,
+        eventually(Duration::from_secs(5), || has_key(&cluster, victim, &name)),
+    )
+    .await;
     assert!(repaired, "the watchdog did not repair node {victim}");
     let after = holder.watchdog_stats();
     assert!(after.repairs > during.repairs, "{after:?}");
@@ -388,9 +463,9 @@ async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
 
 #[tokio::test]
 async fn s2_kill_three_of_five_fires_lost_and_acquisitions_fail_until_they_return() {
-    let t0 = Instant::now();
     // Safe: the killed nodes come back with their data, fence counters included.
     let (_serial, cluster) = exclusive(Profile::Safe).await;
+    let t0 = Instant::now();
     const LEASE: Duration = Duration::from_millis(1500);
     let holder = build(builder(&cluster).lease(LEASE)).await;
     let other = build(builder(&cluster).lease(LEASE)).await;
@@ -500,8 +575,8 @@ async fn s2_kill_three_of_five_fires_lost_and_acquisitions_fail_until_they_retur
 
 #[tokio::test]
 async fn s3_a_paused_node_bounds_latency_majority_succeeds_all_fails_cleanly() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
     const TIMEOUT: Duration = Duration::from_millis(100);
     const SLACK: Duration = Duration::from_millis(500);
     // A long fixed lease: keys left behind could not have expired meanwhile.
@@ -514,7 +589,7 @@ async fn s3_a_paused_node_bounds_latency_majority_succeeds_all_fails_cleanly() {
     // Warm up: connections made, scripts loaded.
     for m in [&majority, &all] {
         let g = m
-            .request(&name)
+            .request(unique("chaos-pause-warm-up"))
             .lease(LEASE)
             .wait(Duration::ZERO)
             .acquire()
@@ -621,8 +696,8 @@ async fn s3_a_paused_node_bounds_latency_majority_succeeds_all_fails_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
     const LEASE: Duration = Duration::from_secs(1);
     let holder = build(builder(&cluster).lease(LEASE)).await;
     let history = History::new();
@@ -640,14 +715,18 @@ async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
     })
     .await;
     assert!(everywhere, "late grants should reach every node");
+    // Managers connect to every node when built: build them first.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(build(builder(&cluster).lease(LEASE)).await);
+    }
     history.note("fault", "partition nodes 3, 4");
     tokio::join!(cluster.partition(3), cluster.partition(4));
     let cut = Instant::now();
 
     // Three contending clients, six cycles each, all must get through.
     let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..3 {
-        let m = build(builder(&cluster).lease(LEASE)).await;
+    for (c, m) in clients.into_iter().enumerate() {
         let (name, history) = (name.clone(), Arc::clone(&history));
         tasks.spawn(async move {
             let client = format!("client-{c}");
@@ -707,8 +786,10 @@ async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
     verdict.assert_clean("4 partition 2");
     assert_eq!(verdict.acquisitions, 18, "{stats:?}");
     eprintln!(
-        "scenario 4: 18 lock/release cycles by 3 clients with nodes 3, 4 cut off ({stats:?}); \
-         nodes repaired {repaired_after:.1?} after healing (repairs {} -> {}); took {:.1?}",
+        "scenario 4: {} lock/release cycles by 3 clients ({} attempts) with nodes 3, 4 cut \
+         off; nodes repaired {repaired_after:.1?} after healing (repairs {} -> {}); took {:.1?}",
+        stats.acquisitions,
+        stats.attempts,
         before.repairs,
         after.repairs,
         t0.elapsed()
@@ -735,8 +816,8 @@ async fn unblock_3_4(cluster: &Cluster, name: &str) {
 
 #[tokio::test]
 async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_sees_it() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
 
     // (a) Unsafe: fixed leases, no watchdog, no persistence, no delay.
     let history = History::new();
@@ -794,8 +875,13 @@ async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_see
     let mut hold_a = enter(&history, "A", &ga);
     let repairs = a.watchdog_stats().repairs;
     history.note("fault", "restart node 2 empty");
-    cluster.restart_empty(2).await;
-    let repaired = eventually(Duration::from_secs(5), || has_key(&cluster, 2, &name)).await;
+    while_holding(&mut hold_a, &ga, cluster.restart_empty(2)).await;
+    let repaired = while_holding(
+        &mut hold_a,
+        &ga,
+        eventually(Duration::from_secs(5), || has_key(&cluster, 2, &name)),
+    )
+    .await;
     assert!(repaired, "A's watchdog should re-create its key on node 2");
     assert!(a.watchdog_stats().repairs > repairs);
     unblock_3_4(&cluster, &name).await;
@@ -886,8 +972,8 @@ async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_see
 
 #[tokio::test]
 async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Safe).await;
+    let t0 = Instant::now();
     const ROUNDS: usize = 20;
     let history = History::new();
     let name = unique("chaos-safe");
@@ -898,6 +984,7 @@ async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
     ];
     let mut stats = ClientStats::default();
     let mut refused = 0;
+    let mut release_misses = 0;
     for round in 0..ROUNDS {
         // A holds exactly three nodes; the victim is one of them.
         let mine = [round % NODES, (round + 1) % NODES, (round + 2) % NODES];
@@ -952,9 +1039,18 @@ async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
         }
         assert!(hold_a.observe(ga.valid_until()), "round {round}");
         hold_a.exit(ga.valid_until());
-        ga.release()
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: A's release: {e}"));
+        // The first call on a connection broken by the restart fails (it is
+        // not re-sent), so the release may miss the victim: it is then
+        // reported unavailable and the key there expires with its lease.
+        match ga.release().await {
+            Ok(()) => {}
+            Err(Error::Unavailable { failures, .. })
+                if failures.iter().all(|f| f.node == victim) =>
+            {
+                release_misses += 1;
+            }
+            Err(e) => panic!("round {round}: A's release: {e}"),
+        }
         // Then they contend normally.
         let (s0, s1) = tokio::join!(
             async {
@@ -997,7 +1093,7 @@ async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
     eprintln!(
         "scenario 6: {ROUNDS} rounds of hold + kill/start of one of the holder's nodes + \
          contention: {refused} contender attempts refused while held, {} acquisitions after; \
-         took {:.1?}",
+         A's release missed the restarted node {release_misses} times; took {:.1?}",
         stats.acquisitions,
         t0.elapsed()
     );
@@ -1008,8 +1104,8 @@ async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
 /// but the node forgot its fence counter: fencing tokens can repeat.
 #[tokio::test]
 async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
-    let t0 = Instant::now();
     let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
     const LEASE: Duration = Duration::from_secs(1);
     let history = History::new();
     let name = unique("chaos-delayed");
@@ -1020,6 +1116,7 @@ async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
         .await
         .expect("A gets 0, 1, 2");
     assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let token_a = ga.fencing_token();
     let mut hold_a = enter(&history, "A", &ga);
     history.note("fault", "node 2 down, back empty after lease + 500 ms");
     let pending = cluster
@@ -1047,6 +1144,7 @@ async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
     assert_eq!(gb.granted_nodes(), vec![2, 3, 4]);
     let hold_b = enter(&history, "B", &gb);
     hold_b.exit(gb.valid_until());
+    let token_b = gb.fencing_token();
     gb.release().await.expect("B releases");
     tokio::join!(cluster.heal(0), cluster.heal(1));
     let verdict = history.check().print("6b delayed restart");
@@ -1055,7 +1153,10 @@ async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
         verdict.inversions >= 1,
         "expected B's token to repeat A's (no node of B's quorum remembers A's fence):\n{verdict}"
     );
-    eprintln!("scenario 6b: took {:.1?}", t0.elapsed());
+    eprintln!(
+        "scenario 6b: no overlap; tokens A {token_a}, B {token_b}; took {:.1?}",
+        t0.elapsed()
+    );
     cluster.restore().await;
 }
 
@@ -1069,18 +1170,24 @@ enum Fault {
     Partition,
 }
 
+/// Eight clients, each with its own manager, contend for one lock (watchdog
+/// locks, lease 1 s; mostly brief holds, a few over several leases) while a
+/// seeded schedule kills and starts, pauses and unpauses, partitions and
+/// heals, and restarts (kill + start: the AOF keeps the data) nodes. On
+/// `lost()` or a lapsed validity a client stops believing at once. The
+/// history must be clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
-    let t0 = Instant::now();
     let seed = env_u64("QUORUMLOCK_CHAOS_SEED").unwrap_or_else(rand::random);
     let secs = env_u64("QUORUMLOCK_CHAOS_SECS").unwrap_or(60);
-    let max_faults = env_u64("QUORUMLOCK_CHAOS_MAX_FAULTS").map_or(2, |n| n as usize);
+    let max_faults = env_u64("QUORUMLOCK_CHAOS_MAX_FAULTS").map_or(3, |n| n as usize);
     assert!((1..=NODES).contains(&max_faults));
     eprintln!(
         "chaos: seed {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed}), {secs} s of faults, \
          at most {max_faults} node(s) faulted at once"
     );
     let (_serial, cluster) = exclusive(Profile::Safe).await;
+    let t0 = Instant::now();
     const CLIENTS: usize = 8;
     const LEASE: Duration = Duration::from_secs(1);
     let history = History::new();
@@ -1102,7 +1209,13 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
             let mut stats = ClientStats::default();
             while Instant::now() < clients_end {
                 let wait = rng.millis(200, 1_000);
-                let work = rng.millis(5, 80);
+                // Mostly brief holds; one in twenty spans a few leases, so that
+                // faults hit holds that need renewing.
+                let work = if rng.chance(0.05) {
+                    rng.millis(1_000, 2_500)
+                } else {
+                    rng.millis(5, 80)
+                };
                 critical_section(&m, &name, &client, &history, wait, work, &mut stats).await;
                 tokio::time::sleep(rng.millis(0, 20)).await;
             }
@@ -1178,7 +1291,8 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
     eprintln!(
         "chaos: seed {seed}; {total_faults} faults injected {injected:?} (at most {max_at_once} \
          at once); clients: {} attempts, {} acquisitions, {} losses, {} lapses, {} contended, \
-         {} unavailable, {} validity exhausted, {} release errors; watchdog: {} ticks, {} \
+         {} unavailable, {} validity exhausted, {} release errors ({} lost, {} expired, \
+         {} not held, {} unavailable); watchdog: {} ticks, {} \
          extended, {} repairs, {} conflicts, {} node errors, {} losses; restored at {restored:.1?}, \
          took {:.1?}",
         stats.attempts,
@@ -1189,6 +1303,10 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
         stats.unavailable,
         stats.exhausted,
         stats.release_errors,
+        stats.release_lost,
+        stats.release_expired,
+        stats.release_not_held,
+        stats.release_unavailable,
         wd.ticks,
         wd.extended,
         wd.repairs,
@@ -1204,4 +1322,172 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
     );
     assert!(total_faults >= secs as usize / 6, "{injected:?}");
     drop(managers);
+}
+
+// ---------------------------------------------------------------------------
+// Library bugs found by this suite: each test asserts the correct behaviour
+// and is ignored until the bug is fixed. Run them with
+// `cargo test --test chaos -- --ignored`.
+
+/// Re-acquiring as the same owner right after the release of an expired hold
+/// re-enters that hold's stale keys (the same fencing token), and the expired
+/// hold's background clean-up then deletes the new hold's keys, so a third
+/// client gets the lock while the new hold is still valid.
+#[tokio::test]
+#[ignore = "library bug: same-owner re-acquisition after an expired release reuses the token and is deleted by the clean-up"]
+async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const LEASE: Duration = Duration::from_secs(2);
+    let history = History::new();
+    let name = unique("chaos-reacquire");
+    // A large drift allowance: the local validity (about 1.1 s) ends well
+    // before the keys expire on the nodes (2 s), as after a slow renewal.
+    let m = build(builder(&cluster).drift_factor(0.45)).await;
+    let rival = build(builder(&cluster)).await;
+    let owner = m.new_owner();
+    let g1 = m
+        .request(&name)
+        .owner(&owner)
+        .lease(LEASE)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("first hold");
+    let h1 = enter(&history, "A", &g1);
+    tokio::time::sleep_until(
+        tokio::time::Instant::from_std(g1.valid_until()) + Duration::from_millis(20),
+    )
+    .await;
+    h1.exit(g1.valid_until());
+    let err = g1.release().await.expect_err("the hold had expired");
+    assert!(err.is_expired(), "{err}");
+    // At once, the same owner takes the lock again.
+    let g2 = m
+        .request(&name)
+        .owner(&owner)
+        .lease(LEASE)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("second hold");
+    let mut h2 = enter(&history, "A", &g2);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut with_key = 0;
+    for n in 0..NODES {
+        with_key += usize::from(has_key(&cluster, n, &name).await);
+    }
+    if let Ok(g) = rival.try_lock(&name, Duration::ZERO).await {
+        let h = enter(&history, "rival", &g);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        h.exit(g.valid_until());
+        let _ = g.release().await;
+    }
+    assert!(h2.observe(g2.valid_until()), "the second hold is valid");
+    h2.exit(g2.valid_until());
+    let _ = g2.release().await;
+    eprintln!(
+        "re-acquisition: nodes holding the second hold's key 100 ms after it was granted: \
+         {with_key} of {NODES}"
+    );
+    history
+        .check()
+        .assert_clean("bug: same owner re-acquires after an expired release");
+}
+
+/// A hold whose validity ended while its process was stalled (a GC pause,
+/// SIGSTOP, a swapped-out VM), and which another client took and released
+/// meanwhile, is renewed ("repaired") by the watchdog when the process
+/// resumes: `is_held()` turns true again and `lost()` never fires.
+#[tokio::test]
+#[ignore = "library bug: the watchdog renews a hold whose validity had ended instead of declaring it lost"]
+async fn bug_a_hold_that_lapsed_during_a_process_stall_is_lost_not_renewed() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    const LEASE: Duration = Duration::from_secs(1);
+    let name = unique("chaos-stall");
+    let a = build(builder(&cluster).lease(LEASE)).await;
+    let ga = a.lock(&name).await.expect("A");
+    let token_a = ga.fencing_token();
+    let (urls, b_name) = (cluster.urls(), name.clone());
+    let b_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("B's runtime");
+        rt.block_on(async move {
+            let b = LockManager::builder()
+                .nodes(urls)
+                .node_timeout(Duration::from_millis(200))
+                .build()
+                .await
+                .expect("B's manager");
+            let g = b
+                .try_lock(&b_name, Duration::from_secs(3))
+                .await
+                .expect("B gets the lock once A's keys expired");
+            let token = g.fencing_token();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            g.release().await.expect("B releases");
+            token
+        })
+    });
+    // A's process stalls for two and a half leases: nothing of it runs.
+    std::thread::sleep(LEASE * 5 / 2);
+    let token_b = b_thread.join().expect("B's thread");
+    assert!(token_b > token_a, "B held the lock in between");
+    let held_after_stall = ga.is_held();
+    // A's runtime runs again: the watchdog ticks.
+    tokio::time::sleep(LEASE / 2).await;
+    let stats = a.watchdog_stats();
+    eprintln!(
+        "stall: A token {token_a}, B token {token_b}; right after the stall is_held={held_after_stall}; \
+         after a tick: state {:?}, is_held {}, is_lost {}, watchdog {stats:?}",
+        ga.state(),
+        ga.is_held(),
+        ga.is_lost()
+    );
+    assert!(!held_after_stall);
+    assert!(
+        ga.is_lost() && !ga.is_held(),
+        "B held the lock while A was stalled; A's hold must be lost, not renewed: state {:?}",
+        ga.state()
+    );
+}
+
+/// After a node restarts, the first call of each manager to it fails with a
+/// broken pipe (one-shot scripts are not re-sent on a fresh connection), so
+/// a release right after the restart misses that node: with `Quorum::All`
+/// the lock then stays taken there until its lease runs out.
+#[tokio::test]
+#[ignore = "library bug: the first call to a restarted node fails, so a release leaves the key behind"]
+async fn bug_a_release_right_after_a_node_restart_reaches_that_node() {
+    let (_serial, cluster) = exclusive(Profile::Safe).await;
+    let name = unique("chaos-first-call");
+    let a = build(builder(&cluster).quorum(Quorum::All)).await;
+    let b = build(builder(&cluster).quorum(Quorum::All)).await;
+    let ga = a
+        .lock_with_lease(&name, Duration::from_secs(30))
+        .await
+        .expect("A holds all five");
+    cluster.kill(0).await;
+    cluster.start(0).await;
+    assert!(has_key(&cluster, 0, &name).await, "the AOF kept A's key");
+    let released = ga.release().await;
+    let left_on_0 = has_key(&cluster, 0, &name).await;
+    let first = b.try_lock(&name, Duration::ZERO).await;
+    let next = b.try_lock(&name, Duration::ZERO).await;
+    eprintln!(
+        "first call after a restart: A's release -> {released:?}; key left on node 0: \
+         {left_on_0}; B's first acquisition -> {:?}; B's second -> {:?}",
+        first.as_ref().map(LockGuard::fencing_token),
+        next.as_ref().map(LockGuard::fencing_token)
+    );
+    if let Ok(g) = first {
+        let _ = g.release().await;
+    }
+    assert!(released.is_ok(), "all five nodes are up");
+    assert!(!left_on_0, "the release should reach the restarted node");
+    next.expect("the lock is free once A released it")
+        .release()
+        .await
+        .expect("B releases");
 }

@@ -261,7 +261,7 @@ async fn status_shows_every_node() {
     let name = unique("cli-status");
     let outer = m.lock(&name).await.expect("lock");
     let inner = m.lock(&name).await.expect("re-enter");
-    let owner = outer.owner().id().to_owned();
+    let owner = outer.holder_id().to_owned();
     let token = outer.fencing_token();
     let settled = support::eventually(Duration::from_secs(2), || async {
         let s = m.status(&name).await.expect("status");

@@ -34,7 +34,7 @@ async fn lock_and_release_touch_every_node() {
         .await,
         "late grants should reach all 5 nodes"
     );
-    let owner = g.owner().id().to_owned();
+    let owner = g.holder_id().to_owned();
     for i in 0..5 {
         assert_eq!(hash_on(i, &name).await, vec![(owner.clone(), 1)]);
     }
@@ -256,10 +256,10 @@ async fn status_and_force_unlock_report_reality() {
     .await;
     let st = m.status(&name).await.expect("status");
     assert_eq!(st.nodes.len(), 5);
-    assert_eq!(st.holder(), Some(g.owner().id()));
+    assert_eq!(st.holder(), Some(g.holder_id()));
     for n in &st.nodes {
         let s = n.state.as_ref().expect("reachable");
-        assert_eq!(s.holder.as_deref(), Some(g.owner().id()));
+        assert_eq!(s.holder.as_deref(), Some(g.holder_id()));
         assert_eq!(s.hold_count, 2);
         assert!(s.pttl.is_some_and(|p| p > Duration::from_secs(25)));
         assert_eq!(s.fence, g.fencing_token());

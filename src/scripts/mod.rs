@@ -3,10 +3,12 @@
 //! Each script is documented in its own `.lua` file; the comments are
 //! stripped before sending.
 //!
-//! Acquire, release, force-release and raise-fence are never re-sent. A
-//! call re-sent after an error goes behind whatever was queued on the
-//! connection meanwhile, and an acquire re-sent behind its own release would
-//! grant a lock nobody holds. So they go out as `EVALSHA` only while the node
+//! Acquire and force-release are never re-sent. A call re-sent after an
+//! error goes behind whatever was queued on the connection meanwhile, and an
+//! acquire re-sent behind its own release would grant a lock nobody holds.
+//! (Release and raise-fence may be: they only lower or delete what their
+//! hold owns, or raise a counter, so they are sent once more after a broken
+//! connection.) So scripts go out as `EVALSHA` only while the node
 //! is known to have the script: for each node and script, calls start as
 //! `EVAL` (the script travels with the call and the node caches it), switch
 //! to `EVALSHA` once an `EVAL` succeeded, and go back to `EVAL` for every

@@ -578,10 +578,15 @@ fn ms(d: Duration) -> String {
     format!("+{:.3}s", d.as_secs_f64())
 }
 
-/// The last 8 characters of an owner id.
-fn short(owner: &str) -> &str {
-    let cut = owner.char_indices().rev().nth(7).map_or(0, |(i, _)| i);
-    &owner[cut..]
+/// An owner id (`<32 hex client id>:<task or owner>`) shortened to the
+/// first 6 digits of the client id and the rest.
+fn short(owner: &str) -> String {
+    match owner.split_once(':') {
+        Some((client, rest)) if client.len() > 6 && client.is_ascii() => {
+            format!("{}..:{rest}", &client[..6])
+        }
+        _ => owner.to_owned(),
+    }
 }
 
 #[cfg(test)]
