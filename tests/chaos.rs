@@ -29,10 +29,6 @@
 //! - `QUORUMLOCK_CHAOS_MAX_FAULTS`: nodes faulted at once (default 3: a
 //!   majority may fail, so holds are lost and acquisitions refused, which
 //!   must still be safe; 2 keeps every fault within a minority);
-//! - `QUORUMLOCK_CHAOS_EAGER=1`: a client asks again at once after a lost or
-//!   expired hold instead of first waiting for its clean-up
-//!   (`LockManager::flush`), which exposes a library bug (see the `bug_`
-//!   tests at the end).
 //!
 //! There is no Docker engine? The harness panics with a clear message: the
 //! suite never skips silently.
@@ -285,15 +281,8 @@ async fn critical_section(
             () = tokio::time::sleep((done - now).min(Duration::from_millis(10))) => {}
         }
     }
-    let ended_early = !hold.believes();
     hold.exit(guard.valid_until());
     let released = guard.release().await;
-    if (ended_early || released.is_err()) && !eager() {
-        // Let the clean-up of a lost or expired hold finish before this owner
-        // asks again: works around the library bug shown by
-        // `bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token`.
-        manager.flush().await;
-    }
     if let Err(e) = released {
         stats.release_errors += 1;
         if e.is_lost() {
@@ -309,13 +298,6 @@ async fn critical_section(
         }
     }
     true
-}
-
-/// `QUORUMLOCK_CHAOS_EAGER=1`: clients ask again at once after a lost or
-/// expired hold, without waiting for its clean-up (exposes the library bug
-/// of `bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token`).
-fn eager() -> bool {
-    std::env::var("QUORUMLOCK_CHAOS_EAGER").is_ok_and(|v| v == "1")
 }
 
 /// Sums watchdog counters.
@@ -1325,17 +1307,15 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
 }
 
 // ---------------------------------------------------------------------------
-// Library bugs found by this suite: each test asserts the correct behaviour
-// and is ignored until the bug is fixed. Run them with
-// `cargo test --test chaos -- --ignored`.
+// Regressions: library bugs this suite found, each pinned by the test that
+// first showed it.
 
 /// Re-acquiring as the same owner right after the release of an expired hold
 /// re-enters that hold's stale keys (the same fencing token), and the expired
 /// hold's background clean-up then deletes the new hold's keys, so a third
 /// client gets the lock while the new hold is still valid.
 #[tokio::test]
-#[ignore = "library bug: same-owner re-acquisition after an expired release reuses the token and is deleted by the clean-up"]
-async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token() {
+async fn reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_token() {
     let (_serial, cluster) = exclusive(Profile::Fast).await;
     const LEASE: Duration = Duration::from_secs(2);
     let history = History::new();
@@ -1354,6 +1334,7 @@ async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_
         .await
         .expect("first hold");
     let h1 = enter(&history, "A", &g1);
+    let first_token = g1.fencing_token();
     tokio::time::sleep_until(
         tokio::time::Instant::from_std(g1.valid_until()) + Duration::from_millis(20),
     )
@@ -1361,15 +1342,21 @@ async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_
     h1.exit(g1.valid_until());
     let err = g1.release().await.expect_err("the hold had expired");
     assert!(err.is_expired(), "{err}");
-    // At once, the same owner takes the lock again.
+    // At once, the same owner takes the lock again: it is a new hold, which
+    // waits for the old one's keys to be cleaned up (or to expire).
     let g2 = m
         .request(&name)
         .owner(&owner)
         .lease(LEASE)
-        .wait(Duration::ZERO)
+        .wait(Duration::from_secs(3))
         .acquire()
         .await
         .expect("second hold");
+    assert!(
+        g2.fencing_token() > first_token,
+        "a new hold needs a new token: {} after {first_token}",
+        g2.fencing_token()
+    );
     let mut h2 = enter(&history, "A", &g2);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut with_key = 0;
@@ -1391,7 +1378,7 @@ async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_
     );
     history
         .check()
-        .assert_clean("bug: same owner re-acquires after an expired release");
+        .assert_clean("same owner re-acquires after an expired release");
 }
 
 /// A hold whose validity ended while its process was stalled (a GC pause,
@@ -1399,8 +1386,7 @@ async fn bug_reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_
 /// meanwhile, is renewed ("repaired") by the watchdog when the process
 /// resumes: `is_held()` turns true again and `lost()` never fires.
 #[tokio::test]
-#[ignore = "library bug: the watchdog renews a hold whose validity had ended instead of declaring it lost"]
-async fn bug_a_hold_that_lapsed_during_a_process_stall_is_lost_not_renewed() {
+async fn a_hold_that_lapsed_during_a_process_stall_is_lost_not_renewed() {
     let (_serial, cluster) = exclusive(Profile::Fast).await;
     const LEASE: Duration = Duration::from_secs(1);
     let name = unique("chaos-stall");
@@ -1458,8 +1444,7 @@ async fn bug_a_hold_that_lapsed_during_a_process_stall_is_lost_not_renewed() {
 /// a release right after the restart misses that node: with `Quorum::All`
 /// the lock then stays taken there until its lease runs out.
 #[tokio::test]
-#[ignore = "library bug: the first call to a restarted node fails, so a release leaves the key behind"]
-async fn bug_a_release_right_after_a_node_restart_reaches_that_node() {
+async fn a_release_right_after_a_node_restart_reaches_that_node() {
     let (_serial, cluster) = exclusive(Profile::Safe).await;
     let name = unique("chaos-first-call");
     let a = build(builder(&cluster).quorum(Quorum::All)).await;
