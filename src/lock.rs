@@ -1235,8 +1235,10 @@ impl LockGuard {
     }
 
     /// The fencing token: larger than every token issued for this lock
-    /// before. Pass it to the protected resource and have it reject smaller
-    /// ones. It stays the same across re-entries.
+    /// before, as long as the nodes keep their fence counters (persistence
+    /// with fsync; a node restarted empty loses them). Pass it to the
+    /// protected resource and have it reject smaller ones. It stays the same
+    /// across re-entries.
     #[must_use]
     pub fn fencing_token(&self) -> u64 {
         self.hold.token
