@@ -37,17 +37,23 @@
 #![allow(clippy::panic)]
 
 mod support;
+// The container harness and the history checker serve this binary only, so
+// they (and the checker's own unit tests) are not compiled into the others.
+#[path = "support/containers.rs"]
+mod containers;
+#[path = "support/history.rs"]
+mod history;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use containers::{Cluster, ClusterGuard, Profile, NODES};
+use history::{History, Hold};
 use quorumlock::{
     Error, HoldState, LockGuard, LockManager, LockManagerBuilder, NodeErrorKind, Quorum,
     WatchdogStats,
 };
-use support::containers::{Cluster, ClusterGuard, Profile, NODES};
-use support::history::{History, Hold};
 use support::{key, unique};
 
 // ---------------------------------------------------------------------------

@@ -105,13 +105,6 @@ pub struct Interval {
     pub believed_until: Duration,
 }
 
-impl Interval {
-    /// Whether the two belief intervals share an instant.
-    pub fn overlaps(&self, other: &Interval) -> bool {
-        self.entered < other.believed_until && other.entered < self.believed_until
-    }
-}
-
 impl fmt::Display for Interval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -156,11 +149,6 @@ impl History {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The base of the clock.
-    pub fn base(&self) -> Instant {
-        self.base
     }
 
     /// `t` on the history's clock (0 for instants before the base).
@@ -301,16 +289,6 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// The fencing token of the hold.
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// When the hold was entered, on the history's clock.
-    pub fn entered(&self) -> Duration {
-        self.entered
-    }
-
     /// Whether the client still believes it holds the lock: no loss learned,
     /// no validity seen to lapse, and the last validity seen not yet passed.
     pub fn believes(&self) -> bool {

@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod containers;
-pub mod history;
 pub mod local;
 
 use std::sync::OnceLock;
