@@ -158,20 +158,7 @@ async fn partial_grants_are_rolled_back() {
     let m = manager(Quorum::Majority).await;
     let name = unique("partial");
     for i in 0..3 {
-        let mut c = raw(i).await;
-        let _: () = redis::cmd("HSET")
-            .arg(key(&name))
-            .arg("someone-else")
-            .arg(1)
-            .query_async(&mut c)
-            .await
-            .expect("pre-take");
-        let _: () = redis::cmd("PEXPIRE")
-            .arg(key(&name))
-            .arg(60_000)
-            .query_async(&mut c)
-            .await
-            .expect("ttl");
+        support::pre_take(i, &name, "someone-else").await;
     }
     let err = m
         .try_lock(&name, Duration::ZERO)
@@ -199,18 +186,7 @@ async fn every_subset_of_taken_nodes_on_real_redis() {
             let name = unique("subset");
             for i in 0..5 {
                 if mask & (1 << i) != 0 {
-                    let mut c = raw(i).await;
-                    let _: () = redis::pipe()
-                        .cmd("HSET")
-                        .arg(key(&name))
-                        .arg("other")
-                        .arg(1)
-                        .cmd("PEXPIRE")
-                        .arg(key(&name))
-                        .arg(60_000)
-                        .query_async(&mut c)
-                        .await
-                        .expect("pre-take");
+                    support::pre_take(i, &name, "other").await;
                 }
             }
             let free = 5 - mask.count_ones() as usize;
@@ -490,18 +466,7 @@ async fn a_cancelled_acquisition_leaves_nothing_behind() {
     let name = unique("cancel");
     let holder = m.new_owner();
     // Someone holds one node, so acquisitions keep retrying until dropped.
-    let mut c = raw(4).await;
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(key(&name))
-        .arg("blocker")
-        .arg(1)
-        .cmd("PEXPIRE")
-        .arg(key(&name))
-        .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .expect("pre-take");
+    support::pre_take(4, &name, "blocker").await;
     for trial in 0..100u64 {
         let wait = Duration::from_micros(50 + (trial * 37) % 3_000);
         let r = tokio::time::timeout(wait, m.request(&name).owner(&holder).acquire()).await;
@@ -575,13 +540,7 @@ async fn a_fixed_lease_expires_and_is_not_renewed() {
 async fn try_lock_waits_its_wait_then_reports_the_holder() {
     let m = manager(Quorum::Majority).await;
     let name = unique("wait");
-    let holder = m.new_owner();
-    let g = m
-        .request(&name)
-        .owner(&holder)
-        .acquire()
-        .await
-        .expect("lock");
+    let g = support::hold_as_new_owner(&m, &name).await;
     let start = std::time::Instant::now();
     let e = m
         .try_lock(&name, Duration::from_millis(400))

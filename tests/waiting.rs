@@ -29,13 +29,7 @@ async fn pubsub_channels(name: &str) -> usize {
 async fn a_waiter_wakes_on_release_not_on_its_timer() {
     let m = manager(Quorum::Majority).await;
     let name = unique("wake");
-    let holder = m.new_owner();
-    let g = m
-        .request(&name)
-        .owner(&holder)
-        .acquire()
-        .await
-        .expect("lock");
+    let g = support::hold_as_new_owner(&m, &name).await;
     let (m2, n2) = (m.clone(), name.clone());
     let waiter = tokio::spawn(async move {
         let g = m2.lock(&n2).await.expect("waiter locks");
@@ -61,13 +55,7 @@ async fn a_waiter_wakes_on_release_not_on_its_timer() {
 async fn a_waiter_still_acquires_when_its_subscription_is_killed() {
     let m = manager(Quorum::Majority).await;
     let name = unique("killed");
-    let holder = m.new_owner();
-    let g = m
-        .request(&name)
-        .owner(&holder)
-        .acquire()
-        .await
-        .expect("lock");
+    let g = support::hold_as_new_owner(&m, &name).await;
     let (m2, n2) = (m.clone(), name.clone());
     let waiter = tokio::spawn(async move {
         let g = m2.lock(&n2).await.expect("waiter locks");

@@ -48,6 +48,32 @@ pub fn key(name: &str) -> String {
     format!("quorumlock:{{{name}}}")
 }
 
+/// Makes `owner` hold `name` on node `i` for a minute, behind quorumlock's
+/// back, with a raw HSET and PEXPIRE.
+pub async fn pre_take(i: usize, name: &str, owner: &str) {
+    let mut c = raw(i).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(name))
+        .arg(owner)
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg(key(name))
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .expect("pre-take a node");
+}
+
+/// `name` held through `m` by a fresh explicit owner (not the calling task).
+pub async fn hold_as_new_owner(m: &LockManager, name: &str) -> quorumlock::LockGuard {
+    m.request(name)
+        .owner(&m.new_owner())
+        .acquire()
+        .await
+        .expect("lock as a new owner")
+}
+
 /// On how many nodes the lock key of `name` exists.
 pub async fn nodes_with_key(name: &str) -> usize {
     let mut n = 0;
