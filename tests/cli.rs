@@ -201,6 +201,49 @@ fn losing_the_lock_terminates_the_command() {
 }
 
 #[test]
+fn a_node_down_at_start_gets_the_lock_when_it_returns() {
+    let private = LocalNodes::start(3).expect("start 3 private masters");
+    private.kill(2);
+    let name = unique("cli-late-node");
+    let dir = scratch("late");
+    let marker = dir.join("started");
+    let child = spawn(
+        ql_on(&private.urls())
+            .args(["exec", "--lease", "1500ms", &name, "--"])
+            .args(["sh", "-c", r#"touch "$1"; exec sleep 4"#, "sh"])
+            .arg(&marker),
+    );
+    wait_for_file(&marker, Duration::from_secs(10));
+    private.restart(2).expect("node 2 returns");
+    let key = format!("quorumlock:{{{name}}}");
+    let mut c = redis::Client::open(private.url(2))
+        .expect("url")
+        .get_connection()
+        .expect("connect to node 2");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut repaired = false;
+    while Instant::now() < deadline && !repaired {
+        repaired = redis::cmd("EXISTS")
+            .arg(&key)
+            .query::<bool>(&mut c)
+            .unwrap_or(false);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        repaired,
+        "the watchdog should top the lock up on the node that came back"
+    );
+    let out = finish(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unreachable"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn wait_gives_up_with_the_holders_pttl() {
     let name = unique("cli-wait");
     let dir = scratch("wait");

@@ -16,13 +16,14 @@ pub enum Need {
     Any,
 }
 
-/// A manager over the reachable nodes, and what became of the others.
+/// A manager over the nodes, and which of them were down at the start.
 ///
-/// `LockManagerBuilder::build` fails when any node cannot be reached. A lock
-/// over N nodes only needs its quorum, so when some are down the manager is
-/// rebuilt over the reachable ones with the quorum computed for all N
-/// (`Quorum::AtLeast(required)`): exactly as safe, since a holder still
-/// needs `required` grants among the same N nodes.
+/// `LockManagerBuilder::build` fails when any node cannot be reached. To take
+/// a lock, the manager is rebuilt with `allow_unreachable`, over every node:
+/// the ones that are down join when they answer. To inspect or break a lock,
+/// it is rebuilt over the reachable nodes only, with the quorum computed for
+/// all N (`Quorum::AtLeast(required)`): exactly as safe, since a holder
+/// still needs `required` grants among the same N nodes.
 pub struct Cluster {
     /// The manager over the reachable nodes.
     pub manager: LockManager,
@@ -96,6 +97,25 @@ impl Cluster {
                 ),
             ));
         }
+        if need == Need::Quorum {
+            // Taking a lock: keep every node in the manager. The ones that
+            // are down join as soon as they answer, and the watchdog then
+            // tops the lock up on them, so a long run does not stay on a
+            // bare quorum.
+            let manager = with_urls(builder(global.quorum), &urls)
+                .allow_unreachable(true)
+                .build()
+                .await
+                .map_err(|e| Failure::new(UNAVAILABLE, e.to_string()))?;
+            return Ok(Self {
+                manager,
+                index: (0..total).collect(),
+                total,
+                required,
+                down: failures,
+            });
+        }
+        // Inspecting or breaking a lock: the reachable nodes are enough.
         let up: Vec<String> = index.iter().map(|&i| urls[i].clone()).collect();
         // The first attempt validated everything; a failure now is a node
         // that went down in between.
