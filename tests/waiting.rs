@@ -25,18 +25,24 @@ async fn pubsub_channels(name: &str) -> usize {
     n
 }
 
+/// A task that waits for `name`, releases it at once, and returns when it
+/// got it.
+fn spawn_waiter(m: &LockManager, name: &str) -> tokio::task::JoinHandle<Instant> {
+    let (m, name) = (m.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let g = m.lock(&name).await.expect("waiter locks");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    })
+}
+
 #[tokio::test]
 async fn a_waiter_wakes_on_release_not_on_its_timer() {
     let m = manager(Quorum::Majority).await;
     let name = unique("wake");
     let g = support::hold_as_new_owner(&m, &name).await;
-    let (m2, n2) = (m.clone(), name.clone());
-    let waiter = tokio::spawn(async move {
-        let g = m2.lock(&n2).await.expect("waiter locks");
-        let at = Instant::now();
-        g.release().await.expect("release");
-        at
-    });
+    let waiter = spawn_waiter(&m, &name);
     // Let the waiter subscribe and go to sleep on its fallback timer, which
     // is the holder's PTTL (about 30 s).
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -56,13 +62,7 @@ async fn a_waiter_still_acquires_when_its_subscription_is_killed() {
     let m = manager(Quorum::Majority).await;
     let name = unique("killed");
     let g = support::hold_as_new_owner(&m, &name).await;
-    let (m2, n2) = (m.clone(), name.clone());
-    let waiter = tokio::spawn(async move {
-        let g = m2.lock(&n2).await.expect("waiter locks");
-        let at = Instant::now();
-        g.release().await.expect("release");
-        at
-    });
+    let waiter = spawn_waiter(&m, &name);
     let n3 = name.clone();
     assert!(
         support::eventually(Duration::from_secs(2), || async {
