@@ -182,13 +182,14 @@ async fn late_grants_are_tracked_and_released() {
 #[tokio::test(start_paused = true)]
 async fn reentry_converges_counts_and_needs_as_many_releases() {
     let (m, fakes) = cluster(3, Quorum::Majority);
-    let a = m.lock("job").await.expect("lock");
-    let b = m.lock("job").await.expect("re-enter");
+    let me = m.new_owner();
+    let a = m.request("job").owner(&me).acquire().await.expect("lock");
+    let b = me.scope(m.lock("job")).await.expect("re-enter");
     assert_eq!(b.hold_count(), 2);
     assert_eq!(a.fencing_token(), b.fencing_token());
     // A node that lost the key gets it back with the authoritative count.
     fakes[0].wipe();
-    let c = m.lock("job").await.expect("re-enter again");
+    let c = m.request("job").owner(&me).acquire().await.expect("re-enter again");
     assert_eq!(c.hold_count(), 3);
     for f in &fakes {
         assert_eq!(f.holder(KEY).map(|h| h.1), Some(3));
@@ -387,9 +388,11 @@ async fn watchdog_renews_repairs_and_signals_loss() {
 #[tokio::test(start_paused = true)]
 async fn no_slot_outlives_its_acquisitions() {
     let (m, fakes) = cluster(3, Quorum::Majority);
+    let me = m.new_owner();
     for i in 0..20 {
-        let g = m.lock(&format!("job-{i}")).await.expect("lock");
-        let g2 = m.lock(&format!("job-{i}")).await.expect("re-enter");
+        let name = format!("job-{i}");
+        let g = m.request(&name).owner(&me).acquire().await.expect("lock");
+        let g2 = m.request(&name).owner(&me).acquire().await.expect("re-enter");
         g2.release().await.expect("release");
         g.release().await.expect("release");
     }
@@ -397,10 +400,11 @@ async fn no_slot_outlives_its_acquisitions() {
         f.take(KEY, "other", Duration::from_secs(60));
     }
     for _ in 0..20 {
-        let _ = tokio::time::timeout(5 * MS, m.lock("job")).await;
+        let _ = tokio::time::timeout(5 * MS, m.request("job").owner(&me).acquire()).await;
+        let _ = m.request("job").owner(&me).wait(Duration::ZERO).acquire().await;
         let _ = m.try_lock("job", Duration::ZERO).await;
     }
-    let g = m.lock("free").await.expect("lock");
+    let g = m.request("free").owner(&me).acquire().await.expect("lock");
     assert_eq!(m.inner.slot_count(), 1, "only the held lock keeps a slot");
     drop(g);
     // The background release holds the hold until it is done.

@@ -40,6 +40,8 @@ struct State {
 pub(crate) struct FakeNode {
     addr: String,
     mode: Mutex<Mode>,
+    /// Calls left before the node switches to `Mode::Fail`, if set.
+    fail_after: Mutex<Option<u64>>,
     state: Arc<Mutex<State>>,
     pub(crate) calls: AtomicU64,
 }
@@ -49,6 +51,7 @@ impl FakeNode {
         Arc::new(Self {
             addr: format!("fake-{i}"),
             mode: Mutex::new(Mode::Normal),
+            fail_after: Mutex::new(None),
             state: Arc::default(),
             calls: AtomicU64::new(0),
         })
@@ -56,6 +59,11 @@ impl FakeNode {
 
     pub(crate) fn set_mode(&self, mode: Mode) {
         *lock(&self.mode) = mode;
+    }
+
+    /// Answers `calls` more calls, then fails every call after them.
+    pub(crate) fn fail_after(&self, calls: u64) {
+        *lock(&self.fail_after) = Some(calls);
     }
 
     /// Makes `owner` hold `key` here for `ttl`.
@@ -93,6 +101,17 @@ impl FakeNode {
         f: impl FnOnce(&mut State) -> T + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut left = lock(&self.fail_after);
+            match *left {
+                Some(0) => {
+                    *left = None;
+                    *lock(&self.mode) = Mode::Fail;
+                }
+                Some(n) => *left = Some(n - 1),
+                None => {}
+            }
+        }
         let mode = *lock(&self.mode);
         let applied = match mode {
             Mode::Normal | Mode::Slow(_) => {
@@ -207,6 +226,30 @@ impl NodeOps for FakeNode {
                             Renewed::Extended
                         }
                         Some(_) => Renewed::Conflict,
+                        None => Renewed::Missing,
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn repair(
+        &self,
+        batch: Arc<RenewBatch>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.run(move |s| {
+            batch
+                .items
+                .iter()
+                .map(|item| {
+                    let expires = Instant::now() + item.lease;
+                    match s.locks.get_mut(&item.keys.lock) {
+                        Some(e) if *e.owner == *item.owner => {
+                            e.count = item.count;
+                            e.expires = expires;
+                            Renewed::Extended
+                        }
+                        Some(_) => Renewed::Conflict,
                         None => {
                             s.locks.insert(
                                 item.keys.lock.clone(),
@@ -216,6 +259,8 @@ impl NodeOps for FakeNode {
                                     expires,
                                 },
                             );
+                            let f = s.fences.entry(item.keys.fence.clone()).or_insert(0);
+                            *f = (*f).max(item.token);
                             Renewed::Repaired
                         }
                     }
@@ -228,11 +273,12 @@ impl NodeOps for FakeNode {
         &self,
         keys: &Arc<Keys>,
         token: u64,
-    ) -> BoxFuture<'static, Result<(), NodeError>> {
+    ) -> BoxFuture<'static, Result<u64, NodeError>> {
         let keys = Arc::clone(keys);
         self.run(move |s| {
             let f = s.fences.entry(keys.fence.clone()).or_insert(0);
             *f = (*f).max(token);
+            *f
         })
     }
 

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
+mod clock;
 mod config;
 mod error;
 mod lock;
@@ -15,6 +16,8 @@ mod watchdog;
 mod coordinator_tests;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod safety_tests;
 
 pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use tracing::{debug, field, warn, Instrument};
 
+use crate::clock;
 use crate::config::{check_name, Config, LockManagerBuilder};
 use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 use crate::node::{failure, Keys, NodeLockState, NodeOps, Released};
@@ -158,6 +159,11 @@ impl LockRequest<'_> {
 
     /// Acquires the lock, or re-enters it if this owner already holds it.
     ///
+    /// The owner is the one given to [`owner`](Self::owner), else the one of
+    /// the enclosing [`Owner::scope`], else a new owner of its own, which
+    /// never re-enters: it waits for every other hold, including one taken
+    /// by another future of the same task.
+    ///
     /// # Errors
     ///
     /// - [`Error::InvalidInput`] for a bad name or lease;
@@ -181,10 +187,18 @@ impl LockRequest<'_> {
             None => (inner.config.lease, true),
         };
         inner.config.check_lease(lease)?;
+        let keys = Arc::new(Keys::new(&inner.config.key_prefix, &self.name));
         let owner = self
             .owner
-            .unwrap_or_else(|| Owner::current(&inner.client_id));
-        let keys = Arc::new(Keys::new(&inner.config.key_prefix, &self.name));
+            .or_else(|| Owner::scoped(&inner.client_id));
+        let Some(owner) = owner else {
+            // An owner of its own: nothing can re-enter it, so no slot.
+            let owner = Owner::explicit(&inner.client_id);
+            let hold = inner
+                .acquire_fresh(keys, owner, lease, renew, self.wait)
+                .await?;
+            return Ok(LockGuard::new(hold));
+        };
         let slot = SlotUse {
             slot: inner.slot(&owner, &keys.name),
             inner,
@@ -264,10 +278,12 @@ impl LockManager {
         Owner::explicit(&self.inner.client_id)
     }
 
-    /// The owner the calling task acquires as by default.
+    /// The owner of the enclosing [`Owner::scope`] (or
+    /// [`LockGuard::run`]), if any: acquisitions that name no owner act as
+    /// it. Outside a scope, each acquisition is an owner of its own.
     #[must_use]
-    pub fn current_owner(&self) -> Owner {
-        Owner::current(&self.inner.client_id)
+    pub fn current_owner(&self) -> Option<Owner> {
+        Owner::scoped(&self.inner.client_id)
     }
 
     /// A configurable acquisition of `name`.
@@ -328,8 +344,10 @@ impl LockManager {
     /// Deletes `name` on every node, whoever holds it, and wakes its waiters.
     /// Returns on how many nodes a lock was deleted.
     ///
-    /// An administrative break: the holder is not told until its watchdog
-    /// finds the lock gone or taken.
+    /// An administrative break. The holder's watchdog finds the keys gone
+    /// at its next renewal and declares the hold lost (it never re-creates
+    /// keys missing on so many nodes that no quorum confirms the hold); a
+    /// fixed-lease holder is not told before its lease ends.
     ///
     /// # Errors
     ///
@@ -490,9 +508,13 @@ pub enum HoldState {
     Held,
     /// Released by its last guard.
     Released,
-    /// The watchdog could not confirm it on a quorum in time.
+    /// No longer held: the watchdog could not confirm it on a quorum in
+    /// time, or its validity ran out (a fixed lease, or renewal that did not
+    /// land before [`LockGuard::valid_until`]). Never later than
+    /// `valid_until`.
     Lost,
-    /// Renewal stopped at `max_hold`; it stays valid until `valid_until`.
+    /// Renewal stopped at `max_hold`; it stays valid until `valid_until`,
+    /// then it is `Lost`.
     MaxHoldReached,
 }
 
@@ -514,6 +536,8 @@ pub(crate) struct Hold {
     /// same owner (a late release, a rollback) can touch this one.
     pub(crate) holder_id: Arc<str>,
     pub(crate) lease: Duration,
+    /// Renewed by the watchdog (not a fixed lease).
+    pub(crate) renewed: bool,
     pub(crate) token: u64,
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
@@ -525,26 +549,94 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    /// The phase, with the validity deadline applied: a live hold whose
+    /// `valid_until` has passed is lost from that instant on, whatever the
+    /// watchdog is doing.
     pub(crate) fn phase(&self) -> HoldState {
+        let stored = self.stored_phase();
+        if is_live(stored) && clock::now() >= lock(&self.state).valid_until {
+            self.transition(HoldState::Lost);
+            return self.stored_phase();
+        }
+        stored
+    }
+
+    /// The phase as last recorded, without checking the deadline (for code
+    /// that holds the state lock and checks `valid_until` itself).
+    pub(crate) fn stored_phase(&self) -> HoldState {
         *self.phase.borrow()
     }
 
     /// Still usable for re-entry: not released and not lost.
     fn is_live(&self) -> bool {
-        matches!(self.phase(), HoldState::Held | HoldState::MaxHoldReached)
+        is_live(self.phase())
     }
 
     /// Moves from a live phase to `to`; returns whether it moved.
     pub(crate) fn transition(&self, to: HoldState) -> bool {
         self.phase.send_if_modified(|p| {
-            let live = matches!(*p, HoldState::Held | HoldState::MaxHoldReached);
-            if live && *p != to {
+            if is_live(*p) && *p != to {
                 *p = to;
                 true
             } else {
                 false
             }
         })
+    }
+
+    /// Waits until the phase satisfies `done`, and returns it. Wakes at the
+    /// validity deadline too, so a hold that nobody renews in time is seen
+    /// lost at `valid_until`, not when the watchdog next looks.
+    async fn wait_phase(&self, done: impl Fn(HoldState) -> bool) -> HoldState {
+        let mut rx = self.phase.subscribe();
+        loop {
+            let phase = self.phase();
+            if done(phase) {
+                return phase;
+            }
+            let deadline = clock::to_timer(lock(&self.state).valid_until);
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The sender lives in this hold: unreachable.
+                        return self.phase();
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Gives up one level: returns the levels left, and whether the hold was
+    /// live (not lost, within its validity) when it did. The last level
+    /// marks the hold released, under the state lock, so that the watchdog
+    /// either sees the release or has marked a renewal that the release
+    /// waits for.
+    fn leave_level(&self) -> (u32, bool) {
+        let live = self.is_live();
+        let mut s = lock(&self.state);
+        s.count = s.count.saturating_sub(1);
+        if s.count == 0 {
+            self.transition(HoldState::Released);
+        }
+        (s.count, live)
+    }
+
+    /// Sends the release of all but `left` levels to every node.
+    pub(crate) async fn release_on_nodes(&self, left: u32) -> ReleaseTally {
+        self.inner
+            .release_on_nodes(&self.keys, &self.holder_id, left, self.lease, self.token)
+            .await
+    }
+
+    /// The error for an operation on a hold that is no longer live.
+    fn gone(&self) -> Error {
+        let name = self.keys.name.to_string();
+        if self.renewed && self.stored_phase() == HoldState::Lost {
+            Error::Lost { name }
+        } else {
+            Error::Expired { name }
+        }
     }
 
     /// Waits until no renewal batch that includes this hold is in flight, so
@@ -555,7 +647,8 @@ impl Hold {
     async fn wait_renewal_done(&self) {
         let limit =
             crate::watchdog::renew_timeout(&self.inner.config, self.inner.watchdog.registered())
-                + self.inner.config.node_timeout;
+                .saturating_add(self.inner.config.node_timeout)
+                .saturating_mul(2);
         let wait = async {
             loop {
                 let notified = self.renew_done.notified();
@@ -567,6 +660,11 @@ impl Hold {
         };
         let _ = tokio::time::timeout(limit, wait).await;
     }
+}
+
+/// Held or stopped at `max_hold`: usable, until its validity ends.
+fn is_live(phase: HoldState) -> bool {
+    matches!(phase, HoldState::Held | HoldState::MaxHoldReached)
 }
 
 impl Drop for Hold {
@@ -629,10 +727,11 @@ impl Inner {
         renew: bool,
         wait: Wait,
     ) -> Result<Arc<Hold>, Error> {
-        let start = Instant::now();
+        let start = clock::now();
+        // A wait too long to represent is a wait without end.
         let deadline = match wait {
             Wait::Forever => None,
-            Wait::Up(w) => Some(start + w),
+            Wait::Up(w) => start.checked_add(w),
         };
         let holder_id = owner.holder_id();
         let mut attempt: u32 = 0;
@@ -661,7 +760,7 @@ impl Inner {
                     Err(e) => return Err(e),
                 }
             };
-            let now = Instant::now();
+            let now = clock::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if remaining == Some(Duration::ZERO) {
                 match err {
@@ -714,6 +813,7 @@ impl Inner {
             owner: owner.clone(),
             holder_id: Arc::clone(holder_id),
             lease,
+            renewed: renew,
             token: won.token,
             acquired_at: won.started,
             max_hold: if renew { self.config.max_hold } else { None },
@@ -780,7 +880,7 @@ impl Inner {
         );
         async {
             let required = self.config.required;
-            let start = Instant::now();
+            let start = clock::now();
             let mut rollback = Rollback::new(self, keys, holder_id, prior_count, lease);
             let timeout = self.call_timeout(lease);
             let mut fan = FanOut::start(self.nodes.len(), timeout, |i| {
@@ -788,8 +888,7 @@ impl Inner {
             });
             fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
                 .await;
-            let now = Instant::now();
-            let elapsed = now.saturating_duration_since(start);
+            let elapsed = clock::now().saturating_duration_since(start);
             let tally = Tally::of(fan.replies());
             let span = tracing::Span::current();
             span.record("granted", tally.granted);
@@ -808,9 +907,29 @@ impl Inner {
                 }
             }
             let decision = tally.decide(required);
-            let valid_until = quorum::valid_until(start, now, lease, self.drift(lease));
-            match (decision, valid_until) {
-                (Decision::Won, Some(valid_until)) => {
+            if decision != Decision::Won {
+                span.record("outcome", "missed");
+                let (replies, _) = fan.into_parts();
+                rollback.run(&replies).await;
+                return Err(self.missed(keys, &replies, tally));
+            }
+            let (replies, rest) = fan.into_parts();
+            let mut granted = vec![false; replies.len()];
+            let mut token = 0;
+            for (i, r) in replies.iter().enumerate() {
+                if let Some(Ok(Grant::Granted(t))) = r {
+                    granted[i] = true;
+                    token = token.max(*t);
+                }
+            }
+            let fenced = if prior_count == 0 {
+                self.fence_quorum(keys, &replies, token, start, lease).await
+            } else {
+                Ok(())
+            };
+            let now = clock::now();
+            match (fenced, quorum::valid_until(start, now, lease, self.drift(lease))) {
+                (Ok(()), Some(valid_until)) => {
                     rollback.disarm();
                     span.record(
                         "validity_ms",
@@ -818,16 +937,6 @@ impl Inner {
                             .unwrap_or(u64::MAX),
                     );
                     span.record("outcome", "won");
-                    let (replies, rest) = fan.into_parts();
-                    let mut granted = vec![false; replies.len()];
-                    let mut token = 0;
-                    for (i, r) in replies.iter().enumerate() {
-                        if let Some(Ok(Grant::Granted(t))) = r {
-                            granted[i] = true;
-                            token = token.max(*t);
-                        }
-                    }
-                    self.raise_lagging_fences(keys, &replies, token, prior_count == 0);
                     Ok(Won {
                         token,
                         valid_until,
@@ -836,21 +945,24 @@ impl Inner {
                         late: LateGrants { rest },
                     })
                 }
-                (Decision::Won, None) => {
+                (Err(failures), _) => {
+                    span.record("outcome", "fence quorum missed");
+                    rollback.run(&replies).await;
+                    Err(Error::Unavailable {
+                        name: keys.name.to_string(),
+                        failures,
+                        required,
+                        granted: tally.granted,
+                    })
+                }
+                (Ok(()), None) => {
                     span.record("outcome", "validity exhausted");
-                    let (replies, _) = fan.into_parts();
                     rollback.run(&replies).await;
                     Err(Error::ValidityExhausted {
                         name: keys.name.to_string(),
-                        elapsed,
+                        elapsed: now.saturating_duration_since(start),
                         lease,
                     })
-                }
-                _ => {
-                    span.record("outcome", "missed");
-                    let (replies, _) = fan.into_parts();
-                    rollback.run(&replies).await;
-                    Err(self.missed(keys, &replies, tally))
                 }
             }
         }
@@ -858,41 +970,74 @@ impl Inner {
         .await
     }
 
-    /// After a fresh grant, nodes whose fence counter is below the token are
-    /// raised to it, so that any later quorum sees a counter >= the token.
-    fn raise_lagging_fences(
+    /// Hands out `token` only once a quorum of nodes is known to have a fence
+    /// counter of at least `token`: the granting nodes that returned it, plus
+    /// lagging nodes raised to it now. Every later quorum then overlaps that
+    /// set in a node whose next INCR is above `token`. Returns the failures
+    /// when no quorum could be shown within the lease's validity.
+    async fn fence_quorum(
         &self,
         keys: &Arc<Keys>,
         replies: &[Option<Result<Grant, crate::error::NodeError>>],
         token: u64,
-        fresh: bool,
-    ) {
-        if !fresh {
-            return;
+        start: Instant,
+        lease: Duration,
+    ) -> Result<(), Vec<NodeFailure>> {
+        let required = self.config.required;
+        let at_token: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
+            .collect();
+        if at_token.iter().filter(|b| **b).count() >= required {
+            return Ok(());
         }
-        let lagging: Vec<usize> = replies
+        let valid_for = quorum::validity(
+            lease,
+            clock::now().saturating_duration_since(start),
+            self.drift(lease),
+        )
+        .unwrap_or_default();
+        let timeout = self.call_timeout(lease).min(valid_for);
+        let mut fan = FanOut::start(self.nodes.len(), timeout, |i| {
+            if at_token[i] {
+                Box::pin(std::future::ready(Ok(token)))
+            } else {
+                self.nodes[i].raise_fence(keys, token)
+            }
+        });
+        let raised = |f: &FanOut<u64>| {
+            let (mut done, mut pending) = (0, 0);
+            for r in f.replies() {
+                match r {
+                    Some(Ok(c)) if *c >= token => done += 1,
+                    None => pending += 1,
+                    _ => {}
+                }
+            }
+            (done, pending)
+        };
+        fan.until(|f| {
+            let (done, pending) = raised(f);
+            done >= required || done + pending < required
+        })
+        .await;
+        let (done, _) = raised(&fan);
+        let (replies, rest) = fan.into_parts();
+        if !rest.is_empty() {
+            self.background.spawn(rest.for_each(|_, _| {}));
+        }
+        if done >= required {
+            return Ok(());
+        }
+        debug!(lock = %keys.name, token, done, required, "fence counters could not be raised on a quorum");
+        Err(replies
             .iter()
             .enumerate()
             .filter_map(|(i, r)| match r {
-                Some(Ok(Grant::Granted(t))) if *t < token => Some(i),
+                Some(Err(e)) => Some(failure(&self.nodes, i, e)),
                 _ => None,
             })
-            .collect();
-        if lagging.is_empty() {
-            return;
-        }
-        let calls: Vec<_> = lagging
-            .into_iter()
-            .map(|i| (i, self.nodes[i].raise_fence(keys, token)))
-            .collect();
-        let timeout = self.config.node_timeout;
-        self.background.spawn(async move {
-            for (i, call) in calls {
-                if let Ok(Err(e)) = tokio::time::timeout(timeout, call).await {
-                    debug!(node = i, error = %e.message, "raising a lagging fence counter failed");
-                }
-            }
-        });
+            .collect())
     }
 
     fn missed(
@@ -946,20 +1091,21 @@ impl Inner {
     }
 
     async fn reenter(self: &Arc<Self>, hold: Arc<Hold>) -> Result<LockGuard, Error> {
-        let name = hold.keys.name.to_string();
-        if hold.phase() == HoldState::Lost {
-            return Err(Error::Lost { name });
+        if !hold.is_live() {
+            return Err(hold.gone());
         }
-        let (count, valid_until) = {
-            let s = lock(&hold.state);
-            (s.count, s.valid_until)
+        // The level is taken at once, as a guard: a release of another level
+        // meanwhile lowers the same count, and if this future is dropped (or
+        // the hold is gone when it ends), dropping the guard gives the level
+        // back like any release.
+        let count = {
+            let mut s = lock(&hold.state);
+            s.count = s.count.saturating_add(1);
+            s.count
         };
-        if Instant::now() >= valid_until {
-            return Err(Error::Expired { name });
-        }
-        let next = count.saturating_add(1);
+        let guard = LockGuard::new(Arc::clone(&hold));
         match self
-            .attempt(&hold.keys, &hold.holder_id, hold.lease, next, count, 0)
+            .attempt(&hold.keys, &hold.holder_id, hold.lease, count, count - 1, 0)
             .await
         {
             Ok(won) => {
@@ -975,16 +1121,13 @@ impl Inner {
                 // Still held until `valid_until`: re-entry does not change who
                 // holds the lock, and the watchdog or release converges the
                 // nodes to the new count.
-                debug!(lock = %name, error = %e, "re-entry could not refresh a quorum");
+                debug!(lock = %hold.keys.name, error = %e, "re-entry could not refresh a quorum");
             }
         }
-        let mut s = lock(&hold.state);
-        if !hold.is_live() || Instant::now() >= s.valid_until {
-            return Err(Error::Expired { name });
+        if !hold.is_live() {
+            return Err(hold.gone());
         }
-        s.count = next;
-        drop(s);
-        Ok(LockGuard::new(hold))
+        Ok(guard)
     }
 
     /// Sends the release script to every node and tallies the answers.
@@ -1245,10 +1388,11 @@ impl LockGuard {
     }
 
     /// Until when the lock is held for sure, on the local monotonic clock.
-    /// The watchdog moves it forward after each renewal.
+    /// The watchdog moves it forward after each renewal. From this instant
+    /// on, unless renewed before it, the hold is [`HoldState::Lost`].
     #[must_use]
     pub fn valid_until(&self) -> std::time::Instant {
-        lock(&self.hold.state).valid_until.into_std()
+        clock::to_timer(lock(&self.hold.state).valid_until).into_std()
     }
 
     /// How many levels the owner holds (re-entries plus one).
@@ -1278,40 +1422,43 @@ impl LockGuard {
     /// Held, and still within its validity.
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.hold.is_live() && Instant::now() < lock(&self.hold.state).valid_until
+        self.hold.is_live()
     }
 
-    /// Whether the watchdog found the lock lost.
+    /// Whether the lock is lost: the watchdog could not confirm it, or its
+    /// validity ran out (see [`HoldState::Lost`]).
     #[must_use]
     pub fn is_lost(&self) -> bool {
         self.hold.phase() == HoldState::Lost
     }
 
-    /// Resolves when the lock is lost; never resolves while it is held or
+    /// Resolves when the lock is lost, no later than
+    /// [`valid_until`](Self::valid_until): the watchdog's verdict, or the
+    /// validity running out without a renewal (a stalled node, a fixed
+    /// lease), whichever comes first. Never resolves while it is held or
     /// after a plain release.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn lost(&self) {
-        let mut rx = self.hold.phase.subscribe();
-        // The sender lives in the hold, which this guard keeps alive.
-        let _ = rx.wait_for(|p| *p == HoldState::Lost).await;
+        self.hold
+            .wait_phase(|p| matches!(p, HoldState::Lost | HoldState::Released))
+            .await;
+        if self.hold.stored_phase() == HoldState::Released {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Resolves when the lock stops being renewed for any reason other than
-    /// release: lost, or `max_hold` reached. Returns the state.
+    /// release: lost (no later than `valid_until`), or `max_hold` reached.
+    /// Returns the state.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn renewal_stopped(&self) -> HoldState {
-        let mut rx = self.hold.phase.subscribe();
-        let state = rx
-            .wait_for(|p| matches!(p, HoldState::Lost | HoldState::MaxHoldReached))
-            .await
-            .map_or(HoldState::Lost, |p| *p);
-        state
+        self.hold.wait_phase(stopped).await
     }
 
     /// Releases this level: the lock stays held while other levels remain;
@@ -1331,69 +1478,45 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// The local release happens before the first await; dropping the future
-    /// afterwards leaves the node calls running in the background.
+    /// Cancel safe. The local release happens before the first await, and
+    /// the node calls of the last level run as background work: dropping the
+    /// future at any point still releases on every node (see
+    /// [`LockManager::flush`]). Dropping the release of a nested level may
+    /// leave the nodes' count one level high until the next renewal
+    /// converges it; the lock is still deleted by the last release.
     pub async fn release(mut self) -> Result<(), Error> {
         self.done = true;
         let hold = Arc::clone(&self.hold);
-        let name = hold.keys.name.to_string();
-        let (left, was_valid, prior) = {
-            let mut s = lock(&hold.state);
-            s.count = s.count.saturating_sub(1);
-            let prior = hold.phase();
-            if s.count == 0 {
-                // Under the state lock, so the watchdog either sees the
-                // release or has marked a renewal that we wait for below.
-                hold.transition(HoldState::Released);
-            }
-            (s.count, Instant::now() < s.valid_until, prior)
-        };
+        let (left, live) = hold.leave_level();
         if left > 0 {
+            if !live {
+                return Err(hold.gone());
+            }
             // A nested level: converge the nodes' counts; errors are traced
             // and the watchdog converges them on its next tick.
-            if hold.is_live() && was_valid {
-                let t = hold
-                    .inner
-                    .release_on_nodes(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
-                    .await;
-                if !t.failures.is_empty() {
-                    debug!(lock = %name, failed = t.failures.len(), "lowering the hold count failed on some nodes");
-                }
-                return Ok(());
+            let t = hold.release_on_nodes(left).await;
+            if !t.failures.is_empty() {
+                debug!(lock = %hold.keys.name, failed = t.failures.len(), "lowering the hold count failed on some nodes");
             }
-            return Err(if prior == HoldState::Lost {
-                Error::Lost { name }
-            } else {
-                Error::Expired { name }
-            });
+            return Ok(());
         }
-        if prior == HoldState::Lost || !was_valid {
-            // Nothing left to wait for: clean up in the background, report now.
-            let cleanup = Arc::clone(&hold);
-            hold.inner.background.spawn(async move {
-                cleanup.wait_renewal_done().await;
-                let _ = cleanup
-                    .inner
-                    .release_on_nodes(
-                        &cleanup.keys,
-                        &cleanup.holder_id,
-                        0,
-                        cleanup.lease,
-                        cleanup.token,
-                    )
-                    .await;
-            });
-            return Err(if prior == HoldState::Lost {
-                Error::Lost { name }
-            } else {
-                Error::Expired { name }
-            });
+        // The last level. The node calls run as background work, so that
+        // dropping this future at any point still releases on every node.
+        let work = Arc::clone(&hold);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        hold.inner.background.spawn(async move {
+            work.wait_renewal_done().await;
+            let _ = tx.send(work.release_on_nodes(0).await);
+        });
+        if !live {
+            // Nothing left to wait for: report now, clean up in the background.
+            return Err(hold.gone());
         }
-        hold.wait_renewal_done().await;
-        let t = hold
-            .inner
-            .release_on_nodes(&hold.keys, &hold.holder_id, 0, hold.lease, hold.token)
-            .await;
+        let Ok(t) = rx.await else {
+            // The runtime is shutting down: the keys expire with the lease.
+            return Err(hold.gone());
+        };
+        let name = hold.keys.name.to_string();
         let required = hold.inner.config.required;
         if t.released >= required {
             return Ok(());
@@ -1419,8 +1542,12 @@ impl LockGuard {
     ///
     /// `f` gets a token that fires if the lock is lost (or stops being
     /// renewed at `max_hold`); stop touching the resource when it fires. If
-    /// the lock is lost before `f` returns, `f` is dropped and the result
-    /// is [`Error::Lost`] (or [`Error::MaxHoldReached`]).
+    /// the lock is lost before `f` returns (no later than its validity
+    /// ends), `f` is dropped and the result is [`Error::Lost`] (or
+    /// [`Error::MaxHoldReached`]).
+    ///
+    /// `f` runs in the guard owner's [`Owner::scope`]: locks it takes that
+    /// name no owner re-enter this hold (and others of the same owner).
     ///
     /// # Errors
     ///
@@ -1437,10 +1564,10 @@ impl LockGuard {
         Fut: std::future::Future<Output = T>,
     {
         let signal = LossSignal {
-            rx: self.hold.phase.subscribe(),
+            hold: Arc::clone(&self.hold),
         };
         let watch = self.renewal_stopped();
-        let work = f(signal);
+        let work = self.hold.owner.scope(f(signal));
         let outcome = tokio::select! {
             biased;
             state = watch => Err(state),
@@ -1469,31 +1596,38 @@ impl LockGuard {
 
 /// Fires when a held lock is lost or stops being renewed; handed to the
 /// closure of [`LockGuard::run`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LossSignal {
-    rx: tokio::sync::watch::Receiver<HoldState>,
+    hold: Arc<Hold>,
+}
+
+impl fmt::Debug for LossSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LossSignal")
+            .field("fired", &self.is_fired())
+            .finish()
+    }
+}
+
+/// Lost, or renewal stopped at `max_hold`.
+fn stopped(phase: HoldState) -> bool {
+    matches!(phase, HoldState::Lost | HoldState::MaxHoldReached)
 }
 
 impl LossSignal {
     /// Whether it has fired.
     #[must_use]
     pub fn is_fired(&self) -> bool {
-        matches!(
-            *self.rx.borrow(),
-            HoldState::Lost | HoldState::MaxHoldReached
-        )
+        stopped(self.hold.phase())
     }
 
-    /// Resolves when it fires.
+    /// Resolves when it fires: no later than the hold's validity ends.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn fired(&mut self) {
-        let _ = self
-            .rx
-            .wait_for(|p| matches!(p, HoldState::Lost | HoldState::MaxHoldReached))
-            .await;
+        self.hold.wait_phase(stopped).await;
     }
 }
 
@@ -1503,15 +1637,8 @@ impl Drop for LockGuard {
             return;
         }
         let hold = Arc::clone(&self.hold);
-        let left = {
-            let mut s = lock(&hold.state);
-            s.count = s.count.saturating_sub(1);
-            if s.count == 0 {
-                hold.transition(HoldState::Released);
-            }
-            s.count
-        };
-        if !hold.is_live() && left > 0 {
+        let (left, live) = hold.leave_level();
+        if !live && left > 0 {
             return;
         }
         let background = Arc::clone(&hold.inner.background);
@@ -1519,10 +1646,7 @@ impl Drop for LockGuard {
             if left == 0 {
                 hold.wait_renewal_done().await;
             }
-            let _ = hold
-                .inner
-                .release_on_nodes(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
-                .await;
+            let _ = hold.release_on_nodes(left).await;
         });
     }
 }

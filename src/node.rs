@@ -15,7 +15,9 @@ use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 use crate::quorum::Grant;
 use crate::scripts;
 
-/// The keys of one lock: `<prefix>{<name>}` and its companions.
+/// The keys of one lock: `<prefix>{<name>}`, its release channel, and the
+/// node's one fence counter `<prefix>fence`, shared by every lock so that
+/// counters do not grow with the number of lock names.
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub(crate) name: Arc<str>,
@@ -29,7 +31,7 @@ impl Keys {
         let lock = format!("{prefix}{{{name}}}");
         Self {
             name: name.into(),
-            fence: format!("{lock}:fence"),
+            fence: format!("{prefix}fence"),
             channel: format!("{lock}:released"),
             lock,
         }
@@ -54,8 +56,10 @@ pub(crate) enum Released {
 pub(crate) enum Renewed {
     /// Our owner held it; extended.
     Extended,
-    /// The key was missing and has been re-created for us.
+    /// The key was missing and has been re-created for us (repair only).
     Repaired,
+    /// The key is missing (renewal only; nothing was created).
+    Missing,
     /// Another owner holds it.
     Conflict,
     /// The key holds another type.
@@ -115,11 +119,18 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
 
+    /// Re-creates the missing keys of a batch (built with
+    /// [`RenewBatch::repair`]) and raises the fence counter to each token.
+    fn repair(&self, batch: Arc<RenewBatch>)
+        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+
+    /// Raises the node's fence counter to at least `token`; returns the
+    /// counter after the call.
     fn raise_fence(
         &self,
         keys: &Arc<Keys>,
         token: u64,
-    ) -> BoxFuture<'static, Result<(), NodeError>>;
+    ) -> BoxFuture<'static, Result<u64, NodeError>>;
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
 
@@ -129,9 +140,12 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
 /// Locks per script call in a renewal batch; one pipeline carries them all.
 pub(crate) const RENEW_CHUNK: usize = 1_000;
 
-/// The locks one watchdog tick renews, the same on every node.
+/// The locks one watchdog tick renews, the same on every node, or the
+/// locks it repairs on one node.
 pub(crate) struct RenewBatch {
     pub(crate) items: Vec<RenewItem>,
+    /// Renew (extend only) or repair (re-create missing keys).
+    repair: bool,
     /// The pipeline, built once per tick by the first node that needs it.
     pipeline: std::sync::OnceLock<redis::Pipeline>,
 }
@@ -140,6 +154,16 @@ impl RenewBatch {
     pub(crate) fn new(items: Vec<RenewItem>) -> Self {
         Self {
             items,
+            repair: false,
+            pipeline: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A batch that re-creates the missing keys of `items`.
+    pub(crate) fn repair(items: Vec<RenewItem>) -> Self {
+        Self {
+            items,
+            repair: true,
             pipeline: std::sync::OnceLock::new(),
         }
     }
@@ -149,23 +173,38 @@ impl RenewBatch {
         let _ = self.pipeline();
     }
 
-    /// One EVALSHA of the renew script per chunk of [`RENEW_CHUNK`] locks.
+    fn script(&self) -> &'static redis::Script {
+        if self.repair {
+            &scripts::REPAIR
+        } else {
+            &scripts::RENEW
+        }
+    }
+
+    /// One EVALSHA of the renew (or repair) script per chunk of
+    /// [`RENEW_CHUNK`] locks.
     fn pipeline(&self) -> &redis::Pipeline {
         self.pipeline.get_or_init(|| {
             let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
             for chunk in self.items.chunks(RENEW_CHUNK) {
+                let fence = chunk.first().map(|i| i.keys.fence.as_str());
+                let keys = chunk.len() + usize::from(self.repair);
                 let cmd = pipe
                     .cmd("EVALSHA")
-                    .arg(scripts::RENEW.get_hash())
-                    .arg(chunk.len() * 2);
+                    .arg(self.script().get_hash())
+                    .arg(keys);
                 for item in chunk {
-                    cmd.arg(&item.keys.lock).arg(&item.keys.fence);
+                    cmd.arg(&item.keys.lock);
+                }
+                if self.repair {
+                    cmd.arg(fence.unwrap_or_default());
                 }
                 for item in chunk {
-                    cmd.arg(&*item.owner)
-                        .arg(item.count)
-                        .arg(item.token)
-                        .arg(ms(item.lease));
+                    cmd.arg(&*item.owner).arg(item.count);
+                    if self.repair {
+                        cmd.arg(item.token);
+                    }
+                    cmd.arg(ms(item.lease));
                 }
             }
             pipe
@@ -440,6 +479,53 @@ impl RedisNode {
             loaded: Arc::clone(&self.loaded),
         })
     }
+
+    /// Sends a renew or repair batch: one pipeline, one round trip.
+    fn batch(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        let conn = self.checked();
+        Box::pin(async move {
+            let mut conn = conn?;
+            let pipe = batch.pipeline();
+            // Retrying is safe here, unlike for acquire and release: a release
+            // waits until the renewal that includes its lock has finished,
+            // repairs and retries included. The retry after a broken
+            // connection reaches a node that just came back.
+            let first = match pipe.query_async(&mut conn).await {
+                Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
+                other => other,
+            };
+            let replies: Vec<Vec<i64>> = match first {
+                Ok(r) => r,
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    batch
+                        .script()
+                        .prepare_invoke()
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|e| map_err(&e))?;
+                    pipe.query_async(&mut conn).await.map_err(|e| map_err(&e))?
+                }
+                Err(e) => return Err(map_err(&e)),
+            };
+            let codes: Vec<i64> = replies.into_iter().flatten().collect();
+            if codes.len() != batch.items.len() {
+                return Err(NodeError::protocol("renew batch length"));
+            }
+            codes
+                .into_iter()
+                .map(|c| match c {
+                    scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
+                    scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
+                    scripts::RENEW_MISSING => Ok(Renewed::Missing),
+                    scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
+                    scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
+                    _ => Err(NodeError::protocol("renew")),
+                })
+                .collect()
+        })
+    }
 }
 
 /// Whether a script call may be sent again after the connection broke.
@@ -569,58 +655,25 @@ impl NodeOps for RedisNode {
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        let conn = self.checked();
-        Box::pin(async move {
-            let mut conn = conn?;
-            let pipe = batch.pipeline();
-            // Retrying is safe here, unlike for acquire and release: a release
-            // waits until the renewal that includes its lock has finished,
-            // retries included. The retry after a broken connection reaches a
-            // node that just came back, so it is repaired this tick.
-            let first = match pipe.query_async(&mut conn).await {
-                Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
-                other => other,
-            };
-            let replies: Vec<Vec<i64>> = match first {
-                Ok(r) => r,
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    scripts::RENEW
-                        .prepare_invoke()
-                        .load_async(&mut conn)
-                        .await
-                        .map_err(|e| map_err(&e))?;
-                    pipe.query_async(&mut conn).await.map_err(|e| map_err(&e))?
-                }
-                Err(e) => return Err(map_err(&e)),
-            };
-            let codes: Vec<i64> = replies.into_iter().flatten().collect();
-            if codes.len() != batch.items.len() {
-                return Err(NodeError::protocol("renew batch length"));
-            }
-            codes
-                .into_iter()
-                .map(|c| match c {
-                    scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
-                    scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
-                    scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
-                    scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
-                    _ => Err(NodeError::protocol("renew")),
-                })
-                .collect()
-        })
+        self.batch(batch)
+    }
+
+    fn repair(
+        &self,
+        batch: Arc<RenewBatch>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.batch(batch)
     }
 
     fn raise_fence(
         &self,
         keys: &Arc<Keys>,
         token: u64,
-    ) -> BoxFuture<'static, Result<(), NodeError>> {
+    ) -> BoxFuture<'static, Result<u64, NodeError>> {
         let call = self.script_call();
         let keys = Arc::clone(keys);
         Box::pin(async move {
-            let _: i64 = call?
+            let counter: i64 = call?
                 .run(
                     &scripts::RAISE_FENCE,
                     &[&keys.fence],
@@ -630,7 +683,7 @@ impl NodeOps for RedisNode {
                     },
                 )
                 .await?;
-            Ok(())
+            Ok(u64::try_from(counter).unwrap_or(0))
         })
     }
 
@@ -698,7 +751,7 @@ mod tests {
     fn keys_share_a_hash_tag() {
         let k = Keys::new("ql:", "orders");
         assert_eq!(k.lock, "ql:{orders}");
-        assert_eq!(k.fence, "ql:{orders}:fence");
+        assert_eq!(k.fence, "ql:fence");
         assert_eq!(k.channel, "ql:{orders}:released");
     }
 

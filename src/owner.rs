@@ -1,4 +1,5 @@
-//! Who holds a lock: task-scoped by default, or an explicit shared handle.
+//! Who holds a lock: each acquisition its own owner by default; an explicit
+//! shared handle, or a scope, for re-entry.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,13 +8,39 @@ use std::sync::Arc;
 static NEXT_EXPLICIT: AtomicU64 = AtomicU64::new(1);
 static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
 
-/// An explicit lock owner that several tasks can share.
+tokio::task_local! {
+    /// The owner that acquisitions inside [`Owner::scope`] default to.
+    static SCOPE: Owner;
+}
+
+/// A lock owner: acquisitions by the same owner re-enter its hold.
 ///
-/// By default a lock belongs to the tokio task that took it (outside any task,
-/// to the thread). Code that must hand a held lock from one task to another,
-/// or re-enter it from a spawned helper, creates an `Owner` once with
-/// [`crate::LockManager::new_owner`] and passes it to
-/// [`crate::LockRequest::owner`]. Clones are the same owner.
+/// By default every acquisition is its own owner, so two futures never
+/// share a hold by accident: two `lock("x")` calls joined in one task, or
+/// run by `for_each_concurrent`, exclude each other like two tasks do.
+/// Re-entry is explicit or scoped:
+///
+/// - create an `Owner` with [`crate::LockManager::new_owner`] and pass it to
+///   [`crate::LockRequest::owner`] (clones are the same owner, and can move
+///   to other tasks);
+/// - or run code under [`Owner::scope`] (or [`crate::LockGuard::run`], which
+///   scopes its closure to the guard's owner): acquisitions inside it that
+///   name no owner act as that owner.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+/// let me = locks.new_owner();
+/// let outer = locks.request("account:7").owner(&me).acquire().await?;
+/// // Same owner: re-enters at once instead of waiting for itself.
+/// let inner = me.scope(locks.lock("account:7")).await?;
+/// assert_eq!(inner.hold_count(), 2);
+/// inner.release().await?;
+/// outer.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Owner {
     id: Arc<str>,
@@ -27,13 +54,30 @@ impl Owner {
         }
     }
 
-    /// The owner of the calling task (or thread, outside a task).
-    pub(crate) fn current(client_id: &str) -> Self {
-        let id = match tokio::task::try_id() {
-            Some(task) => format!("{client_id}:task-{task}"),
-            None => format!("{client_id}:thread-{:?}", std::thread::current().id()),
-        };
-        Self { id: id.into() }
+    /// The owner of the enclosing [`Owner::scope`], if it belongs to the
+    /// client `client_id`.
+    pub(crate) fn scoped(client_id: &str) -> Option<Self> {
+        SCOPE
+            .try_with(|o| {
+                let own = o
+                    .id
+                    .strip_prefix(client_id)
+                    .is_some_and(|rest| rest.starts_with(':'));
+                own.then(|| o.clone())
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Runs `fut` with this owner as the default owner of the acquisitions
+    /// it makes through the manager that created the owner: they re-enter
+    /// this owner's holds instead of waiting for them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the scope ends with it.
+    pub async fn scope<F: std::future::Future>(&self, fut: F) -> F::Output {
+        SCOPE.scope(self.clone(), fut).await
     }
 
     /// The owner's id, `client-uuid:owner`. Each hold of the owner is written
@@ -77,27 +121,15 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn tasks_get_distinct_owners_and_a_task_keeps_its_own() {
-        let in_task = || async {
-            let a = Owner::current("c");
-            tokio::task::yield_now().await;
-            assert_eq!(a, Owner::current("c"));
-            a
-        };
-        let a = tokio::spawn(in_task()).await.expect("task runs");
-        let b = tokio::spawn(in_task()).await.expect("task runs");
-        assert_ne!(a, b);
-        assert!(a.id().starts_with("c:task-"));
-    }
-
-    #[test]
-    fn outside_a_task_the_thread_owns() {
-        let a = Owner::current("c");
-        assert!(a.id().starts_with("c:thread-"));
-        let b = std::thread::spawn(|| Owner::current("c"))
-            .join()
-            .expect("thread runs");
-        assert_ne!(a, b);
+    async fn scopes_give_their_owner_to_their_own_client_only() {
+        let a = Owner::explicit("c");
+        assert_eq!(Owner::scoped("c"), None);
+        let inside = a.scope(async { Owner::scoped("c") }).await;
+        assert_eq!(inside, Some(a.clone()));
+        let other_client = a.scope(async { Owner::scoped("d") }).await;
+        assert_eq!(other_client, None);
+        let prefix_only = a.scope(async { Owner::scoped("") }).await;
+        assert_eq!(prefix_only, None);
     }
 
     #[test]

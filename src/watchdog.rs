@@ -1,6 +1,7 @@
 //! One watchdog per manager: renews every held lock on every node with one
-//! round trip per node per tick, repairs nodes that lost a key, and signals
-//! locks that can no longer show a quorum.
+//! round trip per node per tick, repairs nodes that lost a key while a
+//! quorum of the others confirms the hold, and signals locks that can no
+//! longer show a quorum.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -10,6 +11,7 @@ use tokio::time::Instant;
 
 use tracing::{debug, info, warn};
 
+use crate::clock;
 use crate::lock::{lock, Hold, HoldState, Inner};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::quorum::{self, FanOut};
@@ -128,7 +130,7 @@ impl Watchdog {
                 return false;
             };
             let mut s = lock(&hold.state);
-            if hold.phase() != HoldState::Held {
+            if hold.stored_phase() != HoldState::Held {
                 return false;
             }
             if s.valid_until <= now {
@@ -194,17 +196,14 @@ fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
     warn!(lock = %hold.keys.name, why, "lock lost");
     let hold = Arc::clone(hold);
     inner.background.spawn(async move {
-        let _ = hold
-            .inner
-            .release_on_nodes(&hold.keys, &hold.holder_id, 0, hold.lease, hold.token)
-            .await;
+        let _ = hold.release_on_nodes(0).await;
     });
 }
 
 /// One renewal round: one pipeline per node, all nodes in parallel.
 pub(crate) async fn tick(inner: &Arc<Inner>) {
     let wd = &inner.watchdog;
-    let start = Instant::now();
+    let start = clock::now();
     let (due, lapsed) = wd.due(start);
     for hold in &lapsed {
         lose(
@@ -217,15 +216,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         return;
     }
     let batch = Arc::new(RenewBatch::new(
-        due.iter()
-            .map(|h| RenewItem {
-                keys: Arc::clone(&h.keys),
-                owner: Arc::clone(&h.holder_id),
-                count: lock(&h.state).count,
-                token: h.token,
-                lease: h.lease,
-            })
-            .collect(),
+        due.iter().map(|h| renew_item(h)).collect(),
     ));
     batch.prepare();
     let n = inner.nodes.len();
@@ -234,7 +225,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
     let mut fan = FanOut::start(n, timeout, |i| inner.nodes[i].renew(Arc::clone(&batch)));
     fan.until(|_| false).await;
     let work = Instant::now();
-    let now = work;
+    let now = clock::now();
     add(&wd.counters.ticks, 1);
     add(&wd.counters.round_trips, n as u64);
     add(&wd.counters.locks_renewed, due.len() as u64);
@@ -246,10 +237,13 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         }
     }
     let required = inner.config.required;
-    let (mut extended, mut repairs, mut conflicts) = (0u64, 0u64, 0u64);
+    let (mut extended, mut conflicts) = (0u64, 0u64);
+    // Per node: the holds to re-create there (renewed on a quorum, missing here).
+    let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut lost = vec![false; due.len()];
     for (k, hold) in due.iter().enumerate() {
-        let mut confirmed = 0;
-        let mut conflicted = 0;
+        let (mut confirmed, mut absent) = (0, 0);
+        let mut missing = Vec::new();
         let mut s = lock(&hold.state);
         for (i, r) in fan.replies().iter().enumerate() {
             let code = match r {
@@ -257,25 +251,24 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
                 _ => None,
             };
             match code {
-                Some(Renewed::Extended) => {
+                Some(Renewed::Extended | Renewed::Repaired) => {
                     confirmed += 1;
                     extended += 1;
                     s.granted[i] = true;
                 }
-                Some(Renewed::Repaired) => {
-                    confirmed += 1;
-                    repairs += 1;
-                    s.granted[i] = true;
-                    info!(lock = %hold.keys.name, node = i, addr = inner.nodes[i].addr(), "repaired: re-created a missing lock key");
+                Some(Renewed::Missing) => {
+                    absent += 1;
+                    s.granted[i] = false;
+                    missing.push(i);
                 }
                 Some(Renewed::Conflict) => {
-                    conflicted += 1;
+                    absent += 1;
                     conflicts += 1;
                     s.granted[i] = false;
                     warn!(lock = %hold.keys.name, node = i, "renewal conflict: another owner holds the key");
                 }
                 Some(Renewed::WrongType) => {
-                    conflicted += 1;
+                    absent += 1;
                     s.granted[i] = false;
                     warn!(lock = %hold.keys.name, node = i, "renewal found a key of the wrong type");
                 }
@@ -284,33 +277,105 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         }
         // Lost when the old validity ran out before this tick completed (the
         // keys may have expired and been taken meanwhile: a renewal cannot
-        // give that time back), when a quorum is out of reach (others hold
-        // too many nodes), or when this tick failed and the old validity ends
-        // before the next tick could help.
+        // give that time back); when too many nodes answered that the key is
+        // gone or someone else's for a quorum to confirm it (forced,
+        // expired, or taken and released meanwhile: re-creating the keys
+        // would hide that); or when this tick failed and the old validity
+        // ends before the next tick could help.
         let lapsed = s.valid_until <= now;
         let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
         let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {
             s.valid_until = s.valid_until.max(until);
         }
-        let unreachable = n - conflicted < required;
+        let unconfirmable = n - absent < required;
         let out_of_time = !renewed && s.valid_until <= now + wd.interval;
-        s.renewing = false;
         drop(s);
-        if lapsed || unreachable || out_of_time {
-            lose(inner, hold, "renewal could not show a quorum in time");
-        } else if !renewed {
+        if lapsed || unconfirmable || out_of_time {
+            lost[k] = true;
+        } else if renewed {
+            // Missing on a minority while a quorum confirmed: a node that
+            // restarted empty (or evicted the key). Re-create it there.
+            for i in missing {
+                repairs[i].push(k);
+            }
+        } else {
             debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
+        }
+    }
+    let repaired = repair(inner, &due, &repairs, start).await;
+    for (k, hold) in due.iter().enumerate() {
+        lock(&hold.state).renewing = false;
+        if lost[k] {
+            lose(inner, hold, "renewal could not show a quorum in time");
         }
         hold.renew_done.notify_waiters();
     }
     add(&wd.counters.extended, extended);
-    add(&wd.counters.repairs, repairs);
+    add(&wd.counters.repairs, repaired);
     add(&wd.counters.conflicts, conflicts);
     let busy = built + work.elapsed();
     add(
         &wd.counters.busy_micros,
         u64::try_from(busy.as_micros()).unwrap_or(u64::MAX),
     );
-    debug!(locks = due.len(), extended, repairs, ?busy, "watchdog tick");
+    debug!(locks = due.len(), extended, repaired, ?busy, "watchdog tick");
+}
+
+/// Re-creates, on each node, the keys of the holds listed for it (by index
+/// into `due`): one batch per node that needs one, in parallel, within the
+/// tick's timeout. Returns how many keys were re-created.
+async fn repair(
+    inner: &Arc<Inner>,
+    due: &[Arc<Hold>],
+    repairs: &[Vec<usize>],
+    start: tokio::time::Instant,
+) -> u64 {
+    if repairs.iter().all(Vec::is_empty) {
+        return 0;
+    }
+    let batches: Vec<Option<Arc<RenewBatch>>> = repairs
+        .iter()
+        .map(|ks| {
+            (!ks.is_empty()).then(|| {
+                Arc::new(RenewBatch::repair(
+                    ks.iter().map(|&k| renew_item(&due[k])).collect(),
+                ))
+            })
+        })
+        .collect();
+    let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
+    let timeout = renew_timeout(&inner.config, locks);
+    let mut fan = FanOut::start(inner.nodes.len(), timeout, |i| match &batches[i] {
+        Some(b) => inner.nodes[i].repair(Arc::clone(b)),
+        None => Box::pin(std::future::ready(Ok(Vec::new()))),
+    });
+    fan.until(|_| false).await;
+    let mut repaired = 0;
+    for (i, r) in fan.replies().iter().enumerate() {
+        let Some(Ok(codes)) = r else { continue };
+        for (&k, code) in repairs[i].iter().zip(codes) {
+            let hold = &due[k];
+            if *code == Renewed::Repaired || *code == Renewed::Extended {
+                repaired += u64::from(*code == Renewed::Repaired);
+                if let Some(g) = lock(&hold.state).granted.get_mut(i) {
+                    *g = true;
+                }
+                info!(lock = %hold.keys.name, node = i, addr = inner.nodes[i].addr(), "repaired: re-created a missing lock key");
+            }
+        }
+    }
+    debug!(elapsed = ?clock::now().saturating_duration_since(start), repaired, "repair");
+    repaired
+}
+
+/// What a renewal (or repair) sends for one hold.
+fn renew_item(hold: &Hold) -> RenewItem {
+    RenewItem {
+        keys: Arc::clone(&hold.keys),
+        owner: Arc::clone(&hold.holder_id),
+        count: lock(&hold.state).count,
+        token: hold.token,
+        lease: hold.lease,
+    }
 }

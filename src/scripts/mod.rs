@@ -15,7 +15,8 @@
 //! script after a connection error (the node may have restarted empty). A `NOSCRIPT` that slips through (`SCRIPT FLUSH`
 //! by an operator) fails that one call on that node, like a timeout would.
 //!
-//! The watchdog's renewal is one `EVALSHA` per thousand locks in a pipeline,
+//! The watchdog's renewal (and its repair of missing keys) is one `EVALSHA`
+//! per thousand locks in a pipeline,
 //! re-sent after `NOSCRIPT`: a release never overtakes a renewal in flight
 //! (release waits for it), so the retry cannot reorder anything that matters.
 
@@ -74,9 +75,13 @@ pub(crate) static ACQUIRE: LazyLock<Lua> =
 pub(crate) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(1, include_str!("release.lua")));
 
-/// Batched renewal with repair of missing keys.
+/// Batched renewal: extends held keys, reports missing ones.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("renew.lua")).body));
+
+/// Batched repair: re-creates missing keys of holds a quorum confirmed.
+pub(crate) static REPAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("repair.lua")).body));
 
 /// Administrative delete plus publish.
 pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
@@ -104,8 +109,10 @@ pub(crate) const REL_OTHER_OWNER: i64 = -1;
 
 /// Renew reply code: extended.
 pub(crate) const RENEW_EXTENDED: i64 = 1;
-/// Renew reply code: re-created on a node that lost the key.
+/// Renew reply code: re-created on a node that lost the key (repair).
 pub(crate) const RENEW_REPAIRED: i64 = 2;
+/// Renew reply code: the key is missing (renew; nothing created).
+pub(crate) const RENEW_MISSING: i64 = 3;
 /// Renew reply code: another owner holds it.
 pub(crate) const RENEW_CONFLICT: i64 = 0;
 /// Renew reply code: wrong type.

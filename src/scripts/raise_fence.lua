@@ -1,6 +1,6 @@
 -- Raise the fence counter to at least ARGV[1]; never lowers it.
 --
--- KEYS[1] fence       <prefix>{name}:fence
+-- KEYS[1] fence       <prefix>fence, the node's one fence counter
 -- ARGV[1] token
 --
 -- Returns the counter after the call.

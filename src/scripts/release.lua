@@ -2,12 +2,13 @@
 --
 -- KEYS[1] lock hash   <prefix>{name}
 -- KEYS[2] channel     <prefix>{name}:released
--- KEYS[3] fence       <prefix>{name}:fence
+-- KEYS[3] fence       <prefix>fence, the node's one fence counter
 -- ARGV[1] owner id
 -- ARGV[2] hold count left after this release (0 releases the lock)
 -- ARGV[3] lease in milliseconds (used when the count stays above 0)
 -- ARGV[4] fencing token of the hold (0 for a rollback): the fence counter is
 --         raised to it, so a later holder always gets a larger token here.
+-- ARGV[1] is the holder id: the owner's id plus a suffix unique to the hold.
 --
 -- Returns  2 released fully: the hash is deleted and a message published;
 --          1 count lowered and lease refreshed;
