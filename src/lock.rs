@@ -738,10 +738,10 @@ impl Inner {
         let mut waiter: Option<Waiter> = None;
         // Local fairness: while other local waiters are queued for this lock,
         // a newcomer queues behind them instead of barging in.
-        if wait != Wait::Up(Duration::ZERO) && self.notifier.has_waiters(&keys.channel) {
-            waiter = Some(self.notifier.waiter(&keys.channel));
+        if wait != Wait::Up(Duration::ZERO) {
+            waiter = self.notifier.join_if_queued(&keys.channel);
         }
-        let mut deferred = waiter.is_some();
+        let mut deferred = waiter.as_ref().is_some_and(|w| !w.is_head());
         loop {
             let err = if deferred {
                 None
@@ -752,11 +752,16 @@ impl Inner {
                 match self.attempt(&keys, &holder_id, lease, 1, 0, attempt).await {
                     Ok(won) => {
                         if let Some(w) = waiter.take() {
-                            w.acquired();
+                            w.acquired(lease);
                         }
                         return Ok(self.hold(&keys, &owner, &holder_id, lease, renew, won));
                     }
-                    Err(e) if e.is_retryable() => Some(e),
+                    Err(e) if e.is_retryable() => {
+                        if let (Some(w), Some(pttl)) = (&waiter, e.min_pttl()) {
+                            w.holder_seen(pttl);
+                        }
+                        Some(e)
+                    }
                     Err(e) => return Err(e),
                 }
             };
@@ -778,6 +783,9 @@ impl Inner {
                 // more, so a release that happened before the subscription
                 // took effect is not missed.
                 let w = self.notifier.waiter(&keys.channel);
+                if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
+                    w.holder_seen(pttl);
+                }
                 let limit = remaining.map_or(self.config.node_timeout, |r| {
                     r.min(self.config.node_timeout)
                 });
@@ -787,12 +795,18 @@ impl Inner {
             };
             let delay = match &err {
                 Some(e) => self.fallback(e, attempt, w.covered(), remaining),
-                // Queued behind local waiters: release messages wake us when
-                // our turn comes; poll only if they are not covered.
-                None if w.covered() => remaining.unwrap_or(lease),
+                // Queued behind local waiters: our bell rings when our turn
+                // comes; until then, sleep no longer than the holder's key
+                // is known to last (an expiry publishes nothing), or poll if
+                // release messages are not covered.
+                None if w.covered() => {
+                    let until_expiry = w.holder_left().unwrap_or(lease);
+                    remaining.map_or(until_expiry, |r| r.min(until_expiry))
+                }
                 None => self.config.backoff.delay(attempt),
             };
-            let woke = w.wait(delay).await;
+            let timer_deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+            let woke = w.wait(delay, timer_deadline).await;
             deferred = false;
             debug!(lock = %keys.name, ?woke, "waiter woke");
         }

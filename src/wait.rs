@@ -6,22 +6,29 @@
 //! it was held. A waiter subscribes to that channel (the first waiter of a
 //! channel sends SUBSCRIBE on every node; a second after the last one left,
 //! UNSUBSCRIBE follows unless a waiter came back), retries once the
-//! subscription is confirmed, then sleeps
-//! until a message from any node arrives or a fallback timer fires.
+//! subscription is confirmed, then sleeps until its bell rings or a fallback
+//! timer fires.
+//!
+//! A release message rings only the head of the local queue, whatever the
+//! queue's length; a head that leaves without the lock rings the next one.
+//! Every waiter's fallback timer ends no later than the holder's key is
+//! known to expire (the PTTL seen by the last attempt, or the lease of a
+//! local holder), since an expiry publishes nothing.
 //!
 //! When a node's pub/sub connection breaks, its channels are marked
 //! unsubscribed and every waiter is woken, so that waiters whose channel is
 //! no longer covered by enough nodes fall back to polling with the backoff;
 //! the connection is re-established with backoff and resubscribes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{mpsc, watch};
-use tracing::debug;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use crate::lock::lock;
 
@@ -31,25 +38,66 @@ enum Command {
     Unsubscribe(Arc<str>),
 }
 
+/// One queued waiter's doorbell: rung to end its wait.
+#[derive(Default)]
+struct Bell {
+    rings: AtomicU64,
+    notify: Notify,
+}
+
+impl Bell {
+    fn ring(&self, shared: &Shared) {
+        self.rings.fetch_add(1, Ordering::AcqRel);
+        shared.wakeups.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+}
+
 /// One channel's waiters.
 struct Channel {
-    /// Bumped on every release message (and on pub/sub disconnects).
-    generation: watch::Sender<u64>,
     /// Per node: SUBSCRIBE confirmed on the live connection.
     subscribed: Vec<AtomicBool>,
-    /// Local waiters in arrival order, by ticket.
-    queue: Mutex<VecDeque<u64>>,
+    /// Local waiters in arrival order, by ticket: joining, leaving and
+    /// finding the head cost O(log W).
+    queue: Mutex<BTreeMap<u64, Arc<Bell>>>,
+    /// The latest instant the current holder's key is known to expire at:
+    /// no waiter sleeps past it, since an expiry publishes nothing.
+    holder_until: Mutex<Option<Instant>>,
     /// Waiters holding this channel.
     refs: Mutex<usize>,
     /// Woken when a node confirms the subscription.
-    confirmed: tokio::sync::Notify,
+    confirmed: Notify,
     /// An unsubscribe is scheduled.
     retiring: AtomicBool,
 }
 
 impl Channel {
-    fn bump(&self) {
-        self.generation.send_modify(|g| *g = g.wrapping_add(1));
+    fn new(nodes: usize) -> Self {
+        Self {
+            subscribed: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            queue: Mutex::new(BTreeMap::new()),
+            holder_until: Mutex::new(None),
+            refs: Mutex::new(0),
+            confirmed: Notify::new(),
+            retiring: AtomicBool::new(false),
+        }
+    }
+
+    /// A release message: only the longest-waiting local waiter runs.
+    fn wake_head(&self, shared: &Shared) {
+        let head = lock(&self.queue).values().next().cloned();
+        if let Some(bell) = head {
+            bell.ring(shared);
+        }
+    }
+
+    /// Coverage changed (a pub/sub connection came or went): every waiter
+    /// re-checks whether to poll. Rare, unlike release messages.
+    fn wake_all(&self, shared: &Shared) {
+        let bells: Vec<Arc<Bell>> = lock(&self.queue).values().cloned().collect();
+        for bell in bells {
+            bell.ring(shared);
+        }
     }
 
     fn coverage(&self) -> usize {
@@ -66,6 +114,8 @@ struct Shared {
     next_ticket: AtomicU64,
     reconnects: AtomicU64,
     messages: AtomicU64,
+    wakeups: AtomicU64,
+    refusals: AtomicU64,
 }
 
 /// Counters of the waiters' pub/sub connections.
@@ -78,6 +128,12 @@ pub struct PubSubStats {
     pub connections: u64,
     /// Channels with at least one local waiter now.
     pub channels: usize,
+    /// Waiters woken by a release message, a queue change or a change of
+    /// coverage: one per release message whatever the queue's length.
+    pub wakeups: u64,
+    /// Subscriptions a node refused (e.g. an ACL user without channel
+    /// rights); waiters then poll with the backoff.
+    pub refusals: u64,
 }
 
 /// The waiters' side of a manager.
@@ -99,6 +155,8 @@ impl Notifier {
             next_ticket: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             messages: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
         });
         let mut senders = Vec::with_capacity(n);
         for (i, client) in clients.into_iter().enumerate() {
@@ -118,37 +176,43 @@ impl Notifier {
     /// Joins the waiters of `channel`, subscribing on every node if this is
     /// the first one.
     pub(crate) fn waiter(&self, channel: &str) -> Waiter {
-        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let mut channels = lock(&self.shared.channels);
-        let (chan, first) = match channels.get(channel) {
-            Some(c) => (Arc::clone(c), false),
+        self.enter(&mut channels, channel)
+    }
+
+    /// Joins the waiters of `channel` only if some are queued already (a
+    /// newcomer then queues behind them instead of barging in). Decided
+    /// under the channel map's lock, so a newcomer that arrives as the last
+    /// waiter leaves either finds the queue empty or becomes its head.
+    pub(crate) fn join_if_queued(&self, channel: &str) -> Option<Waiter> {
+        let mut channels = lock(&self.shared.channels);
+        let queued = channels
+            .get(channel)
+            .is_some_and(|c| !lock(&c.queue).is_empty());
+        queued.then(|| self.enter(&mut channels, channel))
+    }
+
+    fn enter(&self, channels: &mut HashMap<Arc<str>, Arc<Channel>>, channel: &str) -> Waiter {
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let name: Arc<str> = channel.into();
+        let chan = match channels.get(channel) {
+            Some(c) => Arc::clone(c),
             None => {
-                let c = Arc::new(Channel {
-                    generation: watch::Sender::new(0),
-                    subscribed: (0..self.shared.nodes)
-                        .map(|_| AtomicBool::new(false))
-                        .collect(),
-                    queue: Mutex::new(VecDeque::new()),
-                    refs: Mutex::new(0),
-                    confirmed: tokio::sync::Notify::new(),
-                    retiring: AtomicBool::new(false),
-                });
-                channels.insert(channel.into(), Arc::clone(&c));
-                (c, true)
+                let c = Arc::new(Channel::new(self.shared.nodes));
+                channels.insert(Arc::clone(&name), Arc::clone(&c));
+                for tx in &self.senders {
+                    let _ = tx.send(Command::Subscribe(Arc::clone(&name)));
+                }
+                c
             }
         };
         *lock(&chan.refs) += 1;
-        lock(&chan.queue).push_back(ticket);
-        let name: Arc<str> = channel.into();
-        if first {
-            for tx in &self.senders {
-                let _ = tx.send(Command::Subscribe(Arc::clone(&name)));
-            }
-        }
-        drop(channels);
+        let bell = Arc::new(Bell::default());
+        lock(&chan.queue).insert(ticket, Arc::clone(&bell));
         Waiter {
-            rx: chan.generation.subscribe(),
             chan,
+            bell,
+            seen: 0,
             name,
             ticket,
             shared: Arc::clone(&self.shared),
@@ -158,28 +222,25 @@ impl Notifier {
         }
     }
 
-    /// Whether local waiters are queued on `channel`: a newcomer then joins
-    /// the queue instead of trying first.
-    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        lock(&self.shared.channels)
-            .get(channel)
-            .is_some_and(|c| !lock(&c.queue).is_empty())
-    }
-
     pub(crate) fn stats(&self) -> PubSubStats {
         PubSubStats {
             messages: self.shared.messages.load(Ordering::Relaxed),
             connections: self.shared.reconnects.load(Ordering::Relaxed),
             channels: lock(&self.shared.channels).len(),
+            wakeups: self.shared.wakeups.load(Ordering::Relaxed),
+            refusals: self.shared.refusals.load(Ordering::Relaxed),
         }
     }
 }
 
 /// One waiting acquisition's membership of a channel. Dropping it leaves
-/// the queue and, for the last waiter, unsubscribes on every node.
+/// the queue (waking the next waiter if it headed the queue without taking
+/// the lock) and, for the last waiter, unsubscribes on every node.
 pub(crate) struct Waiter {
     chan: Arc<Channel>,
-    rx: watch::Receiver<u64>,
+    bell: Arc<Bell>,
+    /// Rings seen so far: a ring after `mark` ends the next `wait` at once.
+    seen: u64,
     name: Arc<str>,
     ticket: u64,
     shared: Arc<Shared>,
@@ -198,10 +259,10 @@ pub(crate) enum Woke {
 }
 
 impl Waiter {
-    /// Records the current generation: a message that arrives from now on
-    /// ends the next `wait` at once.
+    /// Records the rings so far: a ring that arrives from now on ends the
+    /// next `wait` at once.
     pub(crate) fn mark(&mut self) {
-        self.rx.borrow_and_update();
+        self.seen = self.bell.rings.load(Ordering::Acquire);
     }
 
     /// Whether enough nodes confirmed the subscription for release messages
@@ -226,37 +287,70 @@ impl Waiter {
 
     /// Whether this waiter is the longest-waiting local one.
     pub(crate) fn is_head(&self) -> bool {
-        lock(&self.chan.queue).front() == Some(&self.ticket)
+        lock(&self.chan.queue).keys().next() == Some(&self.ticket)
     }
 
-    /// Sleeps until a release message reaches this waiter while it heads the
-    /// local queue, or until `fallback` passes. Any waiter also wakes when
-    /// release messages stop being covered, to fall back to polling.
-    pub(crate) async fn wait(&mut self, fallback: Duration) -> Woke {
-        let timer = tokio::time::sleep(fallback);
-        tokio::pin!(timer);
+    /// Records that the lock's holder has `pttl` left on the nodes.
+    pub(crate) fn holder_seen(&self, pttl: Duration) {
+        *lock(&self.chan.holder_until) = Instant::now().checked_add(pttl);
+    }
+
+    /// How long until the current holder's key is known to expire, if known.
+    pub(crate) fn holder_left(&self) -> Option<Duration> {
+        lock(&self.chan.holder_until).map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// Sleeps until this waiter's bell rings (a release message while it
+    /// heads the local queue, the previous head leaving, a change of
+    /// coverage), or until `fallback` passes. While release messages are
+    /// covered, a timer that fires before the holder's known expiry (moved
+    /// later by a newer holder) sleeps on until it, never past `deadline`:
+    /// no attempt is made while the lock is known to be held.
+    pub(crate) async fn wait(&mut self, fallback: Duration, deadline: Option<Instant>) -> Woke {
+        let now = Instant::now();
+        let mut until = now.checked_add(fallback).unwrap_or(now + Duration::from_secs(86_400));
         loop {
+            let notified = self.bell.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let rings = self.bell.rings.load(Ordering::Acquire);
+            if rings != self.seen {
+                self.seen = rings;
+                return Woke::Notified;
+            }
             tokio::select! {
-                () = &mut timer => return Woke::Timer,
-                changed = self.rx.changed() => {
-                    if changed.is_err() {
-                        // The channel is gone; only the timer is left.
-                        (&mut timer).await;
-                        return Woke::Timer;
-                    }
-                    if self.is_head() || !self.covered() {
-                        return Woke::Notified;
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until) => {
+                    let later = lock(&self.chan.holder_until)
+                        .filter(|h| *h > Instant::now())
+                        .map(|h| h + jitter());
+                    match later {
+                        Some(h) if self.covered() && h > until => {
+                            until = deadline.map_or(h, |d| h.min(d));
+                            if until <= Instant::now() {
+                                return Woke::Timer;
+                            }
+                        }
+                        _ => return Woke::Timer,
                     }
                 }
             }
         }
     }
 
-    /// Marks the acquisition as successful: leaving the queue then does not
-    /// wake the next waiter (the lock is taken).
-    pub(crate) fn acquired(mut self) {
+    /// Marks the acquisition as successful, holding the lock on the nodes
+    /// for `lease` from now: queued waiters sleep until then at most, and
+    /// leaving the queue does not wake the next waiter (the lock is taken;
+    /// its release message will).
+    pub(crate) fn acquired(mut self, lease: Duration) {
+        self.holder_seen(lease);
         self.acquired = true;
     }
+}
+
+/// Up to 2 ms, so that waiters whose timers end together spread out.
+fn jitter() -> Duration {
+    Duration::from_micros(rand::random_range(0..=2_000))
 }
 
 /// How long a channel stays subscribed after its last waiter left, so that a
@@ -306,26 +400,52 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let channels = lock(&self.shared.channels);
-        let was_head = {
+        let next = {
             let mut q = lock(&self.chan.queue);
-            let was_head = q.front() == Some(&self.ticket);
-            q.retain(|t| *t != self.ticket);
-            was_head
+            let was_head = q.keys().next() == Some(&self.ticket);
+            q.remove(&self.ticket);
+            // Let the next waiter try in our place.
+            (was_head && !self.acquired)
+                .then(|| q.values().next().cloned())
+                .flatten()
         };
+        if let Some(bell) = next {
+            bell.ring(&self.shared);
+        }
         let mut refs = lock(&self.chan.refs);
         *refs = refs.saturating_sub(1);
         if *refs == 0 {
             drop(refs);
             drop(channels);
             self.linger();
-        } else if was_head && !self.acquired {
-            // Let the next waiter try in our place.
-            self.chan.bump();
+        }
+    }
+}
+
+/// Longest pause between two pub/sub connection attempts to one node.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(10);
+
+/// Waits `delay` while draining commands (subscribers are not kept waiting:
+/// their channels are re-sent from the channel map on reconnect). Returns
+/// false when the manager is gone.
+async fn pause(delay: Duration, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            cmd = commands.recv() => if cmd.is_none() { return false },
         }
     }
 }
 
 /// Keeps one pub/sub connection to node `i` alive while the manager lives.
+///
+/// Every failure (connecting, or a SUBSCRIBE the node refuses, such as an
+/// ACL user without channel rights) pauses before the next attempt, with a
+/// delay that doubles up to [`MAX_RECONNECT_DELAY`] and resets only once a
+/// subscription succeeds: a refusing node costs one attempt per pause, never
+/// a spin. Meanwhile its channels are not covered and waiters poll.
 async fn node_task(
     i: usize,
     client: redis::Client,
@@ -336,24 +456,13 @@ async fn node_task(
     loop {
         let connected =
             tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub()).await;
-        let pubsub = match connected {
-            Ok(Ok(p)) => p,
-            _ => {
-                // Drain commands so subscribers are not kept waiting; they
-                // are re-sent from the channel map on reconnect.
-                let sleep = tokio::time::sleep(delay);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        () = &mut sleep => break,
-                        cmd = commands.recv() => if cmd.is_none() { return },
-                    }
-                }
-                delay = (delay * 2).min(Duration::from_secs(2));
-                continue;
+        let Ok(Ok(pubsub)) = connected else {
+            if !pause(delay, &mut commands).await {
+                return;
             }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            continue;
         };
-        delay = Duration::from_millis(50);
         let (mut sink, mut stream) = pubsub.split();
         let Some(s) = shared.upgrade() else {
             return;
@@ -363,19 +472,22 @@ async fn node_task(
             .iter()
             .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
             .collect();
-        drop(s);
         let mut ok = true;
         if !current.is_empty() {
             let names: Vec<&str> = current.iter().map(|(k, _)| &**k).collect();
             ok = sink.subscribe(names).await.is_ok();
             if ok {
+                delay = Duration::from_millis(50);
                 for (_, c) in &current {
                     c.subscribed[i].store(true, Ordering::Release);
                     c.confirmed.notify_waiters();
-                    c.bump();
+                    c.wake_all(&s);
                 }
+            } else {
+                refused(&s, i);
             }
         }
+        drop(s);
         while ok {
             tokio::select! {
                 msg = stream.next() => match msg {
@@ -384,7 +496,7 @@ async fn node_task(
                         s.messages.fetch_add(1, Ordering::Relaxed);
                         let chan = lock(&s.channels).get(msg.get_channel_name()).cloned();
                         if let Some(c) = chan {
-                            c.bump();
+                            c.wake_head(&s);
                         }
                     }
                     None => ok = false,
@@ -394,13 +506,14 @@ async fn node_task(
                     Some(Command::Subscribe(name)) => {
                         let Some(s) = shared.upgrade() else { return };
                         let chan = lock(&s.channels).get(&name).cloned();
-                        drop(s);
                         if sink.subscribe(&*name).await.is_ok() {
+                            delay = Duration::from_millis(50);
                             if let Some(c) = chan {
                                 c.subscribed[i].store(true, Ordering::Release);
                                 c.confirmed.notify_waiters();
                             }
                         } else {
+                            refused(&s, i);
                             ok = false;
                         }
                     }
@@ -423,9 +536,25 @@ async fn node_task(
         let Some(s) = shared.upgrade() else {
             return;
         };
-        for c in lock(&s.channels).values() {
+        let channels: Vec<Arc<Channel>> = lock(&s.channels).values().cloned().collect();
+        for c in channels {
             c.subscribed[i].store(false, Ordering::Release);
-            c.bump();
+            c.wake_all(&s);
         }
+        drop(s);
+        if !pause(delay, &mut commands).await {
+            return;
+        }
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+    }
+}
+
+/// Counts a refused subscription; warns on the first one of a manager.
+fn refused(s: &Shared, node: usize) {
+    if s.refusals.fetch_add(1, Ordering::Relaxed) == 0 {
+        warn!(
+            node,
+            "the node refused SUBSCRIBE (no channel rights?); waiters poll instead"
+        );
     }
 }

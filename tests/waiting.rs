@@ -201,3 +201,82 @@ async fn sixteen_tasks_share_one_lock_fairly() {
         "a waiter starved for {max:?}"
     );
 }
+
+/// Redisson's `testLeaseTimeout`, translated: 8 tasks of one manager each
+/// try for 10 s to take a lock with a 500 ms lease that nobody releases. An
+/// expiry publishes nothing, so every queued waiter's fallback must end by
+/// the holder's expiry: all 8 get the lock, one after another.
+#[tokio::test]
+async fn queued_waiters_take_turns_on_leases_that_expire_unreleased() {
+    let m = manager(Quorum::Majority).await;
+    let name = unique("lease-timeout");
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (m, name) = (m.clone(), name.clone());
+            tokio::spawn(async move {
+                let g = m
+                    .request(&name)
+                    .lease(Duration::from_millis(500))
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await?;
+                let at = Instant::now();
+                // Never released: the lease runs out on the nodes.
+                std::mem::forget(g);
+                Ok::<Instant, quorumlock::Error>(at)
+            })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok(at) => got.push(at.duration_since(start)),
+            Err(e) => panic!("a waiter failed while the lock was free most of the time: {e}"),
+        }
+    }
+    got.sort();
+    assert_eq!(got.len(), 8);
+    let last = got[7];
+    assert!(
+        last < Duration::from_secs(6),
+        "8 leases of 500 ms took {last:?}"
+    );
+}
+
+/// A release wakes the head of the local queue only: the wake-ups of one
+/// handoff do not grow with the number of queued waiters.
+#[tokio::test]
+async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_200_queued() {
+    let m = manager(Quorum::Majority).await;
+    let mut per_handoff = Vec::new();
+    for queued in [10usize, 200] {
+        let name = unique("wakeups");
+        let g = support::hold_as_new_owner(&m, &name).await;
+        let tasks: Vec<_> = (0..queued).map(|_| spawn_waiter(&m, &name)).collect();
+        // Let every waiter queue and settle on its timer.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = m.pubsub_stats().wakeups;
+        g.release().await.expect("release");
+        // The head gets the lock, releases it, and the next one is woken:
+        // count the wake-ups of the first handoffs.
+        let first = &tasks[0];
+        while !first.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let woken = m.pubsub_stats().wakeups - before;
+        for t in tasks {
+            t.await.expect("waiter");
+        }
+        per_handoff.push(woken);
+    }
+    // One release rings the head once per node's message; a few handoffs may
+    // complete within the window, but not a wake-up per queued waiter.
+    assert!(
+        per_handoff[1] <= per_handoff[0] * 3 + 10 && per_handoff[1] < 100,
+        "wake-ups in the same window: 10 queued {}, 200 queued {}",
+        per_handoff[0],
+        per_handoff[1]
+    );
+}

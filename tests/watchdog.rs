@@ -143,8 +143,9 @@ async fn a_majority_loss_fires_lost_within_the_lease() {
     let _revive = Revive;
     let m = watchdog_manager(Quorum::Majority).await;
     let name = unique("majority");
-    let g = m.lock(&name).await.expect("lock");
-    let g2 = m.lock(&name).await.expect("re-enter");
+    let me = m.new_owner();
+    let g = m.request(&name).owner(&me).acquire().await.expect("lock");
+    let g2 = m.request(&name).owner(&me).acquire().await.expect("re-enter");
     let valid_until = g.valid_until();
     let run = tokio::spawn(g2.run(|mut signal| async move {
         signal.fired().await;
