@@ -275,8 +275,16 @@ fn redact_message(message: &str, url: &str) -> String {
 }
 
 impl RedisNode {
+    /// The connection manager's settings. Its response timeout is off: every
+    /// call already runs under one of our own timeouts (the fan-out's per-node
+    /// timeout, the watchdog's renewal timeout, the connect timeout), and
+    /// redis-rs's default of 500 ms would otherwise cut every longer one short
+    /// (a `node_timeout` of 2 s would act as 500 ms). Reconnecting uses the
+    /// connect timeout. The pub/sub connection (`Client::get_async_pubsub`)
+    /// has no response timeout of its own in redis-rs 1.x.
     fn manager_config(connect_timeout: Duration) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
+            .set_response_timeout(None)
             .set_connection_timeout(Some(connect_timeout))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
@@ -464,6 +472,7 @@ impl ScriptCall {
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, NodeError> {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
+        let mut no_script_resent = false;
         loop {
             tries -= 1;
             let loaded = &self.loaded[script.id];
@@ -476,18 +485,39 @@ impl ScriptCall {
                     return Ok(v);
                 }
                 Err(e) => {
-                    let no_script =
-                        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-                    if no_script || broken(&e) {
-                        for l in self.loaded.iter() {
-                            l.store(false, Ordering::Release);
-                        }
+                    forget_scripts(&self.loaded, &e);
+                    // NOSCRIPT means nothing ran: sending the same call again
+                    // as EVAL cannot reorder it behind anything, whatever the
+                    // script. The node restarted or its scripts were flushed
+                    // without this connection seeing it.
+                    if no_script(&e) && !send_body && !no_script_resent {
+                        no_script_resent = true;
+                        tries += 1;
+                        continue;
                     }
                     if !(broken(&e) && tries > 0) {
                         return Err(map_err(&e));
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether the node answered that it does not have the script.
+fn no_script(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// After an error that means the node may have restarted (a broken
+/// connection: the manager reconnects, perhaps to a new server) or lost its
+/// scripts (`NOSCRIPT`), forgets which scripts the node has, so the next
+/// call of each sends its body. Every call on the connection goes through
+/// here, whichever call meets the break first: renewal, status or a script.
+fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis::RedisError) {
+    if no_script(e) || broken(e) {
+        for l in loaded {
+            l.store(false, Ordering::Release);
         }
     }
 }
@@ -570,28 +600,33 @@ impl NodeOps for RedisNode {
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
         let conn = self.checked();
+        let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;
             let pipe = batch.pipeline();
+            let seen = |e: redis::RedisError| {
+                forget_scripts(&loaded, &e);
+                e
+            };
             // Retrying is safe here, unlike for acquire and release: a release
             // waits until the renewal that includes its lock has finished,
             // retries included. The retry after a broken connection reaches a
             // node that just came back, so it is repaired this tick.
-            let first = match pipe.query_async(&mut conn).await {
-                Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
+            let first = match pipe.query_async(&mut conn).await.map_err(seen) {
+                Err(e) if broken(&e) => pipe.query_async(&mut conn).await.map_err(seen),
                 other => other,
             };
             let replies: Vec<Vec<i64>> = match first {
                 Ok(r) => r,
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
+                Err(e) if no_script(&e) => {
                     scripts::RENEW
                         .prepare_invoke()
                         .load_async(&mut conn)
                         .await
-                        .map_err(|e| map_err(&e))?;
-                    pipe.query_async(&mut conn).await.map_err(|e| map_err(&e))?
+                        .map_err(|e| map_err(&seen(e)))?;
+                    pipe.query_async(&mut conn)
+                        .await
+                        .map_err(|e| map_err(&seen(e)))?
                 }
                 Err(e) => return Err(map_err(&e)),
             };
@@ -653,6 +688,7 @@ impl NodeOps for RedisNode {
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
         let conn = self.checked();
         let keys = Arc::clone(keys);
+        let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;
             let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
@@ -664,7 +700,10 @@ impl NodeOps for RedisNode {
                 .arg(&keys.fence)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| map_err(&e))?;
+                .map_err(|e| {
+                    forget_scripts(&loaded, &e);
+                    map_err(&e)
+                })?;
             let fence = match fence {
                 None => 0,
                 Some(f) => f.parse().map_err(|_| {
