@@ -51,7 +51,8 @@ impl Quorum {
     /// Whether two holders can never both reach this quorum among `n` nodes.
     #[must_use]
     pub fn is_exclusive(self, n: usize) -> bool {
-        self.required(n).is_ok_and(|k| 2 * k > n)
+        // `2k > n`, without overflowing for any `n` (k <= n here).
+        self.required(n).is_ok_and(|k| k > n - k)
     }
 }
 
@@ -179,8 +180,14 @@ pub const MAX_NAME_LEN: usize = 512;
 /// Longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Longest [`node_timeout`](LockManagerBuilder::node_timeout) and
+/// [`connect_timeout`](LockManagerBuilder::connect_timeout) accepted: one
+/// hour. `build()` refuses a longer one with [`Error::InvalidInput`].
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 impl Config {
-    /// The drift allowance for a lease: `lease × drift_factor + 2 ms`.
+    /// The drift allowance for a lease: `lease × drift_factor + 2 ms`,
+    /// saturating at `Duration::MAX` (it never panics, whatever the lease).
     #[must_use]
     pub fn drift(&self, lease: Duration) -> Duration {
         drift(lease, self.drift_factor)
@@ -193,7 +200,15 @@ impl Config {
 }
 
 pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
-    lease.mul_f64(factor) + DRIFT_FLOOR
+    // `mul_f64` panics on overflow, NaN and negative factors; a factor that
+    // made it past `build()` is in [0, 1), but `Config`'s fields are public.
+    let product = lease.as_secs_f64() * factor;
+    let scaled = Duration::try_from_secs_f64(product).unwrap_or(if product > 0.0 {
+        Duration::MAX
+    } else {
+        Duration::ZERO
+    });
+    scaled.saturating_add(DRIFT_FLOOR)
 }
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
@@ -301,6 +316,25 @@ mod tests {
         assert!(check_lease(Duration::from_secs(10), 0.99).is_ok());
         assert!(check_lease(Duration::from_secs(10), 1.0).is_err());
         assert!(check_lease(MAX_LEASE + Duration::from_secs(1), 0.01).is_err());
+    }
+
+    #[test]
+    fn quorum_and_drift_take_any_value() {
+        assert!(Quorum::All.is_exclusive(usize::MAX));
+        assert!(Quorum::Majority.is_exclusive(usize::MAX));
+        assert!(!Quorum::AtLeast(usize::MAX / 2).is_exclusive(usize::MAX));
+        assert!(Quorum::AtLeast(usize::MAX).required(3).is_err());
+        assert_eq!(drift(Duration::MAX, 0.0), DRIFT_FLOOR);
+        assert!(drift(Duration::MAX, 0.999_999_999) > Duration::from_secs(u64::MAX / 2));
+        assert_eq!(drift(Duration::MAX, 1.0), Duration::MAX);
+        assert_eq!(drift(Duration::MAX, f64::INFINITY), Duration::MAX);
+        assert_eq!(drift(Duration::MAX, f64::NAN), DRIFT_FLOOR);
+        assert_eq!(drift(Duration::MAX, -1.0), DRIFT_FLOOR);
+        assert_eq!(
+            drift(Duration::from_secs(10), 0.01),
+            Duration::from_millis(102)
+        );
+        assert!(check_lease(Duration::MAX, 0.5).is_err());
     }
 
     #[test]
@@ -416,13 +450,17 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The timeout of one call to one node.
+    /// The timeout of one call to one node (above zero, at most
+    /// [`MAX_TIMEOUT`]; `build()` checks). Calls made under a lease are also
+    /// bounded by that lease.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
-    /// The timeout of connecting to each node in `build`.
+    /// The timeout of connecting to each node in `build`, and of each
+    /// reconnection later (above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// checks).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -446,7 +484,8 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Stop renewing a lock after it has been held this long.
+    /// Stop renewing a lock after it has been held this long (above zero;
+    /// `Duration::MAX` renews for as long as the lock is held, as when unset).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -503,11 +542,19 @@ impl LockManagerBuilder {
                 ),
             ));
         }
-        if self.node_timeout.is_zero() {
-            return Err(Error::invalid("node timeout", "must be above zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect timeout", "must be above zero"));
+        for (what, t) in [
+            ("node timeout", self.node_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be above zero"));
+            }
+            if t > MAX_TIMEOUT {
+                return Err(Error::invalid(
+                    what,
+                    format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}"),
+                ));
+            }
         }
         if self.key_prefix.contains(['{', '}']) {
             return Err(Error::invalid(
@@ -540,7 +587,10 @@ impl LockManagerBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for a malformed URL or a bad duration;
+    /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
+    ///   zero one, a lease above [`MAX_LEASE`], a timeout above
+    ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
+    ///   factor outside [0, 1);
     /// - [`Error::Config`] for no nodes, the same node twice, or a quorum of 0
     ///   or above the node count;
     /// - [`Error::Connect`] listing every node that could not be reached

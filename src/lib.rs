@@ -15,8 +15,12 @@ mod watchdog;
 mod coordinator_tests;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod limits_tests;
 
-pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
+pub use crate::config::{
+    Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN, MAX_TIMEOUT,
+};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::lock::{
     HoldState, LockGuard, LockManager, LockRequest, LockStatus, LossSignal, NodeStatus,
