@@ -369,6 +369,7 @@ pub struct LockManagerBuilder {
     key_prefix: String,
     max_hold: Option<Duration>,
     allow_unreachable: bool,
+    require_noeviction: bool,
 }
 
 impl std::fmt::Debug for LockManagerBuilder {
@@ -385,6 +386,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("max_hold", &self.max_hold)
             .field("allow_unreachable", &self.allow_unreachable)
+            .field("require_noeviction", &self.require_noeviction)
             .finish_non_exhaustive()
     }
 }
@@ -404,6 +406,7 @@ impl Default for LockManagerBuilder {
             key_prefix: "quorumlock:".to_owned(),
             max_hold: None,
             allow_unreachable: false,
+            require_noeviction: false,
         }
     }
 }
@@ -503,6 +506,23 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Refuse every node whose `maxmemory-policy` is not `noeviction`
+    /// (default: such a node is used, with a warning).
+    ///
+    /// Under any other policy Redis may evict a key that has a TTL when it
+    /// runs out of memory, and every lock key has one: a held lock can vanish
+    /// from the node without anyone releasing it. With this option `build()`
+    /// fails with [`Error::Config`] naming the node and its policy; a node
+    /// that will not tell its policy (`CONFIG GET` refused or renamed) is
+    /// refused too, since it cannot be shown to be safe. A node connected
+    /// later (see [`allow_unreachable`](Self::allow_unreachable)) is checked
+    /// when it first answers and never used if it fails. The policy is not
+    /// watched afterwards; [`crate::LockManager::status`] shows it per node.
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
+        self
+    }
+
     fn validate(&self) -> Result<(Config, Vec<crate::node::NodeSpec>), Error> {
         let mut specs = Vec::with_capacity(self.urls.len() + self.clients.len());
         for url in &self.urls {
@@ -583,7 +603,10 @@ impl LockManagerBuilder {
     }
 
     /// Validates the settings, connects to every node in parallel and checks
-    /// that each is a master.
+    /// that each is a master, that no two are the same server, and its
+    /// `maxmemory-policy` (a policy that can evict a lock's key is logged as
+    /// a warning, or refused with
+    /// [`require_noeviction`](Self::require_noeviction)).
     ///
     /// # Errors
     ///
@@ -591,8 +614,11 @@ impl LockManagerBuilder {
     ///   zero one, a lease above [`MAX_LEASE`], a timeout above
     ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
     ///   factor outside [0, 1);
-    /// - [`Error::Config`] for no nodes, the same node twice, or a quorum of 0
-    ///   or above the node count;
+    /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
+    ///   or two URLs that reach the same server: same `run_id`), a quorum of
+    ///   0 or above the node count, or, with
+    ///   [`require_noeviction`](Self::require_noeviction), a node whose
+    ///   `maxmemory-policy` may evict keys;
     /// - [`Error::Connect`] listing every node that could not be reached
     ///   (with [`allow_unreachable`](Self::allow_unreachable): only when
     ///   fewer than a quorum could be reached);
@@ -612,15 +638,29 @@ impl LockManagerBuilder {
                 .map(|(i, spec)| crate::node::RedisNode::connect(i, spec, connect_timeout)),
         )
         .await;
+        let admission = std::sync::Arc::new(crate::node::Admission::new(
+            specs.len(),
+            self.require_noeviction,
+        ));
         let mut nodes: Vec<std::sync::Arc<dyn crate::node::NodeOps>> = Vec::new();
         let mut failures = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             match r {
-                Ok(node) => nodes.push(std::sync::Arc::new(node)),
+                Ok(node) => {
+                    admission
+                        .admit(i, &specs[i].addr, &node.info())
+                        .map_err(Error::Config)?;
+                    nodes.push(std::sync::Arc::new(node));
+                }
                 Err(Error::Connect { failures: f }) if self.allow_unreachable => {
                     tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
                     failures.extend(f);
-                    let lazy = crate::node::RedisNode::lazy(i, specs[i].clone(), connect_timeout)?;
+                    let lazy = crate::node::RedisNode::lazy(
+                        i,
+                        specs[i].clone(),
+                        connect_timeout,
+                        std::sync::Arc::clone(&admission),
+                    )?;
                     nodes.push(std::sync::Arc::new(lazy));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),

@@ -4,7 +4,7 @@
 //! that it can be tested against fakes that stall, fail or grant partially.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -90,6 +90,13 @@ pub struct NodeLockState {
 /// flight can outlive the caller that started them.
 pub(crate) trait NodeOps: Send + Sync + 'static {
     fn addr(&self) -> &str;
+
+    /// The node's `maxmemory-policy` as last read (at connect, when a lazily
+    /// connected node first answered, and by each status call); `None` when
+    /// the node would not say (`CONFIG` refused or renamed) or never answered.
+    fn maxmemory_policy(&self) -> Option<String> {
+        None
+    }
 
     /// A client for the node's pub/sub connection, if it has one.
     fn pubsub_client(&self) -> Option<Client> {
@@ -178,8 +185,14 @@ pub(crate) struct RedisNode {
     addr: String,
     conn: ConnectionManager,
     client: Client,
-    /// Set when a node connected lazily turned out not to be a master.
-    refused: Arc<AtomicBool>,
+    /// Set when a node connected lazily was refused when it first answered:
+    /// not a master, the same server as another node, or evicting while
+    /// `require_noeviction` is set. Every call then fails with this error.
+    refused: Arc<OnceLock<NodeError>>,
+    /// The server's `run_id` (INFO server), read at connect.
+    run_id: Option<String>,
+    /// The server's `maxmemory-policy`, as last read.
+    policy: Arc<Mutex<Option<String>>>,
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
     /// enough. Cleared after a connection error (the node may have restarted).
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
@@ -321,23 +334,38 @@ impl RedisNode {
                 role,
             });
         }
+        let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {
             addr: spec.addr,
             conn,
             client: spec.client,
             refused: Arc::default(),
+            run_id: info.run_id,
+            policy: Arc::new(Mutex::new(info.policy)),
             loaded: Arc::default(),
         })
     }
 
+    /// What `build()` checks of a node that answered: its identity and
+    /// eviction policy (see [`Admission`]).
+    pub(crate) fn info(&self) -> ServerInfo {
+        ServerInfo {
+            run_id: self.run_id.clone(),
+            policy: self.maxmemory_policy(),
+        }
+    }
+
     /// A node that could not be reached at build time: its connection is
-    /// made on first use, and a background probe checks its role as soon as
-    /// it answers. If it turns out not to be a master, every call to it fails
-    /// with [`NodeErrorKind::NotMaster`].
+    /// made on first use, and a background probe checks it as soon as it
+    /// answers: its role, and through `admission` its identity (not the same
+    /// server as another node) and eviction policy. A node refused then is
+    /// never used: every call to it fails with [`NodeErrorKind::NotMaster`]
+    /// or [`NodeErrorKind::Refused`].
     pub(crate) fn lazy(
         index: usize,
         spec: NodeSpec,
         connect_timeout: Duration,
+        admission: Arc<Admission>,
     ) -> Result<Self, Error> {
         let conn = ConnectionManager::new_lazy_with_config(
             spec.client.clone(),
@@ -346,8 +374,10 @@ impl RedisNode {
         .map_err(|e| Error::Connect {
             failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
         })?;
-        let refused = Arc::new(AtomicBool::new(false));
+        let refused: Arc<OnceLock<NodeError>> = Arc::default();
+        let policy: Arc<Mutex<Option<String>>> = Arc::default();
         let probe = Arc::downgrade(&refused);
+        let probe_policy = Arc::downgrade(&policy);
         let (mut probe_conn, addr) = (conn.clone(), spec.addr.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             drop(handle.spawn(async move {
@@ -356,13 +386,28 @@ impl RedisNode {
                         return;
                     }
                     if let Ok(Ok(role)) = tokio::time::timeout(connect_timeout, role(&mut probe_conn)).await {
-                        if role != "master" {
-                            if let Some(flag) = probe.upgrade() {
-                                flag.store(true, Ordering::Release);
+                        let refusal = if role == "master" {
+                            let info = ServerInfo::read(&mut probe_conn, connect_timeout).await;
+                            if let Some(p) = probe_policy.upgrade() {
+                                set_policy(&p, info.policy.clone());
                             }
-                            tracing::error!(node = index, addr = %addr, role = %role, "node is not a master; it will not be used");
+                            admission
+                                .admit(index, &addr, &info)
+                                .err()
+                                .map(|why| NodeError::new(NodeErrorKind::Refused, why))
                         } else {
-                            tracing::info!(node = index, addr = %addr, "node reached");
+                            Some(NodeError::new(
+                                NodeErrorKind::NotMaster,
+                                format!("the node is a {role}, not a master"),
+                            ))
+                        };
+                        match (refusal, probe.upgrade()) {
+                            (Some(why), Some(flag)) => {
+                                tracing::error!(node = index, addr = %addr, reason = %why.message, "node refused; it will not be used");
+                                let _ = flag.set(why);
+                            }
+                            (Some(_), None) => {}
+                            (None, _) => tracing::info!(node = index, addr = %addr, "node reached"),
                         }
                         return;
                     }
@@ -375,19 +420,146 @@ impl RedisNode {
             conn,
             client: spec.client,
             refused,
+            run_id: None,
+            policy,
             loaded: Arc::default(),
         })
     }
 
     /// The connection, unless the node was found not to be a master.
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
-        if self.refused.load(Ordering::Acquire) {
-            return Err(NodeError::new(
-                NodeErrorKind::NotMaster,
-                "the node is not a master",
+        match self.refused.get() {
+            Some(why) => Err(why.clone()),
+            None => Ok(self.conn.clone()),
+        }
+    }
+}
+
+fn set_policy(slot: &Mutex<Option<String>>, policy: Option<String>) {
+    *slot.lock().unwrap_or_else(PoisonError::into_inner) = policy;
+}
+
+/// What a node says about itself when it first answers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServerInfo {
+    /// `run_id` from `INFO server`: one per server process.
+    pub(crate) run_id: Option<String>,
+    /// `maxmemory-policy` from `CONFIG GET`.
+    pub(crate) policy: Option<String>,
+}
+
+impl ServerInfo {
+    /// Reads both, each under `timeout`; what the node refuses or does not
+    /// answer in time stays `None`.
+    async fn read(conn: &mut ConnectionManager, timeout: Duration) -> Self {
+        let run_id = match tokio::time::timeout(timeout, run_id(conn)).await {
+            Ok(Ok(id)) => id,
+            _ => None,
+        };
+        let policy = match tokio::time::timeout(timeout, maxmemory_policy(conn)).await {
+            Ok(Ok(p)) => p,
+            _ => None,
+        };
+        Self { run_id, policy }
+    }
+}
+
+async fn run_id(conn: &mut ConnectionManager) -> redis::RedisResult<Option<String>> {
+    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("run_id:"))
+        .map(str::to_owned)
+        .filter(|id| !id.is_empty()))
+}
+
+async fn maxmemory_policy(conn: &mut ConnectionManager) -> redis::RedisResult<Option<String>> {
+    let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await?;
+    Ok(reply.get("maxmemory-policy").cloned())
+}
+
+/// The checks a node must pass before it is used, shared by the nodes of
+/// one manager so that a node connected lazily is checked against the
+/// others when it first answers.
+pub(crate) struct Admission {
+    /// `(run_id, addr)` of each node admitted so far, by index.
+    run_ids: Mutex<Vec<Option<(String, String)>>>,
+    require_noeviction: bool,
+}
+
+impl Admission {
+    pub(crate) fn new(nodes: usize, require_noeviction: bool) -> Self {
+        Self {
+            run_ids: Mutex::new(vec![None; nodes]),
+            require_noeviction,
+        }
+    }
+
+    /// Admits node `index` or says why not: the same server (`run_id`) as a
+    /// node admitted before, or a `maxmemory-policy` other than `noeviction`
+    /// (or one that cannot be read) while `require_noeviction` is set. An
+    /// evicting or unknown policy is otherwise a warning.
+    pub(crate) fn admit(&self, index: usize, addr: &str, info: &ServerInfo) -> Result<(), String> {
+        match info.policy.as_deref() {
+            Some("noeviction") => {}
+            Some(policy) if self.require_noeviction => {
+                return Err(format!(
+                    "node {index} ({addr}) has maxmemory-policy {policy}, which can evict a held \
+                     lock's key; set it to noeviction (require_noeviction is on)"
+                ));
+            }
+            Some(policy) => tracing::warn!(
+                node = index,
+                addr,
+                policy,
+                "maxmemory-policy can evict keys with a TTL: a held lock may vanish from this node; use noeviction"
+            ),
+            None if self.require_noeviction => {
+                return Err(format!(
+                    "node {index} ({addr}) does not tell its maxmemory-policy (CONFIG GET \
+                     refused or renamed), so it cannot be shown to be noeviction \
+                     (require_noeviction is on)"
+                ));
+            }
+            None => tracing::warn!(
+                node = index,
+                addr,
+                "cannot read maxmemory-policy (CONFIG GET refused or renamed); if it evicts, a held lock may vanish from this node"
+            ),
+        }
+        let Some(run_id) = &info.run_id else {
+            tracing::warn!(
+                node = index,
+                addr,
+                "cannot read run_id (INFO server); cannot tell whether it is the same server as another node"
+            );
+            return Ok(());
+        };
+        let mut ids = self.run_ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let same = ids.iter().enumerate().find_map(|(j, e)| match e {
+            Some((id, other)) if j != index && id == run_id => Some((j, other.clone())),
+            _ => None,
+        });
+        if let Some((j, other)) = same {
+            let (first, first_addr, second, second_addr) = if j < index {
+                (j, other.as_str(), index, addr)
+            } else {
+                (index, addr, j, other.as_str())
+            };
+            return Err(format!(
+                "node {first} ({first_addr}) and node {second} ({second_addr}) are the same \
+                 Redis server (run_id {run_id}): two URLs for one server are one node, and \
+                 counting it twice would fake a quorum"
             ));
         }
-        Ok(self.conn.clone())
+        if let Some(slot) = ids.get_mut(index) {
+            *slot = Some((run_id.clone(), addr.to_owned()));
+        }
+        Ok(())
     }
 }
 
@@ -529,6 +701,13 @@ impl NodeOps for RedisNode {
 
     fn pubsub_client(&self) -> Option<Client> {
         Some(self.client.clone())
+    }
+
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.policy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn acquire(
@@ -689,8 +868,16 @@ impl NodeOps for RedisNode {
         let conn = self.checked();
         let keys = Arc::clone(keys);
         let loaded = Arc::clone(&self.loaded);
+        let policy = Arc::clone(&self.policy);
         Box::pin(async move {
             let mut conn = conn?;
+            // The policy can change at run time (CONFIG SET); a node that
+            // refuses CONFIG keeps what was read before.
+            match maxmemory_policy(&mut conn).await {
+                Ok(Some(p)) => set_policy(&policy, Some(p)),
+                Ok(None) => {}
+                Err(e) => forget_scripts(&loaded, &e),
+            }
             let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
                 .cmd("HGETALL")
                 .arg(&keys.lock)
@@ -739,6 +926,49 @@ mod tests {
         assert_eq!(k.lock, "ql:{orders}");
         assert_eq!(k.fence, "ql:{orders}:fence");
         assert_eq!(k.channel, "ql:{orders}:released");
+    }
+
+    fn info(run_id: Option<&str>, policy: Option<&str>) -> ServerInfo {
+        ServerInfo {
+            run_id: run_id.map(str::to_owned),
+            policy: policy.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn admission_refuses_one_server_twice_and_evicting_nodes_on_request() {
+        let a = Admission::new(4, false);
+        assert!(a
+            .admit(0, "h:1", &info(Some("r1"), Some("noeviction")))
+            .is_ok());
+        assert!(a
+            .admit(1, "h:2", &info(Some("r2"), Some("allkeys-lru")))
+            .is_ok());
+        assert!(a.admit(2, "h:3", &info(None, None)).is_ok());
+        let why = a
+            .admit(3, "h:1/1", &info(Some("r1"), Some("noeviction")))
+            .expect_err("same run_id as node 0");
+        assert!(why.contains("node 0 (h:1) and node 3 (h:1/1)"), "{why}");
+        // Re-admitting the same index (a lazy node checked again) is fine.
+        assert!(a
+            .admit(0, "h:1", &info(Some("r1"), Some("noeviction")))
+            .is_ok());
+
+        let strict = Admission::new(2, true);
+        let why = strict
+            .admit(1, "h:2", &info(Some("r2"), Some("volatile-lru")))
+            .expect_err("evicting");
+        assert!(
+            why.contains("node 1 (h:2)") && why.contains("volatile-lru"),
+            "{why}"
+        );
+        let why = strict
+            .admit(1, "h:2", &info(Some("r2"), None))
+            .expect_err("unknown policy");
+        assert!(why.contains("node 1 (h:2)"), "{why}");
+        assert!(strict
+            .admit(0, "h:1", &info(None, Some("noeviction")))
+            .is_ok());
     }
 
     #[test]

@@ -193,3 +193,132 @@ async fn a_release_after_a_restart_repaired_by_the_watchdog_deletes_the_key_ther
     g.release().await.expect("release");
     assert_eq!(keys_left(&nodes, "repaired").await, Vec::<usize>::new());
 }
+
+#[tokio::test]
+async fn two_databases_of_one_server_are_refused_as_one_node() {
+    let nodes = start(2);
+    let db1 = format!("{}/1", nodes.url(0));
+    let e = LockManager::builder()
+        .nodes([nodes.url(0), db1.clone()])
+        .build()
+        .await
+        .expect_err("the same server twice");
+    match &e {
+        quorumlock::Error::Config(msg) => {
+            assert!(
+                msg.contains("node 0")
+                    && msg.contains("node 1")
+                    && msg.contains("same Redis server"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected a configuration error, got {other}"),
+    }
+    // Among others, and through `localhost`: named by both indexes.
+    let e = LockManager::builder()
+        .nodes([
+            nodes.url(0),
+            nodes.url(1),
+            db1.replace("127.0.0.1", "localhost"),
+        ])
+        .build()
+        .await
+        .expect_err("the same server twice");
+    assert!(
+        matches!(&e, quorumlock::Error::Config(m) if m.contains("node 0") && m.contains("node 2")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_lazily_connected_duplicate_is_refused_when_it_answers() {
+    // Nodes 0-2 are up; nodes 3 and 4 are two databases of one server that
+    // is down at build time.
+    let nodes = start(4);
+    nodes.kill(3);
+    let down = nodes.url(3);
+    let m = LockManager::builder()
+        .nodes([nodes.url(0), nodes.url(1), nodes.url(2)])
+        .nodes([down.clone(), format!("{down}/1")])
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .build()
+        .await
+        .expect("3 of 5 reachable");
+    nodes.restart(3).expect("the shared server comes up");
+    let refused = support::eventually(Duration::from_secs(5), || async {
+        let st = m.status("dup").await.expect("status");
+        let states = [&st.nodes[3].state, &st.nodes[4].state];
+        let refused: Vec<_> = states
+            .iter()
+            .filter_map(|s| s.as_ref().err())
+            .filter(|f| f.kind == quorumlock::NodeErrorKind::Refused)
+            .collect();
+        let used = states.iter().filter(|s| s.is_ok()).count();
+        refused.len() == 1
+            && used == 1
+            && refused[0].message.contains("node 3")
+            && refused[0].message.contains("node 4")
+    })
+    .await;
+    assert!(refused, "one of the two URLs of one server must be refused");
+    let g = m.lock("dup").await.expect("lock");
+    assert!(g.granted_nodes().len() <= 4);
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
+    let plain = start(2);
+    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+        .expect("start an evicting node");
+    let urls = [plain.url(0), plain.url(1), lru.url(0)];
+    let m = LockManager::builder()
+        .nodes(urls.clone())
+        .build()
+        .await
+        .expect("an evicting node is a warning by default");
+    let st = m.status("evict").await.expect("status");
+    let policies: Vec<Option<&str>> = st
+        .nodes
+        .iter()
+        .map(|n| n.maxmemory_policy.as_deref())
+        .collect();
+    assert_eq!(
+        policies,
+        vec![Some("noeviction"), Some("noeviction"), Some("allkeys-lru")]
+    );
+    // A policy changed at run time shows in the next status.
+    let mut c = raw_to(&plain, 1).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("volatile-ttl")
+        .query_async(&mut c)
+        .await
+        .expect("CONFIG SET");
+    let st = m.status("evict").await.expect("status");
+    assert_eq!(
+        st.nodes[1].maxmemory_policy.as_deref(),
+        Some("volatile-ttl")
+    );
+
+    let e = LockManager::builder()
+        .node(plain.url(0))
+        .node(lru.url(0))
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect_err("refused with require_noeviction");
+    assert!(
+        matches!(&e, quorumlock::Error::Config(m) if m.contains("node 1") && m.contains("allkeys-lru")),
+        "{e}"
+    );
+    let strict = LockManager::builder()
+        .node(plain.url(0))
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect("a noeviction node passes");
+    assert_eq!(strict.nodes().len(), 1);
+}
