@@ -605,9 +605,11 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
-/// One script call on one node, sent once (see the `scripts` module for why
-/// it is never re-sent), as `EVAL` or `EVALSHA` depending on what the node is
-/// known to have.
+/// One script call on one node, as `EVAL` or `EVALSHA` depending on what the
+/// node is known to have. It is sent again only when that cannot reorder it
+/// (see the `scripts` module): once as `EVAL` after `NOSCRIPT`, which means
+/// nothing ran, and, for [`Resend::AfterBrokenConnection`], once after a
+/// broken connection.
 struct ScriptCall {
     conn: ConnectionManager,
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
