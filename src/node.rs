@@ -688,6 +688,8 @@ fn no_script(e: &redis::RedisError) -> bool {
 /// scripts (`NOSCRIPT`), forgets which scripts the node has, so the next
 /// call of each sends its body. Every call on the connection goes through
 /// here, whichever call meets the break first: renewal, status or a script.
+/// A reconnect that no call sees (redis-rs reconnects on its own after a
+/// RESP3 disconnection push) is caught by the `NOSCRIPT` resend instead.
 fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis::RedisError) {
     if no_script(e) || broken(e) {
         for l in loaded {

@@ -165,6 +165,15 @@ async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
         .expect("re-create the key");
     g.release().await.expect("release");
     assert_eq!(keys_left(&nodes, "restarted").await, Vec::<usize>::new());
+    // Status met the dead connection first and made every script travel
+    // again: the release went out as EVAL, never meeting NOSCRIPT.
+    let mut c = raw_to(&nodes, 1).await;
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO errorstats");
+    assert!(!errors.contains("errorstat_NOSCRIPT"), "{errors}");
 }
 
 #[tokio::test]
