@@ -331,3 +331,31 @@ async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
         .expect("a noeviction node passes");
     assert_eq!(strict.nodes().len(), 1);
 }
+
+#[tokio::test]
+async fn a_lazily_connected_evicting_node_is_refused_when_it_answers() {
+    let plain = start(3);
+    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+        .expect("start an evicting node");
+    lru.kill(0);
+    let m = LockManager::builder()
+        .nodes(plain.urls())
+        .node(lru.url(0))
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect("3 of 4 reachable");
+    lru.restart(0).expect("the evicting node comes up");
+    let refused = support::eventually(Duration::from_secs(5), || async {
+        let st = m.status("lazy-evict").await.expect("status");
+        matches!(&st.nodes[3].state, Err(f)
+            if f.kind == quorumlock::NodeErrorKind::Refused && f.message.contains("allkeys-lru"))
+    })
+    .await;
+    assert!(refused, "the evicting node must be refused once it answers");
+    let g = m.lock("lazy-evict").await.expect("lock on the other three");
+    assert!(!g.granted_nodes().contains(&3));
+    g.release().await.expect("release");
+}
