@@ -638,7 +638,7 @@ impl LockManagerBuilder {
                 .map(|(i, spec)| crate::node::RedisNode::connect(i, spec, connect_timeout)),
         )
         .await;
-        let admission = std::sync::Arc::new(crate::node::Admission::new(
+        let admission = std::sync::Arc::new(crate::admission::Admission::new(
             specs.len(),
             self.require_noeviction,
         ));

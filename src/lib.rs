@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
+mod admission;
 mod config;
 mod error;
 mod lock;
