@@ -51,7 +51,8 @@ impl Quorum {
     /// Whether two holders can never both reach this quorum among `n` nodes.
     #[must_use]
     pub fn is_exclusive(self, n: usize) -> bool {
-        self.required(n).is_ok_and(|k| 2 * k > n)
+        // `2k > n`, without overflowing for any `n` (k <= n here).
+        self.required(n).is_ok_and(|k| k > n - k)
     }
 }
 
@@ -179,8 +180,14 @@ pub const MAX_NAME_LEN: usize = 512;
 /// Longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Longest [`node_timeout`](LockManagerBuilder::node_timeout) and
+/// [`connect_timeout`](LockManagerBuilder::connect_timeout) accepted: one
+/// hour. `build()` refuses a longer one with [`Error::InvalidInput`].
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 impl Config {
-    /// The drift allowance for a lease: `lease × drift_factor + 2 ms`.
+    /// The drift allowance for a lease: `lease × drift_factor + 2 ms`,
+    /// saturating at `Duration::MAX` (it never panics, whatever the lease).
     #[must_use]
     pub fn drift(&self, lease: Duration) -> Duration {
         drift(lease, self.drift_factor)
@@ -193,7 +200,15 @@ impl Config {
 }
 
 pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
-    lease.mul_f64(factor) + DRIFT_FLOOR
+    // `mul_f64` panics on overflow, NaN and negative factors; a factor that
+    // made it past `build()` is in [0, 1), but `Config`'s fields are public.
+    let product = lease.as_secs_f64() * factor;
+    let scaled = Duration::try_from_secs_f64(product).unwrap_or(if product > 0.0 {
+        Duration::MAX
+    } else {
+        Duration::ZERO
+    });
+    scaled.saturating_add(DRIFT_FLOOR)
 }
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
@@ -304,6 +319,25 @@ mod tests {
     }
 
     #[test]
+    fn quorum_and_drift_take_any_value() {
+        assert!(Quorum::All.is_exclusive(usize::MAX));
+        assert!(Quorum::Majority.is_exclusive(usize::MAX));
+        assert!(!Quorum::AtLeast(usize::MAX / 2).is_exclusive(usize::MAX));
+        assert!(Quorum::AtLeast(usize::MAX).required(3).is_err());
+        assert_eq!(drift(Duration::MAX, 0.0), DRIFT_FLOOR);
+        assert!(drift(Duration::MAX, 0.999_999_999) > Duration::from_secs(u64::MAX / 2));
+        assert_eq!(drift(Duration::MAX, 1.0), Duration::MAX);
+        assert_eq!(drift(Duration::MAX, f64::INFINITY), Duration::MAX);
+        assert_eq!(drift(Duration::MAX, f64::NAN), DRIFT_FLOOR);
+        assert_eq!(drift(Duration::MAX, -1.0), DRIFT_FLOOR);
+        assert_eq!(
+            drift(Duration::from_secs(10), 0.01),
+            Duration::from_millis(102)
+        );
+        assert!(check_lease(Duration::MAX, 0.5).is_err());
+    }
+
+    #[test]
     fn name_checks() {
         assert!(check_name("").is_err());
         assert!(check_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
@@ -335,6 +369,7 @@ pub struct LockManagerBuilder {
     key_prefix: String,
     max_hold: Option<Duration>,
     allow_unreachable: bool,
+    require_noeviction: bool,
 }
 
 impl std::fmt::Debug for LockManagerBuilder {
@@ -351,6 +386,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("max_hold", &self.max_hold)
             .field("allow_unreachable", &self.allow_unreachable)
+            .field("require_noeviction", &self.require_noeviction)
             .finish_non_exhaustive()
     }
 }
@@ -370,6 +406,7 @@ impl Default for LockManagerBuilder {
             key_prefix: "quorumlock:".to_owned(),
             max_hold: None,
             allow_unreachable: false,
+            require_noeviction: false,
         }
     }
 }
@@ -416,13 +453,17 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The timeout of one call to one node.
+    /// The timeout of one call to one node (above zero, at most
+    /// [`MAX_TIMEOUT`]; `build()` checks). Calls made under a lease are also
+    /// bounded by that lease.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
-    /// The timeout of connecting to each node in `build`.
+    /// The timeout of connecting to each node in `build`, and of each
+    /// reconnection later (above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// checks).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -446,7 +487,8 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Stop renewing a lock after it has been held this long.
+    /// Stop renewing a lock after it has been held this long (above zero;
+    /// `Duration::MAX` renews for as long as the lock is held, as when unset).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -461,6 +503,23 @@ impl LockManagerBuilder {
     /// minority outage, as RedLock is meant to tolerate.
     pub fn allow_unreachable(mut self, allow: bool) -> Self {
         self.allow_unreachable = allow;
+        self
+    }
+
+    /// Refuse every node whose `maxmemory-policy` is not `noeviction`
+    /// (default: such a node is used, with a warning).
+    ///
+    /// Under any other policy Redis may evict a key that has a TTL when it
+    /// runs out of memory, and every lock key has one: a held lock can vanish
+    /// from the node without anyone releasing it. With this option `build()`
+    /// fails with [`Error::Config`] naming the node and its policy; a node
+    /// that will not tell its policy (`CONFIG GET` refused or renamed) is
+    /// refused too, since it cannot be shown to be safe. A node connected
+    /// later (see [`allow_unreachable`](Self::allow_unreachable)) is checked
+    /// when it first answers and never used if it fails. The policy is not
+    /// watched afterwards; [`crate::LockManager::status`] shows it per node.
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
         self
     }
 
@@ -503,11 +562,19 @@ impl LockManagerBuilder {
                 ),
             ));
         }
-        if self.node_timeout.is_zero() {
-            return Err(Error::invalid("node timeout", "must be above zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect timeout", "must be above zero"));
+        for (what, t) in [
+            ("node timeout", self.node_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be above zero"));
+            }
+            if t > MAX_TIMEOUT {
+                return Err(Error::invalid(
+                    what,
+                    format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}"),
+                ));
+            }
         }
         if self.key_prefix.contains(['{', '}']) {
             return Err(Error::invalid(
@@ -536,13 +603,22 @@ impl LockManagerBuilder {
     }
 
     /// Validates the settings, connects to every node in parallel and checks
-    /// that each is a master.
+    /// that each is a master, that no two are the same server, and its
+    /// `maxmemory-policy` (a policy that can evict a lock's key is logged as
+    /// a warning, or refused with
+    /// [`require_noeviction`](Self::require_noeviction)).
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidInput`] for a malformed URL or a bad duration;
-    /// - [`Error::Config`] for no nodes, the same node twice, or a quorum of 0
-    ///   or above the node count;
+    /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
+    ///   zero one, a lease above [`MAX_LEASE`], a timeout above
+    ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
+    ///   factor outside [0, 1);
+    /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
+    ///   or two URLs that reach the same server: same `run_id`), a quorum of
+    ///   0 or above the node count, or, with
+    ///   [`require_noeviction`](Self::require_noeviction), a node whose
+    ///   `maxmemory-policy` may evict keys;
     /// - [`Error::Connect`] listing every node that could not be reached
     ///   (with [`allow_unreachable`](Self::allow_unreachable): only when
     ///   fewer than a quorum could be reached);
@@ -562,15 +638,29 @@ impl LockManagerBuilder {
                 .map(|(i, spec)| crate::node::RedisNode::connect(i, spec, connect_timeout)),
         )
         .await;
+        let admission = std::sync::Arc::new(crate::admission::Admission::new(
+            specs.len(),
+            self.require_noeviction,
+        ));
         let mut nodes: Vec<std::sync::Arc<dyn crate::node::NodeOps>> = Vec::new();
         let mut failures = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             match r {
-                Ok(node) => nodes.push(std::sync::Arc::new(node)),
+                Ok(node) => {
+                    admission
+                        .admit(i, &specs[i].addr, &node.info())
+                        .map_err(Error::Config)?;
+                    nodes.push(std::sync::Arc::new(node));
+                }
                 Err(Error::Connect { failures: f }) if self.allow_unreachable => {
                     tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
                     failures.extend(f);
-                    let lazy = crate::node::RedisNode::lazy(i, specs[i].clone(), connect_timeout)?;
+                    let lazy = crate::node::RedisNode::lazy(
+                        i,
+                        specs[i].clone(),
+                        connect_timeout,
+                        std::sync::Arc::clone(&admission),
+                    )?;
                     nodes.push(std::sync::Arc::new(lazy));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),

@@ -15,6 +15,10 @@ pub enum NodeErrorKind {
     WrongType,
     /// The node is not a master (ROLE said replica or sentinel).
     NotMaster,
+    /// The node was refused when it first answered: it is the same Redis
+    /// server as another node, or (with `require_noeviction`) it may evict
+    /// keys. It is never used.
+    Refused,
     /// Any other error reply, or a reply that could not be understood.
     Server,
 }
@@ -26,6 +30,7 @@ impl fmt::Display for NodeErrorKind {
             Self::Connection => "connection",
             Self::WrongType => "wrong type",
             Self::NotMaster => "not a master",
+            Self::Refused => "refused",
             Self::Server => "server error",
         })
     }

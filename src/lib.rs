@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
+mod admission;
 mod clock;
 mod config;
 mod error;
@@ -17,9 +18,13 @@ mod coordinator_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod safety_tests;
 
-pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
+pub use crate::config::{
+    Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN, MAX_TIMEOUT,
+};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::lock::{
     HoldState, LockGuard, LockManager, LockRequest, LockStatus, LossSignal, NodeStatus,

@@ -412,6 +412,7 @@ impl LockManager {
             .map(|(i, r)| NodeStatus {
                 node: i,
                 addr: inner.nodes[i].addr().to_owned(),
+                maxmemory_policy: inner.nodes[i].maxmemory_policy(),
                 state: match r {
                     Some(Ok(s)) => Ok(s),
                     Some(Err(e)) => Err(failure(&inner.nodes, i, &e)),
@@ -498,6 +499,9 @@ pub struct NodeStatus {
     pub addr: String,
     /// What it holds, or why it could not tell.
     pub state: Result<NodeLockState, NodeFailure>,
+    /// The node's `maxmemory-policy`; anything but `noeviction` can evict a
+    /// held lock. `None` when the node would not say.
+    pub maxmemory_policy: Option<String>,
 }
 
 /// Where a hold stands.

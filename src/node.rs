@@ -4,13 +4,14 @@
 //! that it can be tested against fakes that stall, fail or grant partially.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
 
+use crate::admission::{maxmemory_policy, Admission, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 use crate::quorum::Grant;
 use crate::scripts;
@@ -94,6 +95,13 @@ pub struct NodeLockState {
 /// flight can outlive the caller that started them.
 pub(crate) trait NodeOps: Send + Sync + 'static {
     fn addr(&self) -> &str;
+
+    /// The node's `maxmemory-policy` as last read (at connect, when a lazily
+    /// connected node first answered, and by each status call); `None` when
+    /// the node would not say (`CONFIG` refused or renamed) or never answered.
+    fn maxmemory_policy(&self) -> Option<String> {
+        None
+    }
 
     /// A client for the node's pub/sub connection, if it has one.
     fn pubsub_client(&self) -> Option<Client> {
@@ -217,8 +225,14 @@ pub(crate) struct RedisNode {
     addr: String,
     conn: ConnectionManager,
     client: Client,
-    /// Set when a node connected lazily turned out not to be a master.
-    refused: Arc<AtomicBool>,
+    /// Set when a node connected lazily was refused when it first answered:
+    /// not a master, the same server as another node, or evicting while
+    /// `require_noeviction` is set. Every call then fails with this error.
+    refused: Arc<OnceLock<NodeError>>,
+    /// The server's `run_id` (INFO server), read at connect.
+    run_id: Option<String>,
+    /// The server's `maxmemory-policy`, as last read.
+    policy: Arc<Mutex<Option<String>>>,
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
     /// enough. Cleared after a connection error (the node may have restarted).
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
@@ -314,8 +328,16 @@ fn redact_message(message: &str, url: &str) -> String {
 }
 
 impl RedisNode {
+    /// The connection manager's settings. Its response timeout is off: every
+    /// call already runs under one of our own timeouts (the fan-out's per-node
+    /// timeout, the watchdog's renewal timeout, the connect timeout), and
+    /// redis-rs's default of 500 ms would otherwise cut every longer one short
+    /// (a `node_timeout` of 2 s would act as 500 ms). Reconnecting uses the
+    /// connect timeout. The pub/sub connection (`Client::get_async_pubsub`)
+    /// has no response timeout of its own in redis-rs 1.x.
     fn manager_config(connect_timeout: Duration) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
+            .set_response_timeout(None)
             .set_connection_timeout(Some(connect_timeout))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
@@ -352,23 +374,38 @@ impl RedisNode {
                 role,
             });
         }
+        let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {
             addr: spec.addr,
             conn,
             client: spec.client,
             refused: Arc::default(),
+            run_id: info.run_id,
+            policy: Arc::new(Mutex::new(info.policy)),
             loaded: Arc::default(),
         })
     }
 
+    /// What `build()` checks of a node that answered: its identity and
+    /// eviction policy (see [`Admission`]).
+    pub(crate) fn info(&self) -> ServerInfo {
+        ServerInfo {
+            run_id: self.run_id.clone(),
+            policy: self.maxmemory_policy(),
+        }
+    }
+
     /// A node that could not be reached at build time: its connection is
-    /// made on first use, and a background probe checks its role as soon as
-    /// it answers. If it turns out not to be a master, every call to it fails
-    /// with [`NodeErrorKind::NotMaster`].
+    /// made on first use, and a background probe checks it as soon as it
+    /// answers: its role, and through `admission` its identity (not the same
+    /// server as another node) and eviction policy. A node refused then is
+    /// never used: every call to it fails with [`NodeErrorKind::NotMaster`]
+    /// or [`NodeErrorKind::Refused`].
     pub(crate) fn lazy(
         index: usize,
         spec: NodeSpec,
         connect_timeout: Duration,
+        admission: Arc<Admission>,
     ) -> Result<Self, Error> {
         let conn = ConnectionManager::new_lazy_with_config(
             spec.client.clone(),
@@ -377,8 +414,10 @@ impl RedisNode {
         .map_err(|e| Error::Connect {
             failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
         })?;
-        let refused = Arc::new(AtomicBool::new(false));
+        let refused: Arc<OnceLock<NodeError>> = Arc::default();
+        let policy: Arc<Mutex<Option<String>>> = Arc::default();
         let probe = Arc::downgrade(&refused);
+        let probe_policy = Arc::downgrade(&policy);
         let (mut probe_conn, addr) = (conn.clone(), spec.addr.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             drop(handle.spawn(async move {
@@ -387,13 +426,28 @@ impl RedisNode {
                         return;
                     }
                     if let Ok(Ok(role)) = tokio::time::timeout(connect_timeout, role(&mut probe_conn)).await {
-                        if role != "master" {
-                            if let Some(flag) = probe.upgrade() {
-                                flag.store(true, Ordering::Release);
+                        let refusal = if role == "master" {
+                            let info = ServerInfo::read(&mut probe_conn, connect_timeout).await;
+                            if let Some(p) = probe_policy.upgrade() {
+                                set_policy(&p, info.policy.clone());
                             }
-                            tracing::error!(node = index, addr = %addr, role = %role, "node is not a master; it will not be used");
+                            admission
+                                .admit(index, &addr, &info)
+                                .err()
+                                .map(|why| NodeError::new(NodeErrorKind::Refused, why))
                         } else {
-                            tracing::info!(node = index, addr = %addr, "node reached");
+                            Some(NodeError::new(
+                                NodeErrorKind::NotMaster,
+                                format!("the node is a {role}, not a master"),
+                            ))
+                        };
+                        match (refusal, probe.upgrade()) {
+                            (Some(why), Some(flag)) => {
+                                tracing::error!(node = index, addr = %addr, reason = %why.message, "node refused; it will not be used");
+                                let _ = flag.set(why);
+                            }
+                            (Some(_), None) => {}
+                            (None, _) => tracing::info!(node = index, addr = %addr, "node reached"),
                         }
                         return;
                     }
@@ -406,20 +460,23 @@ impl RedisNode {
             conn,
             client: spec.client,
             refused,
+            run_id: None,
+            policy,
             loaded: Arc::default(),
         })
     }
 
     /// The connection, unless the node was found not to be a master.
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
-        if self.refused.load(Ordering::Acquire) {
-            return Err(NodeError::new(
-                NodeErrorKind::NotMaster,
-                "the node is not a master",
-            ));
+        match self.refused.get() {
+            Some(why) => Err(why.clone()),
+            None => Ok(self.conn.clone()),
         }
-        Ok(self.conn.clone())
     }
+}
+
+fn set_policy(slot: &Mutex<Option<String>>, policy: Option<String>) {
+    *slot.lock().unwrap_or_else(PoisonError::into_inner) = policy;
 }
 
 /// The node's role: `master`, `slave` or `sentinel`.
@@ -464,9 +521,11 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
-/// One script call on one node, sent once (see the `scripts` module for why
-/// it is never re-sent), as `EVAL` or `EVALSHA` depending on what the node is
-/// known to have.
+/// One script call on one node, as `EVAL` or `EVALSHA` depending on what the
+/// node is known to have. It is sent again only when that cannot reorder it
+/// (see the `scripts` module): once as `EVAL` after `NOSCRIPT`, which means
+/// nothing ran, and, for [`Resend::AfterBrokenConnection`], once after a
+/// broken connection.
 struct ScriptCall {
     conn: ConnectionManager,
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
@@ -483,29 +542,34 @@ impl RedisNode {
     /// Sends a renew or repair batch: one pipeline, one round trip.
     fn batch(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
         let conn = self.checked();
+        let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;
             let pipe = batch.pipeline();
+            let seen = |e: redis::RedisError| {
+                forget_scripts(&loaded, &e);
+                e
+            };
             // Retrying is safe here, unlike for acquire and release: a release
             // waits until the renewal that includes its lock has finished,
             // repairs and retries included. The retry after a broken
             // connection reaches a node that just came back.
-            let first = match pipe.query_async(&mut conn).await {
-                Err(e) if broken(&e) => pipe.query_async(&mut conn).await,
+            let first = match pipe.query_async(&mut conn).await.map_err(seen) {
+                Err(e) if broken(&e) => pipe.query_async(&mut conn).await.map_err(seen),
                 other => other,
             };
             let replies: Vec<Vec<i64>> = match first {
                 Ok(r) => r,
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
+                Err(e) if no_script(&e) => {
                     batch
                         .script()
                         .prepare_invoke()
                         .load_async(&mut conn)
                         .await
-                        .map_err(|e| map_err(&e))?;
-                    pipe.query_async(&mut conn).await.map_err(|e| map_err(&e))?
+                        .map_err(|e| map_err(&seen(e)))?;
+                    pipe.query_async(&mut conn)
+                        .await
+                        .map_err(|e| map_err(&seen(e)))?
                 }
                 Err(e) => return Err(map_err(&e)),
             };
@@ -550,6 +614,7 @@ impl ScriptCall {
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, NodeError> {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
+        let mut no_script_resent = false;
         loop {
             tries -= 1;
             let loaded = &self.loaded[script.id];
@@ -562,18 +627,41 @@ impl ScriptCall {
                     return Ok(v);
                 }
                 Err(e) => {
-                    let no_script =
-                        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-                    if no_script || broken(&e) {
-                        for l in self.loaded.iter() {
-                            l.store(false, Ordering::Release);
-                        }
+                    forget_scripts(&self.loaded, &e);
+                    // NOSCRIPT means nothing ran: sending the same call again
+                    // as EVAL cannot reorder it behind anything, whatever the
+                    // script. The node restarted or its scripts were flushed
+                    // without this connection seeing it.
+                    if no_script(&e) && !send_body && !no_script_resent {
+                        no_script_resent = true;
+                        tries += 1;
+                        continue;
                     }
                     if !(broken(&e) && tries > 0) {
                         return Err(map_err(&e));
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether the node answered that it does not have the script.
+fn no_script(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// After an error that means the node may have restarted (a broken
+/// connection: the manager reconnects, perhaps to a new server) or lost its
+/// scripts (`NOSCRIPT`), forgets which scripts the node has, so the next
+/// call of each sends its body. Every call on the connection goes through
+/// here, whichever call meets the break first: renewal, status or a script.
+/// A reconnect that no call sees (redis-rs reconnects on its own after a
+/// RESP3 disconnection push) is caught by the `NOSCRIPT` resend instead.
+fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis::RedisError) {
+    if no_script(e) || broken(e) {
+        for l in loaded {
+            l.store(false, Ordering::Release);
         }
     }
 }
@@ -585,6 +673,13 @@ impl NodeOps for RedisNode {
 
     fn pubsub_client(&self) -> Option<Client> {
         Some(self.client.clone())
+    }
+
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.policy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn acquire(
@@ -706,8 +801,17 @@ impl NodeOps for RedisNode {
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
         let conn = self.checked();
         let keys = Arc::clone(keys);
+        let loaded = Arc::clone(&self.loaded);
+        let policy = Arc::clone(&self.policy);
         Box::pin(async move {
             let mut conn = conn?;
+            // The policy can change at run time (CONFIG SET); a node that
+            // refuses CONFIG keeps what was read before.
+            match maxmemory_policy(&mut conn).await {
+                Ok(Some(p)) => set_policy(&policy, Some(p)),
+                Ok(None) => {}
+                Err(e) => forget_scripts(&loaded, &e),
+            }
             let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
                 .cmd("HGETALL")
                 .arg(&keys.lock)
@@ -717,7 +821,10 @@ impl NodeOps for RedisNode {
                 .arg(&keys.fence)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| map_err(&e))?;
+                .map_err(|e| {
+                    forget_scripts(&loaded, &e);
+                    map_err(&e)
+                })?;
             let fence = match fence {
                 None => 0,
                 Some(f) => f.parse().map_err(|_| {

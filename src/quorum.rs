@@ -31,6 +31,15 @@ pub(crate) fn valid_until(
     validity(lease, now.saturating_duration_since(start), drift).map(|v| now + v)
 }
 
+/// `now + timeout`, or a deadline decades away when that would overflow
+/// (`Duration::MAX` means no deadline, as for `tokio::time::timeout`).
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
 /// The reply of one node to one call.
 pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 
@@ -63,7 +72,7 @@ impl<T: Send + 'static> FanOut<T> {
         Self {
             pending,
             replies: (0..nodes).map(|_| None).collect(),
-            deadline: Instant::now() + timeout,
+            deadline: deadline_after(Instant::now(), timeout),
         }
     }
 
@@ -193,6 +202,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_LEASE;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -261,6 +271,18 @@ mod tests {
                 assert_eq!(Tally::of(&replies(&spec)).decide(required), want, "{spec}");
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fan_out_takes_any_timeout() {
+        let mut f: FanOut<u8> = FanOut::start(2, Duration::MAX, |i| {
+            Box::pin(async move { Ok(u8::try_from(i).unwrap_or(0)) })
+        });
+        f.until(|_| false).await;
+        assert!(matches!(f.replies(), [Some(Ok(0)), Some(Ok(1))]));
+        let now = Instant::now();
+        assert!(deadline_after(now, Duration::MAX) > now + MAX_LEASE);
+        assert_eq!(deadline_after(now, MS), now + MS);
     }
 
     #[tokio::test(start_paused = true)]

@@ -170,7 +170,9 @@ impl Drop for Watchdog {
 /// most half the renewal period (and never below the per-node timeout).
 pub(crate) fn renew_timeout(config: &crate::Config, locks: usize) -> Duration {
     let thousands = u32::try_from(locks.div_ceil(1_000)).unwrap_or(u32::MAX);
-    let want = config.node_timeout + Duration::from_millis(50).saturating_mul(thousands);
+    let want = config
+        .node_timeout
+        .saturating_add(Duration::from_millis(50).saturating_mul(thousands));
     want.min(config.renew_interval / 2).max(config.node_timeout)
 }
 

@@ -333,6 +333,7 @@ async fn status_shows_every_node() {
         assert_eq!(row["holder"], owner.as_str());
         assert_eq!(row["hold_count"], 2);
         assert_eq!(row["fence"], token);
+        assert_eq!(row["maxmemory_policy"], "noeviction");
         let pttl = row["pttl_ms"].as_u64().expect("a PTTL");
         assert!(pttl > 0 && pttl <= 30_000, "{pttl}");
     }
@@ -356,6 +357,7 @@ async fn status_shows_every_node() {
         assert_eq!(cells[4], "2");
         assert!(cells[5].ends_with('s'), "a PTTL: {line}");
         assert_eq!(cells[6], token.to_string());
+        assert_eq!(cells[7], "noeviction", "{table}");
     }
 
     inner.release().await.expect("release the inner level");

@@ -3,8 +3,9 @@
 //! Each script is documented in its own `.lua` file; the comments are
 //! stripped before sending.
 //!
-//! Acquire and force-release are never re-sent. A call re-sent after an
-//! error goes behind whatever was queued on the connection meanwhile, and an
+//! Acquire and force-release are never re-sent after an error that may have
+//! let them run. A call re-sent after such an error (a broken connection, a
+//! timeout) goes behind whatever was queued on the connection meanwhile, and an
 //! acquire re-sent behind its own release would grant a lock nobody holds.
 //! (Release and raise-fence may be: they only lower or delete what their
 //! hold owns, or raise a counter, so they are sent once more after a broken
@@ -12,8 +13,12 @@
 //! is known to have the script: for each node and script, calls start as
 //! `EVAL` (the script travels with the call and the node caches it), switch
 //! to `EVALSHA` once an `EVAL` succeeded, and go back to `EVAL` for every
-//! script after a connection error (the node may have restarted empty). A `NOSCRIPT` that slips through (`SCRIPT FLUSH`
-//! by an operator) fails that one call on that node, like a timeout would.
+//! script after a connection error or a `NOSCRIPT`, whichever call met it
+//! (the node may have restarted empty). A `NOSCRIPT` that slips through (a
+//! restart no call on this connection saw, or `SCRIPT FLUSH` by an operator)
+//! means the node ran nothing, so that one call, whatever the script, is
+//! sent once more as `EVAL`: nothing can have been queued behind a call that
+//! did not run.
 //!
 //! The watchdog's renewal (and its repair of missing keys) is one `EVALSHA`
 //! per thousand locks in a pipeline,

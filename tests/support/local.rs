@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 pub struct LocalNodes {
     dir: PathBuf,
     nodes: Vec<Mutex<Node>>,
+    /// Extra `redis-server` arguments of every node, kept across restarts.
+    extra: Vec<String>,
 }
 
 struct Node {
@@ -63,6 +65,17 @@ impl LocalNodes {
     /// When `redis-server` cannot be started (not installed: `apt-get install
     /// redis-server`) or does not answer within 10 s.
     pub fn start(n: usize) -> std::io::Result<Self> {
+        Self::start_with(n, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments for
+    /// every node (they come last, so they override the defaults, such as
+    /// `--maxmemory-policy allkeys-lru`); restarts keep them.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    pub fn start_with(n: usize, extra: &[&str]) -> std::io::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "quorumlock-nodes-{}-{}",
             std::process::id(),
@@ -77,7 +90,8 @@ impl LocalNodes {
                 child: None,
             }));
         }
-        let this = Self { dir, nodes };
+        let extra = extra.iter().map(|a| (*a).to_owned()).collect();
+        let this = Self { dir, nodes, extra };
         for i in 0..n {
             this.launch(i)?;
         }
@@ -139,6 +153,7 @@ impl LocalNodes {
             .arg(&node_dir)
             .arg("--pidfile")
             .arg(self.dir.join(format!("node-{i}.pid")))
+            .args(&self.extra)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

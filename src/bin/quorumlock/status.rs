@@ -41,6 +41,9 @@ pub struct Row {
     pub pttl_ms: Option<u64>,
     /// The node's fence counter: the last token it issued for this lock.
     pub fence: Option<u64>,
+    /// The node's `maxmemory-policy` (anything but `noeviction` can evict a
+    /// held lock); null when the node would not say or did not answer.
+    pub maxmemory_policy: Option<String>,
     /// Why the node did not answer.
     pub error: Option<String>,
 }
@@ -67,6 +70,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
         .into_iter()
         .map(|n| {
             let node = cluster.original(n.node);
+            let policy = n.maxmemory_policy;
             match n.state {
                 Ok(s) => Row {
                     node,
@@ -79,9 +83,13 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
                         .map(|p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX)),
                     holder: s.holder,
                     fence: Some(s.fence),
+                    maxmemory_policy: policy,
                     error: None,
                 },
-                Err(f) => unreachable_row(NodeFailure { node, ..f }),
+                Err(f) => Row {
+                    maxmemory_policy: policy,
+                    ..unreachable_row(NodeFailure { node, ..f })
+                },
             }
         })
         .collect();
@@ -118,6 +126,7 @@ fn unreachable_row(f: NodeFailure) -> Row {
         hold_count: None,
         pttl_ms: None,
         fence: None,
+        maxmemory_policy: None,
         error: Some(error),
     }
 }
@@ -154,6 +163,7 @@ pub fn table(report: &Report) -> String {
         "HOLDS".to_owned(),
         "PTTL".to_owned(),
         "FENCE".to_owned(),
+        "POLICY".to_owned(),
     ]];
     for r in &report.nodes {
         rows.push([
@@ -168,9 +178,10 @@ pub fn table(report: &Report) -> String {
                 (false, _) => dash(),
             },
             r.fence.map_or_else(dash, |f| f.to_string()),
+            r.maxmemory_policy.clone().unwrap_or_else(dash),
         ]);
     }
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; 8];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -189,6 +200,14 @@ pub fn table(report: &Report) -> String {
     for r in report.nodes.iter().filter(|r| !r.reachable) {
         if let Some(e) = &r.error {
             out.push_str(&format!("node {} ({}): {e}\n", r.node, r.addr));
+        }
+    }
+    for r in &report.nodes {
+        if let Some(p) = r.maxmemory_policy.as_deref().filter(|p| *p != "noeviction") {
+            out.push_str(&format!(
+                "node {} ({}): maxmemory-policy {p} can evict a held lock; use noeviction\n",
+                r.node, r.addr
+            ));
         }
     }
     out

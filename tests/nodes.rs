@@ -1,0 +1,361 @@
+//! Nodes and connections against real `redis-server` masters: timeouts that
+//! redis-rs must not cap, scripts lost by a node, one server behind two URLs,
+//! and eviction policies.
+//!
+//! Each test starts its own small set of masters (they pause, flush or
+//! restart them), separate from the shared five of `support::nodes()`.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::{LockManager, Quorum};
+use support::{key, LocalNodes};
+
+fn start(n: usize) -> LocalNodes {
+    LocalNodes::start(n).expect("start local redis-server masters")
+}
+
+async fn raw_to(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(nodes.url(i))
+        .expect("node url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+async fn has_key(nodes: &LocalNodes, i: usize, name: &str) -> bool {
+    let mut c = raw_to(nodes, i).await;
+    redis::cmd("EXISTS")
+        .arg(key(name))
+        .query_async(&mut c)
+        .await
+        .expect("EXISTS")
+}
+
+async fn keys_left(nodes: &LocalNodes, name: &str) -> Vec<usize> {
+    let mut left = Vec::new();
+    for i in 0..nodes.len() {
+        if has_key(nodes, i, name).await {
+            left.push(i);
+        }
+    }
+    left
+}
+
+/// Takes and releases `name` once, so that every node is known to have the
+/// acquire and release scripts (the next calls go out as `EVALSHA`).
+async fn warm_up(m: &LockManager, name: &str) {
+    let g = m
+        .try_lock(name, Duration::ZERO)
+        .await
+        .expect("warm-up lock");
+    g.release().await.expect("warm-up release");
+}
+
+#[tokio::test]
+async fn a_node_answering_after_600ms_grants_under_a_2s_node_timeout() {
+    let nodes = start(3);
+    let m = LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("build");
+    // Node 1 stops answering for ~600 ms: longer than redis-rs's default
+    // response timeout (500 ms), well within ours.
+    let mut c = raw_to(&nodes, 1).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("ALL")
+        .query_async(&mut c)
+        .await
+        .expect("CLIENT PAUSE");
+    let start = std::time::Instant::now();
+    let g = m
+        .try_lock("slow-node", Duration::ZERO)
+        .await
+        .expect("all three grant, node 1 after ~600 ms");
+    assert!(
+        start.elapsed() >= Duration::from_millis(450),
+        "node 1 was not paused: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(g.granted_nodes(), vec![0, 1, 2]);
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_release_after_script_flush_deletes_the_key_on_every_node() {
+    let nodes = start(3);
+    let m = LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("build");
+    warm_up(&m, "flushed").await;
+    let g = m.try_lock("flushed", Duration::ZERO).await.expect("lock");
+    assert_eq!(keys_left(&nodes, "flushed").await, vec![0, 1, 2]);
+    let mut c = raw_to(&nodes, 1).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .expect("SCRIPT FLUSH");
+    g.release().await.expect("release after SCRIPT FLUSH");
+    assert_eq!(keys_left(&nodes, "flushed").await, Vec::<usize>::new());
+    // And the next acquire, also sent as EVALSHA first, still works there.
+    let g = m.try_lock("flushed", Duration::ZERO).await.expect("relock");
+    let mut c = raw_to(&nodes, 2).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .expect("SCRIPT FLUSH");
+    g.release().await.expect("release");
+    let g = m
+        .try_lock("flushed", Duration::ZERO)
+        .await
+        .expect("acquire after SCRIPT FLUSH");
+    assert_eq!(g.granted_nodes(), vec![0, 1, 2]);
+    g.release().await.expect("release");
+    assert_eq!(keys_left(&nodes, "flushed").await, Vec::<usize>::new());
+}
+
+#[tokio::test]
+async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
+    let nodes = start(3);
+    let m = LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("build");
+    warm_up(&m, "restarted").await;
+    let g = m.try_lock("restarted", Duration::ZERO).await.expect("lock");
+    nodes.restart(1).expect("restart node 1");
+    // `status` is the first to meet the dead connection; the manager
+    // reconnects, and a later status reads the new server.
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            m.status("restarted")
+                .await
+                .is_ok_and(|s| s.nodes.iter().all(|n| n.state.is_ok()))
+        })
+        .await,
+        "status never reached the restarted node"
+    );
+    // The key as the watchdog's repair would re-create it on the empty node.
+    let mut c = raw_to(&nodes, 1).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key("restarted"))
+        .arg(g.holder_id())
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg(key("restarted"))
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .expect("re-create the key");
+    g.release().await.expect("release");
+    assert_eq!(keys_left(&nodes, "restarted").await, Vec::<usize>::new());
+    // Status met the dead connection first and made every script travel
+    // again: the release went out as EVAL, never meeting NOSCRIPT.
+    let mut c = raw_to(&nodes, 1).await;
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO errorstats");
+    assert!(!errors.contains("errorstat_NOSCRIPT"), "{errors}");
+}
+
+#[tokio::test]
+async fn a_release_after_a_restart_repaired_by_the_watchdog_deletes_the_key_there() {
+    let nodes = start(3);
+    let m = LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .lease(Duration::from_millis(900))
+        .renew_interval(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .expect("build");
+    warm_up(&m, "repaired").await;
+    let g = m.lock("repaired").await.expect("lock");
+    nodes.restart(1).expect("restart node 1");
+    assert!(!has_key(&nodes, 1, "repaired").await);
+    assert!(
+        support::eventually(Duration::from_secs(3), || async {
+            has_key(&nodes, 1, "repaired").await
+        })
+        .await,
+        "the watchdog did not repair the restarted node"
+    );
+    g.release().await.expect("release");
+    assert_eq!(keys_left(&nodes, "repaired").await, Vec::<usize>::new());
+}
+
+#[tokio::test]
+async fn two_databases_of_one_server_are_refused_as_one_node() {
+    let nodes = start(2);
+    let db1 = format!("{}/1", nodes.url(0));
+    let e = LockManager::builder()
+        .nodes([nodes.url(0), db1.clone()])
+        .build()
+        .await
+        .expect_err("the same server twice");
+    match &e {
+        quorumlock::Error::Config(msg) => {
+            assert!(
+                msg.contains("node 0")
+                    && msg.contains("node 1")
+                    && msg.contains("same Redis server"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected a configuration error, got {other}"),
+    }
+    // Among others, and through `localhost`: named by both indexes.
+    let e = LockManager::builder()
+        .nodes([
+            nodes.url(0),
+            nodes.url(1),
+            db1.replace("127.0.0.1", "localhost"),
+        ])
+        .build()
+        .await
+        .expect_err("the same server twice");
+    assert!(
+        matches!(&e, quorumlock::Error::Config(m) if m.contains("node 0") && m.contains("node 2")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_lazily_connected_duplicate_is_refused_when_it_answers() {
+    // Nodes 0-2 are up; nodes 3 and 4 are two databases of one server that
+    // is down at build time.
+    let nodes = start(4);
+    nodes.kill(3);
+    let down = nodes.url(3);
+    let m = LockManager::builder()
+        .nodes([nodes.url(0), nodes.url(1), nodes.url(2)])
+        .nodes([down.clone(), format!("{down}/1")])
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .build()
+        .await
+        .expect("3 of 5 reachable");
+    nodes.restart(3).expect("the shared server comes up");
+    let refused = support::eventually(Duration::from_secs(5), || async {
+        let st = m.status("dup").await.expect("status");
+        let states = [&st.nodes[3].state, &st.nodes[4].state];
+        let refused: Vec<_> = states
+            .iter()
+            .filter_map(|s| s.as_ref().err())
+            .filter(|f| f.kind == quorumlock::NodeErrorKind::Refused)
+            .collect();
+        let used = states.iter().filter(|s| s.is_ok()).count();
+        refused.len() == 1
+            && used == 1
+            && refused[0].message.contains("node 3")
+            && refused[0].message.contains("node 4")
+    })
+    .await;
+    assert!(refused, "one of the two URLs of one server must be refused");
+    let g = m.lock("dup").await.expect("lock");
+    assert!(g.granted_nodes().len() <= 4);
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
+    let plain = start(2);
+    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+        .expect("start an evicting node");
+    let urls = [plain.url(0), plain.url(1), lru.url(0)];
+    let m = LockManager::builder()
+        .nodes(urls.clone())
+        .build()
+        .await
+        .expect("an evicting node is a warning by default");
+    let st = m.status("evict").await.expect("status");
+    let policies: Vec<Option<&str>> = st
+        .nodes
+        .iter()
+        .map(|n| n.maxmemory_policy.as_deref())
+        .collect();
+    assert_eq!(
+        policies,
+        vec![Some("noeviction"), Some("noeviction"), Some("allkeys-lru")]
+    );
+    // A policy changed at run time shows in the next status.
+    let mut c = raw_to(&plain, 1).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("volatile-ttl")
+        .query_async(&mut c)
+        .await
+        .expect("CONFIG SET");
+    let st = m.status("evict").await.expect("status");
+    assert_eq!(
+        st.nodes[1].maxmemory_policy.as_deref(),
+        Some("volatile-ttl")
+    );
+
+    let e = LockManager::builder()
+        .node(plain.url(0))
+        .node(lru.url(0))
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect_err("refused with require_noeviction");
+    assert!(
+        matches!(&e, quorumlock::Error::Config(m) if m.contains("node 1") && m.contains("allkeys-lru")),
+        "{e}"
+    );
+    let strict = LockManager::builder()
+        .node(plain.url(0))
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect("a noeviction node passes");
+    assert_eq!(strict.nodes().len(), 1);
+}
+
+#[tokio::test]
+async fn a_lazily_connected_evicting_node_is_refused_when_it_answers() {
+    let plain = start(3);
+    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+        .expect("start an evicting node");
+    lru.kill(0);
+    let m = LockManager::builder()
+        .nodes(plain.urls())
+        .node(lru.url(0))
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .require_noeviction(true)
+        .build()
+        .await
+        .expect("3 of 4 reachable");
+    lru.restart(0).expect("the evicting node comes up");
+    let refused = support::eventually(Duration::from_secs(5), || async {
+        let st = m.status("lazy-evict").await.expect("status");
+        matches!(&st.nodes[3].state, Err(f)
+            if f.kind == quorumlock::NodeErrorKind::Refused && f.message.contains("allkeys-lru"))
+    })
+    .await;
+    assert!(refused, "the evicting node must be refused once it answers");
+    let g = m.lock("lazy-evict").await.expect("lock on the other three");
+    assert!(!g.granted_nodes().contains(&3));
+    g.release().await.expect("release");
+}
