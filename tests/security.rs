@@ -210,6 +210,27 @@ mod tls {
             .await
             .expect_err("a certificate from an unknown CA is refused");
         assert!(untrusted.to_string().contains("127.0.0.1"), "{untrusted}");
+
+        // The command line over rediss://: the nodes' certificate is not
+        // from a public root (the CLI trusts webpki's roots only, so it has
+        // no way to trust a private CA), and it says so in one line, with
+        // no panic.
+        #[cfg(feature = "cli")]
+        {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+                .env("QUORUMLOCK_NODES", nodes.urls().join(","))
+                .env_remove("QUORUMLOCK_QUORUM")
+                .env_remove("QUORUMLOCK_KEY_PREFIX")
+                .args(["status", &name])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run quorumlock");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(69), "status over TLS: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("UnknownIssuer"), "{err}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
