@@ -98,6 +98,35 @@ async fn an_acl_user_locks_and_its_password_is_never_shown() {
 }
 
 #[tokio::test]
+async fn a_user_without_channel_rights_releases() {
+    let nodes = acl_nodes(&["~*", "resetchannels", "+@all"]);
+    let m = manager_as(&nodes, "alice", PASSWORD)
+        .await
+        .expect("alice connects with her password");
+    let name = unique("acl-release");
+    // The release script's PUBLISH is refused; the release must not be.
+    let guard = m.lock(&name).await.expect("lock");
+    guard
+        .release()
+        .await
+        .expect("release without channel rights");
+    assert!(m.status(&name).await.expect("status").holder().is_none());
+    let again = m
+        .try_lock(&name, Duration::from_secs(1))
+        .await
+        .expect("free again");
+    assert_eq!(
+        m.force_unlock(&name)
+            .await
+            .expect("force unlock without channel rights"),
+        3,
+        "deleted on every node"
+    );
+    // Broken under it: its release finds the lock gone.
+    assert!(again.release().await.is_err());
+}
+
+#[tokio::test]
 #[ignore = "needs the wait.rs backoff fix"]
 async fn a_user_without_channel_rights_waits_by_polling_without_spinning() {
     let nodes = acl_nodes(&["~*", "resetchannels", "+@all"]);

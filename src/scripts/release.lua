@@ -9,7 +9,8 @@
 -- ARGV[4] fencing token of the hold (0 for a rollback): the fence counter is
 --         raised to it, so a later holder always gets a larger token here.
 --
--- Returns  2 released fully: the hash is deleted and a message published;
+-- Returns  2 released fully: the hash is deleted and a message published
+--            (when the user may publish on the channel);
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
@@ -29,5 +30,7 @@ if tonumber(ARGV[2]) > 0 then
   return 1
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+-- pcall: a user without rights on the channel (ACL) still releases; its
+-- waiters poll instead of being woken.
+redis.pcall('publish', KEYS[2], ARGV[1])
 return 2
