@@ -85,7 +85,7 @@ then (in their own group, a `kill -KILL -- -PGID` stops them all).
 Examples:
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
   */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
-  quorumlock exec --wait 2m --lease 10s --grace 30s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
+  quorumlock exec --wait 2m --lease 10s --grace 5s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
 
 Exit status:
   N        the command's own status (128+N if it was killed by signal N)
