@@ -628,6 +628,8 @@ impl LockManagerBuilder {
     ///
     /// Cancel safe: dropping it closes the connections made so far.
     pub async fn build(self) -> Result<crate::LockManager, Error> {
+        #[cfg(feature = "tls-rustls")]
+        install_crypto_provider();
         let (config, specs) = self.validate()?;
         let connect_timeout = config.connect_timeout;
         let results = futures::future::join_all(
@@ -691,4 +693,17 @@ impl LockManagerBuilder {
         let (config, _) = probe.validate()?;
         Ok(crate::LockManager::from_parts(config, nodes))
     }
+}
+
+/// Installs rustls' ring crypto provider as the process default, once, unless
+/// the application installed one first: rustls cannot pick one by itself when
+/// the dependency tree enables several (or none), and would panic on the
+/// first `rediss://` connection.
+#[cfg(feature = "tls-rustls")]
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is already installed: keep it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }

@@ -480,3 +480,206 @@ fn bad_input_is_one_line_and_status_2() {
         }
     }
 }
+
+/// Whether process `pid` is running (present and not a zombie).
+fn running(pid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
+        return false;
+    };
+    // The state follows the parenthesised command name.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Waits until process `pid` is no longer running; false after `within`.
+fn gone_within(pid: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while running(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// SIGKILLs `pid` if it still runs (cleanup after a failed assertion).
+fn kill_if_running(pid: &str) {
+    if running(pid) {
+        let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+    }
+}
+
+/// Hands lock `name` to another owner on every shared node, atomically per
+/// node, behind its holder's back (as a forced unlock followed by someone
+/// else's acquisition would).
+fn steal(name: &str) {
+    for url in nodes().urls() {
+        let mut c = redis::Client::open(url)
+            .expect("node url")
+            .get_connection()
+            .expect("connect to a node");
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg(support::key(name))
+            .cmd("HSET")
+            .arg(support::key(name))
+            .arg("thief")
+            .arg(1)
+            .cmd("PEXPIRE")
+            .arg(support::key(name))
+            .arg(60_000)
+            .query(&mut c)
+            .expect("take the lock over on a node");
+    }
+}
+
+/// Removes what [`steal`] left.
+fn unsteal(name: &str) {
+    let out = run(ql().args(["unlock", "--force", "--yes", name]));
+    assert_eq!(out.status.code(), Some(0), "unlock: {}", stderr(&out));
+}
+
+/// A shell script that writes its pid to `$1` atomically, then ignores
+/// SIGTERM and runs until killed (with its output closed, so that it holds
+/// no pipe of the test open).
+const STUBBORN: &str = r#"exec >/dev/null 2>&1; trap '' TERM; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.1; done"#;
+
+#[test]
+fn the_grace_after_a_loss_is_capped_at_the_remaining_validity() {
+    let name = unique("cli-grace-cap");
+    let dir = scratch("grace-cap");
+    let pidfile = dir.join("pid");
+    let child = spawn(
+        ql().args(["exec", "--lease", "3s", "--grace", "60s", &name, "--"])
+            .args(["sh", "-c", STUBBORN, "sh"])
+            .arg(&pidfile),
+    );
+    wait_for_file(&pidfile, Duration::from_secs(10));
+    let pid = std::fs::read_to_string(&pidfile).expect("read the pid");
+    // Give the lock to someone else behind the holder's back: its next
+    // renewal finds it taken, with at most a lease of validity left, far
+    // less than --grace.
+    let broken = Instant::now();
+    steal(&name);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut child = child;
+    while child.try_wait().expect("poll quorumlock").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let finished = child.try_wait().expect("poll quorumlock").is_some();
+    if !finished {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("collect quorumlock");
+    let elapsed = broken.elapsed();
+    let command_gone = gone_within(&pid, Duration::from_secs(1));
+    kill_if_running(&pid);
+    assert!(
+        finished,
+        "the command ran on for the whole --grace after the loss; stderr: {}",
+        stderr(&out)
+    );
+    assert!(command_gone, "the command outlived quorumlock");
+    assert_eq!(out.status.code(), Some(76), "stderr: {}", stderr(&out));
+    // At most one renewal period to notice, plus a lease of validity.
+    assert!(elapsed < Duration::from_secs(8), "took {elapsed:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("capped at the lock's remaining validity"),
+        "{err}"
+    );
+    assert!(err.contains("SIGKILL"), "{err}");
+    unsteal(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_lock_is_held_until_the_whole_group_is_gone() {
+    let name = unique("cli-group");
+    let dir = scratch("group");
+    let started = dir.join("started");
+    let done = dir.join("done");
+    // The command exits at once, leaving a member of its group running.
+    let child = spawn(
+        ql().args(["exec", &name, "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"(sleep 1.5; touch "$2") >/dev/null 2>&1 & touch "$1"; exit 0"#,
+                "sh",
+            ])
+            .arg(&started)
+            .arg(&done),
+    );
+    wait_for_file(&started, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!done.exists(), "the background member is still running");
+    let json = status_json(&name);
+    assert!(
+        !json["holder"].is_null(),
+        "released while a member of the command's group still ran: {json}"
+    );
+    let out = finish(child, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(done.exists(), "quorumlock exited before the member did");
+    let json = status_json(&name);
+    assert!(json["holder"].is_null(), "released after the group: {json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_lock_lost_while_waiting_for_the_group_stops_the_group() {
+    let name = unique("cli-group-lost");
+    let dir = scratch("group-lost");
+    let pidfile = dir.join("pid");
+    // The command exits at once; the member it leaves ignores SIGTERM.
+    let script = format!(
+        r#"sh -c '{}' sh "$1" >/dev/null 2>&1 & exit 0"#,
+        STUBBORN.replace('\'', r#"'\''"#)
+    );
+    let child = spawn(
+        ql().args(["exec", "--lease", "3s", "--grace", "60s", &name, "--"])
+            .args(["sh", "-c", &script, "sh"])
+            .arg(&pidfile),
+    );
+    wait_for_file(&pidfile, Duration::from_secs(10));
+    let pid = std::fs::read_to_string(&pidfile).expect("read the pid");
+    steal(&name);
+    let out = finish(child, Duration::from_secs(15));
+    let member_gone = gone_within(&pid, Duration::from_secs(1));
+    kill_if_running(&pid);
+    assert!(member_gone, "the member outlived the lock");
+    assert_eq!(out.status.code(), Some(76), "stderr: {}", stderr(&out));
+    unsteal(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn killing_quorumlock_kills_the_command() {
+    let name = unique("cli-pdeathsig");
+    let dir = scratch("pdeathsig");
+    let pidfile = dir.join("pid");
+    let mut child = spawn(
+        ql().args(["exec", "--lease", "2s", &name, "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 30"#,
+                "sh",
+            ])
+            .arg(&pidfile),
+    );
+    wait_for_file(&pidfile, Duration::from_secs(10));
+    let pid = std::fs::read_to_string(&pidfile).expect("read the pid");
+    assert!(running(&pid), "the command runs");
+    child.kill().expect("SIGKILL quorumlock");
+    let _ = child.wait();
+    let gone = gone_within(&pid, Duration::from_secs(2));
+    kill_if_running(&pid);
+    assert!(gone, "the command ran on after quorumlock was killed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

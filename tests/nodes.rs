@@ -279,7 +279,7 @@ async fn a_lazily_connected_duplicate_is_refused_when_it_answers() {
 #[tokio::test]
 async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
     let plain = start(2);
-    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+    let lru = LocalNodes::start_with(1, support::local::Extra { args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()], tls: false })
         .expect("start an evicting node");
     let urls = [plain.url(0), plain.url(1), lru.url(0)];
     let m = LockManager::builder()
@@ -335,7 +335,7 @@ async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
 #[tokio::test]
 async fn a_lazily_connected_evicting_node_is_refused_when_it_answers() {
     let plain = start(3);
-    let lru = LocalNodes::start_with(1, &["--maxmemory-policy", "allkeys-lru"])
+    let lru = LocalNodes::start_with(1, support::local::Extra { args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()], tls: false })
         .expect("start an evicting node");
     lru.kill(0);
     let m = LockManager::builder()

@@ -5,7 +5,8 @@
 --
 -- Returns 1 if a lock was deleted, 0 if there was none.
 if redis.call('del', KEYS[1]) == 1 then
-  redis.call('publish', KEYS[2], '')
+  -- pcall: without rights on the channel (ACL), waiters poll instead.
+  redis.pcall('publish', KEYS[2], '')
   return 1
 end
 return 0

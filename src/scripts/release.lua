@@ -10,7 +10,8 @@
 --         raised to it, so a later holder always gets a larger token here.
 -- ARGV[1] is the holder id: the owner's id plus a suffix unique to the hold.
 --
--- Returns  2 released fully: the hash is deleted and a message published;
+-- Returns  2 released fully: the hash is deleted and a message published
+--            (when the user may publish on the channel);
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
@@ -30,5 +31,7 @@ if tonumber(ARGV[2]) > 0 then
   return 1
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+-- pcall: a user without rights on the channel (ACL) still releases; its
+-- waiters poll instead of being woken.
+redis.pcall('publish', KEYS[2], ARGV[1])
 return 2

@@ -18,8 +18,19 @@ use std::time::{Duration, Instant};
 pub struct LocalNodes {
     dir: PathBuf,
     nodes: Vec<Mutex<Node>>,
-    /// Extra `redis-server` arguments of every node, kept across restarts.
-    extra: Vec<String>,
+    extra: Extra,
+}
+
+/// Extra server settings for [`LocalNodes::start_with`], kept across
+/// restarts.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// Arguments appended to every server's command line (ACL users, TLS
+    /// certificate files, ...).
+    pub args: Vec<String>,
+    /// Serve TLS only, on the node's port (`--port 0 --tls-port PORT`); the
+    /// certificate files go in `args`. Readiness is then a TCP connect.
+    pub tls: bool,
 }
 
 struct Node {
@@ -46,15 +57,17 @@ fn free_port() -> std::io::Result<u16> {
 
 /// Sends PING over a raw socket; true on `+PONG`.
 pub fn ping(port: u16, timeout: Duration) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout) else {
-        return false;
-    };
+    answer(port, timeout).is_some_and(|buf| &buf == b"+PONG\r\n")
+}
+
+/// The first 7 bytes of the reply to PING over a raw socket.
+fn answer(port: u16, timeout: Duration) -> Option<[u8; 7]> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).ok()?;
     let _ = s.set_read_timeout(Some(timeout));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
+    s.write_all(b"PING\r\n").ok()?;
     let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    s.read_exact(&mut buf).ok()?;
+    Some(buf)
 }
 
 impl LocalNodes {
@@ -65,17 +78,17 @@ impl LocalNodes {
     /// When `redis-server` cannot be started (not installed: `apt-get install
     /// redis-server`) or does not answer within 10 s.
     pub fn start(n: usize) -> std::io::Result<Self> {
-        Self::start_with(n, &[])
+        Self::start_with(n, Extra::default())
     }
 
-    /// Like [`start`](Self::start), with extra `redis-server` arguments for
-    /// every node (they come last, so they override the defaults, such as
-    /// `--maxmemory-policy allkeys-lru`); restarts keep them.
+    /// Starts `n` masters with `extra` settings and waits until each is
+    /// ready: answers PING (`-NOAUTH` counts when the default user is off),
+    /// or, with TLS, accepts a connection.
     ///
     /// # Errors
     ///
-    /// As for [`start`](Self::start).
-    pub fn start_with(n: usize, extra: &[&str]) -> std::io::Result<Self> {
+    /// As [`start`](Self::start).
+    pub fn start_with(n: usize, extra: Extra) -> std::io::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "quorumlock-nodes-{}-{}",
             std::process::id(),
@@ -90,7 +103,6 @@ impl LocalNodes {
                 child: None,
             }));
         }
-        let extra = extra.iter().map(|a| (*a).to_owned()).collect();
         let this = Self { dir, nodes, extra };
         for i in 0..n {
             this.launch(i)?;
@@ -109,7 +121,7 @@ impl LocalNodes {
                 let mut node = self.node(i);
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
-                    if ping(node.port, Duration::from_millis(200)) {
+                    if self.ready(node.port) {
                         return Ok(());
                     }
                     let gone = node
@@ -135,6 +147,15 @@ impl LocalNodes {
         ))
     }
 
+    /// Whether the server on `port` is ready for clients.
+    fn ready(&self, port: u16) -> bool {
+        let timeout = Duration::from_millis(200);
+        if self.extra.tls {
+            return TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).is_ok();
+        }
+        answer(port, timeout).is_some_and(|buf| &buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
+    }
+
     fn launch(&self, i: usize) -> std::io::Result<()> {
         self.launch_with(i, &[])
     }
@@ -153,7 +174,21 @@ impl LocalNodes {
             .arg(&node_dir)
             .arg("--pidfile")
             .arg(self.dir.join(format!("node-{i}.pid")))
-            .args(&self.extra)
+            .args(
+                self.extra
+                    .tls
+                    .then(|| {
+                        [
+                            "--port".to_owned(),
+                            "0".to_owned(),
+                            "--tls-port".to_owned(),
+                            port.to_string(),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(&self.extra.args)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -182,7 +217,7 @@ impl LocalNodes {
         let port = self.port(i);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if ping(port, Duration::from_millis(200)) {
+            if self.ready(port) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -203,9 +238,10 @@ impl LocalNodes {
         self.node(i).port
     }
 
-    /// `redis://127.0.0.1:PORT` of node `i`.
+    /// `redis://127.0.0.1:PORT` of node `i` (`rediss://` with TLS).
     pub fn url(&self, i: usize) -> String {
-        format!("redis://127.0.0.1:{}", self.port(i))
+        let scheme = if self.extra.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port(i))
     }
 
     /// Every node's URL.

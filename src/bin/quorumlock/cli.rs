@@ -56,22 +56,36 @@ to the resource you protect and have it reject smaller ones).
 
 While the command runs, the lock is renewed every lease/3. If renewal cannot
 show a quorum in time, the lock is lost: the command's process group gets
-SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76.
+SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76. The grace
+is capped at what is left of the lock's validity at that moment, because
+another owner may take the lock once it has expired: a lock lost with
+nothing left gets SIGKILL right after SIGTERM.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to quorumlock are forwarded to the
 command (its whole process group); quorumlock waits for it, releases the
 lock and exits with the command's status.
 
 Run from cron, a script or a service, the command gets a process group of
-its own, so that these signals reach every process it starts. Run in the
-foreground of a terminal (or with --foreground), it shares quorumlock's
-process group so that it can read the terminal; signals then go to the
-command alone.
+its own, so that these signals reach every process it starts, and the lock
+is held until every process of that group has exited, not only the command
+(background jobs it left running included; if the lock is lost meanwhile,
+they get SIGTERM and SIGKILL as above). A process that leaves the group
+(setsid, a daemon) is not tracked. Run in the foreground of a terminal (or
+with --foreground), the command shares quorumlock's process group so that
+it can read the terminal; signals then go to the command alone, and the
+lock is released as soon as the command exits: processes it left running
+in the background cannot be told apart from quorumlock's own group and are
+neither waited for nor stopped.
+
+On Linux, if quorumlock itself dies (even by SIGKILL), the kernel kills the
+command with SIGKILL, so that it does not run on without the lock. Only the
+command's own process gets this signal; processes it started keep running
+then (in their own group, a `kill -KILL -- -PGID` stops them all).
 
 Examples:
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
   */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
-  quorumlock exec --wait 2m --lease 10s --grace 30s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
+  quorumlock exec --wait 2m --lease 10s --grace 5s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
 
 Exit status:
   N        the command's own status (128+N if it was killed by signal N)
@@ -178,13 +192,14 @@ pub struct ExecArgs {
     pub lease: Option<Duration>,
 
     /// After the lock is lost, how long the command has between SIGTERM and
-    /// SIGKILL.
+    /// SIGKILL, at most the lock's remaining validity at that moment.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
 
     /// Keep the command in quorumlock's process group even when not run
     /// from a terminal (the default there): signals then reach the command
-    /// alone, not every process it started.
+    /// alone, not every process it started, and the lock is released when
+    /// the command exits even if processes it started still run.
     #[arg(long)]
     pub foreground: bool,
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use quorumlock::{Error, HoldState, LockGuard, Owner};
 use tokio::process::{Child, Command};
@@ -167,6 +168,9 @@ enum Outcome {
 }
 
 /// Runs the command until it exits or the lock is lost.
+///
+/// In own-group mode the lock is kept until every process of the command's
+/// group is gone, not only the command itself.
 async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) -> Outcome {
     let Some((program, rest)) = args.command.split_first() else {
         return Outcome::NotStarted(Failure::usage("no command given"));
@@ -179,7 +183,11 @@ async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) ->
     let own_group = !(args.foreground || in_terminal_foreground());
     if own_group {
         command.process_group(0);
+        // Members the command leaves behind are re-parented to us, so that
+        // we can reap them and tell when the group is gone.
+        become_subreaper();
     }
+    die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -197,45 +205,73 @@ async fn supervise(guard: &LockGuard, args: &ExecArgs, signals: &mut Signals) ->
     let target = Target::of(&child, own_group);
     let stopped = guard.renewal_stopped();
     tokio::pin!(stopped);
+    // The command's status once it exited; in own-group mode we then wait
+    // for the rest of its group.
+    let mut exited: Option<ExitStatus> = None;
     loop {
+        if let Some(status) = exited {
+            if !target.group_alive() {
+                return Outcome::Exited(status);
+            }
+        }
         tokio::select! {
             biased;
-            status = child.wait() => {
-                return match status {
-                    Ok(status) => Outcome::Exited(status),
-                    // Waiting on our own child cannot fail in practice.
-                    Err(e) => Outcome::NotStarted(Failure::new(
-                        exit::FAILURE,
-                        format!("lost track of {}: {e}", program_name(program)),
-                    )),
-                };
-            }
+            status = child.wait(), if exited.is_none() => match status {
+                Ok(status) => exited = Some(status),
+                // Waiting on our own child cannot fail in practice.
+                Err(e) => return Outcome::NotStarted(Failure::new(
+                    exit::FAILURE,
+                    format!("lost track of {}: {e}", program_name(program)),
+                )),
+            },
             state = &mut stopped => {
                 let why = if state == HoldState::MaxHoldReached { "max hold reached" } else { "lost" };
+                let grace = capped_grace(guard, args.grace);
+                let whom = if exited.is_some() {
+                    format!("the processes {} left in its group", program_name(program))
+                } else {
+                    program_name(program)
+                };
                 warn(format!(
-                    "lock {} {why}; sending SIGTERM to {} (SIGKILL in {})",
+                    "lock {} {why}; sending SIGTERM to {whom} (SIGKILL in {}: --grace {} capped at the lock's remaining validity)",
                     args.name,
-                    program_name(program),
-                    human(args.grace)
+                    human(grace),
+                    human(args.grace),
                 ));
-                let how = terminate(&mut child, target, args.grace, signals).await;
+                let how = terminate(&mut child, exited.map(Ok), target, grace, signals).await;
                 return Outcome::Lost { how };
             }
             sig = signals.recv() => target.forward(sig),
+            () = tokio::time::sleep(GROUP_POLL), if exited.is_some() => {}
         }
     }
 }
 
-/// SIGTERM, then SIGKILL after `grace`; returns what it took.
+/// How often the group is checked after the command exited.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// The grace after a loss: `--grace`, but no longer than the lock's
+/// remaining validity at this moment (zero once it has run out, so that
+/// SIGKILL follows SIGTERM at once). Past its validity another owner may
+/// hold the lock; the command must be gone by then.
+fn capped_grace(guard: &LockGuard, grace: Duration) -> Duration {
+    let left = guard
+        .valid_until()
+        .saturating_duration_since(std::time::Instant::now());
+    grace.min(left)
+}
+
+/// SIGTERM, then SIGKILL after `grace`; returns what it took. `status` is
+/// the command's status if it has already exited (its group remains).
 async fn terminate(
     child: &mut Child,
+    mut status: Option<std::io::Result<ExitStatus>>,
     target: Target,
     grace: Duration,
     signals: &mut Signals,
 ) -> String {
     target.send(Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
-    let mut status = None;
     // Wait for the command, and in group mode for everything it started.
     loop {
         if status.is_some() && !target.group_alive() {
@@ -244,7 +280,7 @@ async fn terminate(
         tokio::select! {
             s = child.wait(), if status.is_none() => status = Some(s),
             () = tokio::time::sleep_until(deadline) => break,
-            () = tokio::time::sleep(Duration::from_millis(50)), if status.is_some() => {}
+            () = tokio::time::sleep(GROUP_POLL), if status.is_some() => {}
             sig = signals.recv() => target.forward(sig),
         }
     }
@@ -256,6 +292,10 @@ async fn terminate(
         Some(status) => status,
         None => child.wait().await,
     };
+    if killed {
+        // Reap what SIGKILL left, so no zombie outlives us as a member.
+        let _ = target.group_alive();
+    }
     let exited = status.map_or_else(|e| format!("unknown status: {e}"), describe_status);
     if killed {
         format!(
@@ -266,6 +306,54 @@ async fn terminate(
         format!("terminated with SIGTERM, {exited}")
     }
 }
+
+/// Makes quorumlock the reaper of the orphans its command leaves behind
+/// (Linux), so that members of the command's group that outlive it are
+/// reaped by us rather than left as zombies that look alive.
+#[cfg(target_os = "linux")]
+fn become_subreaper() {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        warn(format!(
+            "cannot become the reaper of the command's processes: {e}"
+        ));
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_subreaper() {}
+
+/// Makes the command die with quorumlock (Linux): if quorumlock is killed,
+/// even with SIGKILL, the kernel sends SIGKILL to the command, which must not
+/// run on without the lock. This covers the command's process only: the
+/// processes it starts do not inherit the setting.
+///
+/// The kernel sends the signal when the thread that spawned the command
+/// exits; `exec` spawns from the main thread, which lives as long as the
+/// process.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe functions may be called. It makes two system calls,
+    // prctl(PR_SET_PDEATHSIG) and getppid(), through nix's thin wrappers,
+    // and builds `io::Error`s from raw errno values; nothing allocates, takes
+    // a lock or touches state shared with other threads of the parent.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // quorumlock may have died between fork and prctl: then nothing
+            // would ever send the signal, so give up now.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(Errno::ESRCH as i32));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut Command) {}
 
 /// Where signals for the command go.
 #[derive(Debug, Clone, Copy)]
@@ -303,9 +391,19 @@ impl Target {
     }
 
     /// Whether any process of the command's group is still running.
+    ///
+    /// Call it only once the command itself has been waited for: it first
+    /// reaps the members of the group that are our children (re-parented
+    /// orphans), which would otherwise count as alive while zombies.
     fn group_alive(self) -> bool {
         match self.pid {
-            Some(pid) if self.group => killpg(pid, None).is_ok(),
+            Some(pid) if self.group => {
+                let members = Pid::from_raw(-pid.as_raw());
+                while let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                    waitpid(members, Some(WaitPidFlag::WNOHANG))
+                {}
+                killpg(pid, None).is_ok()
+            }
             _ => false,
         }
     }
