@@ -38,7 +38,8 @@ fn system_suspended() -> Duration {
         Some(Duration::new(secs, nanos))
     }
     static START: OnceLock<Option<(std::time::Instant, Duration)>> = OnceLock::new();
-    let Some((mono0, boot0)) = *START.get_or_init(|| Some((std::time::Instant::now(), boottime()?)))
+    let Some((mono0, boot0)) =
+        *START.get_or_init(|| Some((std::time::Instant::now(), boottime()?)))
     else {
         return Duration::ZERO;
     };

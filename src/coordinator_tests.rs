@@ -189,7 +189,12 @@ async fn reentry_converges_counts_and_needs_as_many_releases() {
     assert_eq!(a.fencing_token(), b.fencing_token());
     // A node that lost the key gets it back with the authoritative count.
     fakes[0].wipe();
-    let c = m.request("job").owner(&me).acquire().await.expect("re-enter again");
+    let c = m
+        .request("job")
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("re-enter again");
     assert_eq!(c.hold_count(), 3);
     for f in &fakes {
         assert_eq!(f.holder(KEY).map(|h| h.1), Some(3));
@@ -392,7 +397,12 @@ async fn no_slot_outlives_its_acquisitions() {
     for i in 0..20 {
         let name = format!("job-{i}");
         let g = m.request(&name).owner(&me).acquire().await.expect("lock");
-        let g2 = m.request(&name).owner(&me).acquire().await.expect("re-enter");
+        let g2 = m
+            .request(&name)
+            .owner(&me)
+            .acquire()
+            .await
+            .expect("re-enter");
         g2.release().await.expect("release");
         g.release().await.expect("release");
     }
@@ -401,7 +411,12 @@ async fn no_slot_outlives_its_acquisitions() {
     }
     for _ in 0..20 {
         let _ = tokio::time::timeout(5 * MS, m.request("job").owner(&me).acquire()).await;
-        let _ = m.request("job").owner(&me).wait(Duration::ZERO).acquire().await;
+        let _ = m
+            .request("job")
+            .owner(&me)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
         let _ = m.try_lock("job", Duration::ZERO).await;
     }
     let g = m.request("free").owner(&me).acquire().await.expect("lock");

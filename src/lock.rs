@@ -188,9 +188,7 @@ impl LockRequest<'_> {
         };
         inner.config.check_lease(lease)?;
         let keys = Arc::new(Keys::new(&inner.config.key_prefix, &self.name));
-        let owner = self
-            .owner
-            .or_else(|| Owner::scoped(&inner.client_id));
+        let owner = self.owner.or_else(|| Owner::scoped(&inner.client_id));
         let Some(owner) = owner else {
             // An owner of its own: nothing can re-enter it, so no slot.
             let owner = Owner::explicit(&inner.client_id);
@@ -542,6 +540,9 @@ pub(crate) struct Hold {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (not a fixed lease).
     pub(crate) renewed: bool,
+    /// Renewal stopped at `max_hold`: the end of its validity is then an
+    /// expiry, not a loss.
+    pub(crate) max_hold_reached: std::sync::atomic::AtomicBool,
     pub(crate) token: u64,
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
@@ -636,7 +637,8 @@ impl Hold {
     /// The error for an operation on a hold that is no longer live.
     fn gone(&self) -> Error {
         let name = self.keys.name.to_string();
-        if self.renewed && self.stored_phase() == HoldState::Lost {
+        let max_hold = self.max_hold_reached.load(Ordering::Acquire);
+        if self.renewed && !max_hold && self.stored_phase() == HoldState::Lost {
             Error::Lost { name }
         } else {
             Error::Expired { name }
@@ -832,6 +834,7 @@ impl Inner {
             holder_id: Arc::clone(holder_id),
             lease,
             renewed: renew,
+            max_hold_reached: std::sync::atomic::AtomicBool::new(false),
             token: won.token,
             acquired_at: won.started,
             max_hold: if renew { self.config.max_hold } else { None },
@@ -946,7 +949,10 @@ impl Inner {
                 Ok(())
             };
             let now = clock::now();
-            match (fenced, quorum::valid_until(start, now, lease, self.drift(lease))) {
+            match (
+                fenced,
+                quorum::valid_until(start, now, lease, self.drift(lease)),
+            ) {
                 (Ok(()), Some(valid_until)) => {
                     rollback.disarm();
                     span.record(

@@ -197,10 +197,7 @@ impl RenewBatch {
             for chunk in self.items.chunks(RENEW_CHUNK) {
                 let fence = chunk.first().map(|i| i.keys.fence.as_str());
                 let keys = chunk.len() + usize::from(self.repair);
-                let cmd = pipe
-                    .cmd("EVALSHA")
-                    .arg(self.script().get_hash())
-                    .arg(keys);
+                let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
                 for item in chunk {
                     cmd.arg(&item.keys.lock);
                 }

@@ -59,10 +59,9 @@ impl Owner {
     pub(crate) fn scoped(client_id: &str) -> Option<Self> {
         SCOPE
             .try_with(|o| {
-                let own = o
-                    .id
-                    .strip_prefix(client_id)
-                    .is_some_and(|rest| rest.starts_with(':'));
+                let own =
+                    o.id.strip_prefix(client_id)
+                        .is_some_and(|rest| rest.starts_with(':'));
                 own.then(|| o.clone())
             })
             .ok()

@@ -46,7 +46,10 @@ async fn fencing_tokens_never_repeat_when_raising_a_lagging_node_fails() {
     let mut tokens = Vec::new();
     c.set_mode(Mode::Fail);
     for _ in 0..5 {
-        let g = m.try_lock("job", Duration::ZERO).await.expect("A and B grant");
+        let g = m
+            .try_lock("job", Duration::ZERO)
+            .await
+            .expect("A and B grant");
         tokens.push(g.fencing_token());
         g.release().await.expect("release");
     }
@@ -170,8 +173,18 @@ async fn force_unlock_is_not_undone_by_the_watchdog() {
 async fn a_reentry_in_flight_does_not_undo_a_concurrent_release() {
     let (m, fakes) = cluster_with(3, |b| b);
     let owner = m.new_owner();
-    let g1 = m.request("job").owner(&owner).acquire().await.expect("lock");
-    let g2 = m.request("job").owner(&owner).acquire().await.expect("re-enter");
+    let g1 = m
+        .request("job")
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("lock");
+    let g2 = m
+        .request("job")
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("re-enter");
     for f in &fakes {
         f.set_mode(Mode::Slow(50 * MS));
     }

@@ -308,7 +308,9 @@ impl Waiter {
     /// no attempt is made while the lock is known to be held.
     pub(crate) async fn wait(&mut self, fallback: Duration, deadline: Option<Instant>) -> Woke {
         let now = Instant::now();
-        let mut until = now.checked_add(fallback).unwrap_or(now + Duration::from_secs(86_400));
+        let mut until = now
+            .checked_add(fallback)
+            .unwrap_or(now + Duration::from_secs(86_400));
         loop {
             let notified = self.bell.notify.notified();
             tokio::pin!(notified);
@@ -425,6 +427,10 @@ impl Drop for Waiter {
 /// Longest pause between two pub/sub connection attempts to one node.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(10);
 
+/// Shortest pause after a node refused SUBSCRIBE: a refusal is a setting
+/// (ACL channel rights), not a blip, so it is retried slowly.
+const REFUSED_DELAY: Duration = Duration::from_secs(1);
+
 /// Waits `delay` while draining commands (subscribers are not kept waiting:
 /// their channels are re-sent from the channel map on reconnect). Returns
 /// false when the manager is gone.
@@ -485,6 +491,7 @@ async fn node_task(
                 }
             } else {
                 refused(&s, i);
+                delay = delay.max(REFUSED_DELAY);
             }
         }
         drop(s);
@@ -514,6 +521,7 @@ async fn node_task(
                             }
                         } else {
                             refused(&s, i);
+                            delay = delay.max(REFUSED_DELAY);
                             ok = false;
                         }
                     }

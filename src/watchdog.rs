@@ -141,6 +141,7 @@ impl Watchdog {
             if let Some(max) = hold.max_hold {
                 if now.saturating_duration_since(hold.acquired_at) >= max {
                     drop(s);
+                    hold.max_hold_reached.store(true, Ordering::Release);
                     if hold.transition(HoldState::MaxHoldReached) {
                         add(&self.counters.max_hold_stops, 1);
                         info!(lock = %hold.keys.name, ?max, "max hold reached; renewal stopped");
@@ -217,9 +218,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
     if due.is_empty() {
         return;
     }
-    let batch = Arc::new(RenewBatch::new(
-        due.iter().map(|h| renew_item(h)).collect(),
-    ));
+    let batch = Arc::new(RenewBatch::new(due.iter().map(|h| renew_item(h)).collect()));
     batch.prepare();
     let n = inner.nodes.len();
     let timeout = renew_timeout(&inner.config, due.len());
@@ -321,7 +320,13 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         &wd.counters.busy_micros,
         u64::try_from(busy.as_micros()).unwrap_or(u64::MAX),
     );
-    debug!(locks = due.len(), extended, repaired, ?busy, "watchdog tick");
+    debug!(
+        locks = due.len(),
+        extended,
+        repaired,
+        ?busy,
+        "watchdog tick"
+    );
 }
 
 /// Re-creates, on each node, the keys of the holds listed for it (by index

@@ -52,7 +52,12 @@ async fn reentry_counts_and_needs_as_many_releases() {
         .await
         .expect("re-entry does not wait")
         .expect("re-enter");
-    let c = m.request(&name).owner(&me).acquire().await.expect("re-enter");
+    let c = m
+        .request(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("re-enter");
     assert_eq!(c.hold_count(), 3);
     assert_eq!(a.fencing_token(), c.fencing_token());
     for i in 0..5 {
@@ -227,7 +232,12 @@ async fn status_and_force_unlock_report_reality() {
     let name = unique("status");
     let me = m.new_owner();
     let g = m.request(&name).owner(&me).acquire().await.expect("lock");
-    let g2 = m.request(&name).owner(&me).acquire().await.expect("re-enter");
+    let g2 = m
+        .request(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("re-enter");
     support::eventually(Duration::from_secs(1), || async {
         nodes_with_key(&name).await == 5
     })
@@ -240,7 +250,10 @@ async fn status_and_force_unlock_report_reality() {
         assert_eq!(s.holder.as_deref(), Some(g.holder_id()));
         assert_eq!(s.hold_count, 2);
         assert!(s.pttl.is_some_and(|p| p > Duration::from_secs(25)));
-        assert!(s.fence >= g.fencing_token(), "the counter is at least the token");
+        assert!(
+            s.fence >= g.fencing_token(),
+            "the counter is at least the token"
+        );
     }
     assert_eq!(m.force_unlock(&name).await.expect("force"), 5);
     assert_eq!(nodes_with_key(&name).await, 0);

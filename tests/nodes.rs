@@ -181,7 +181,7 @@ async fn a_release_after_a_restart_repaired_by_the_watchdog_deletes_the_key_ther
     let nodes = start(3);
     let m = LockManager::builder()
         .nodes(nodes.urls())
-        .quorum(Quorum::All)
+        .quorum(Quorum::Majority)
         .lease(Duration::from_millis(900))
         .renew_interval(Duration::from_millis(300))
         .node_timeout(Duration::from_millis(250))
@@ -279,8 +279,14 @@ async fn a_lazily_connected_duplicate_is_refused_when_it_answers() {
 #[tokio::test]
 async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
     let plain = start(2);
-    let lru = LocalNodes::start_with(1, support::local::Extra { args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()], tls: false })
-        .expect("start an evicting node");
+    let lru = LocalNodes::start_with(
+        1,
+        support::local::Extra {
+            args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()],
+            tls: false,
+        },
+    )
+    .expect("start an evicting node");
     let urls = [plain.url(0), plain.url(1), lru.url(0)];
     let m = LockManager::builder()
         .nodes(urls.clone())
@@ -335,8 +341,14 @@ async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
 #[tokio::test]
 async fn a_lazily_connected_evicting_node_is_refused_when_it_answers() {
     let plain = start(3);
-    let lru = LocalNodes::start_with(1, support::local::Extra { args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()], tls: false })
-        .expect("start an evicting node");
+    let lru = LocalNodes::start_with(
+        1,
+        support::local::Extra {
+            args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()],
+            tls: false,
+        },
+    )
+    .expect("start an evicting node");
     lru.kill(0);
     let m = LockManager::builder()
         .nodes(plain.urls())

@@ -26,6 +26,7 @@ fn script(name: &str) -> Script {
         "acquire" => include_str!("../src/scripts/acquire.lua"),
         "release" => include_str!("../src/scripts/release.lua"),
         "renew" => include_str!("../src/scripts/renew.lua"),
+        "repair" => include_str!("../src/scripts/repair.lua"),
         "force_release" => include_str!("../src/scripts/force_release.lua"),
         _ => include_str!("../src/scripts/raise_fence.lua"),
     })
@@ -67,12 +68,30 @@ async fn renew(c: &mut MultiplexedConnection, items: &[(&Keys, &str, u32, u64)])
     let s = script("renew");
     let mut inv = s.prepare_invoke();
     for (k, ..) in items {
-        inv.key(&k.lock).key(&k.fence);
+        inv.key(&k.lock);
     }
+    for (_, owner, count, _) in items {
+        inv.arg(*owner).arg(*count).arg(60_000);
+    }
+    inv.invoke_async(c).await.expect("renew")
+}
+
+/// The repair batch: the locks, then one fence counter (the node's).
+async fn repair(
+    c: &mut MultiplexedConnection,
+    fence: &Keys,
+    items: &[(&Keys, &str, u32, u64)],
+) -> Vec<i64> {
+    let s = script("repair");
+    let mut inv = s.prepare_invoke();
+    for (k, ..) in items {
+        inv.key(&k.lock);
+    }
+    inv.key(&fence.fence);
     for (_, owner, count, token) in items {
         inv.arg(*owner).arg(*count).arg(*token).arg(60_000);
     }
-    inv.invoke_async(c).await.expect("renew")
+    inv.invoke_async(c).await.expect("repair")
 }
 
 async fn hget(c: &mut MultiplexedConnection, k: &Keys, owner: &str) -> Option<u32> {
@@ -190,7 +209,7 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
 }
 
 #[tokio::test]
-async fn renew_extends_repairs_and_reports_conflicts_per_lock() {
+async fn renew_extends_and_reports_missing_and_conflicts_and_repair_recreates() {
     let mut c = raw(0).await;
     let (mine, gone, theirs, wrong) = (keys(), keys(), keys(), keys());
     acquire(&mut c, &mine, "a", 1).await;
@@ -207,19 +226,24 @@ async fn renew_extends_repairs_and_reports_conflicts_per_lock() {
         .query_async(&mut c)
         .await
         .expect("SET");
-    let codes = renew(
-        &mut c,
-        &[
-            (&mine, "a", 2, 1),
-            (&gone, "a", 3, 9),
-            (&theirs, "a", 1, 1),
-            (&wrong, "a", 1, 1),
-        ],
-    )
-    .await;
-    assert_eq!(codes, vec![1, 2, 0, -2]);
+    let items = [
+        (&mine, "a", 2, 1),
+        (&gone, "a", 3, 9),
+        (&theirs, "a", 1, 1),
+        (&wrong, "a", 1, 1),
+    ];
+    let codes = renew(&mut c, &items).await;
+    assert_eq!(codes, vec![1, 3, 0, -2]);
     assert!(pttl(&mut c, &mine).await > 59_000, "extended");
     assert_eq!(hget(&mut c, &mine, "a").await, Some(2), "count converged");
+    assert_eq!(
+        hget(&mut c, &gone, "a").await,
+        None,
+        "renew creates nothing"
+    );
+    // The watchdog repairs only after a quorum confirmed the hold.
+    let codes = repair(&mut c, &gone, &items).await;
+    assert_eq!(codes, vec![1, 2, 0, -2]);
     assert_eq!(
         hget(&mut c, &gone, "a").await,
         Some(3),

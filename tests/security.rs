@@ -127,7 +127,7 @@ async fn a_user_without_channel_rights_releases() {
 }
 
 #[tokio::test]
-#[ignore = "needs the wait.rs backoff fix"]
+
 async fn a_user_without_channel_rights_waits_by_polling_without_spinning() {
     let nodes = acl_nodes(&["~*", "resetchannels", "+@all"]);
     let m = manager_as(&nodes, "alice", PASSWORD)

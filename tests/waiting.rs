@@ -244,7 +244,7 @@ async fn queued_waiters_take_turns_on_leases_that_expire_unreleased() {
     );
 }
 
-/// A release wakes the head of the local queue only: the wake-ups of one
+/// A release wakes the head of the local queue only: the wake-ups per
 /// handoff do not grow with the number of queued waiters.
 #[tokio::test]
 async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_200_queued() {
@@ -258,24 +258,18 @@ async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_200_queued() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let before = m.pubsub_stats().wakeups;
         g.release().await.expect("release");
-        // The head gets the lock, releases it, and the next one is woken:
-        // count the wake-ups of the first handoffs.
-        let first = &tasks[0];
-        while !first.is_finished() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let woken = m.pubsub_stats().wakeups - before;
         for t in tasks {
             t.await.expect("waiter");
         }
-        per_handoff.push(woken);
+        let woken = m.pubsub_stats().wakeups - before;
+        #[allow(clippy::cast_precision_loss)]
+        per_handoff.push(woken as f64 / queued as f64);
     }
-    // One release rings the head once per node's message; a few handoffs may
-    // complete within the window, but not a wake-up per queued waiter.
+    // Each release message rings one waiter; a release publishes on every
+    // node (5 here), so about 5 per handoff, whatever the queue's length.
     assert!(
-        per_handoff[1] <= per_handoff[0] * 3 + 10 && per_handoff[1] < 100,
-        "wake-ups in the same window: 10 queued {}, 200 queued {}",
+        per_handoff[1] <= per_handoff[0] * 1.5 + 1.0 && per_handoff[1] <= 8.0,
+        "wake-ups per handoff: 10 queued {:.1}, 200 queued {:.1}",
         per_handoff[0],
         per_handoff[1]
     );

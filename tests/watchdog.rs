@@ -145,7 +145,12 @@ async fn a_majority_loss_fires_lost_within_the_lease() {
     let name = unique("majority");
     let me = m.new_owner();
     let g = m.request(&name).owner(&me).acquire().await.expect("lock");
-    let g2 = m.request(&name).owner(&me).acquire().await.expect("re-enter");
+    let g2 = m
+        .request(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("re-enter");
     let valid_until = g.valid_until();
     let run = tokio::spawn(g2.run(|mut signal| async move {
         signal.fired().await;
