@@ -7,6 +7,7 @@ mod lock;
 mod node;
 mod owner;
 mod quorum;
+mod rng;
 mod scripts;
 mod wait;
 mod watchdog;
@@ -15,6 +16,8 @@ mod watchdog;
 mod coordinator_tests;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod sim;
 
 pub use crate::config::{Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};

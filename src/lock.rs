@@ -745,7 +745,7 @@ impl Inner {
         remaining: Option<Duration>,
     ) -> Duration {
         let backoff = self.config.backoff.delay(attempt);
-        let jitter = Duration::from_micros(rand::random_range(0..=2_000));
+        let jitter = Duration::from_micros(crate::rng::up_to(2_000));
         let delay = match err.min_pttl() {
             Some(pttl) if covered => pttl + jitter,
             Some(pttl) => backoff.min(pttl + jitter),
@@ -1138,6 +1138,11 @@ impl Rollback {
     }
 
     async fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            self.armed = false;
+            return;
+        }
         let skip: Vec<bool> = replies
             .iter()
             .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
@@ -1164,6 +1169,10 @@ impl Rollback {
 impl Drop for Rollback {
     fn drop(&mut self) {
         if !self.armed {
+            return;
+        }
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
             return;
         }
         let calls = self.calls(&[]);

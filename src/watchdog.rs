@@ -131,7 +131,7 @@ impl Watchdog {
             if hold.phase() != HoldState::Held {
                 return false;
             }
-            if s.valid_until <= now {
+            if s.valid_until <= now && !renew_lapsed() {
                 drop(s);
                 lapsed.push(hold);
                 return false;
@@ -199,6 +199,14 @@ fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
             .release_on_nodes(&hold.keys, &hold.holder_id, 0, hold.lease, hold.token)
             .await;
     });
+}
+
+/// The simulator's mutation that renews lapsed holds (never on outside tests).
+fn renew_lapsed() -> bool {
+    #[cfg(test)]
+    return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
+    #[cfg(not(test))]
+    false
 }
 
 /// One renewal round: one pipeline per node, all nodes in parallel.
@@ -287,7 +295,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         // give that time back), when a quorum is out of reach (others hold
         // too many nodes), or when this tick failed and the old validity ends
         // before the next tick could help.
-        let lapsed = s.valid_until <= now;
+        let lapsed = s.valid_until <= now && !renew_lapsed();
         let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
         let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {

@@ -1,0 +1,212 @@
+//! Deterministic simulation: the real manager, acquisition path, watchdog
+//! and waiters against in-memory nodes behind a fault-injecting decorator,
+//! on tokio's paused clock, everything random drawn from one seeded RNG, so
+//! that a seed replays its history exactly.
+//!
+//! Checked on every history (see [`checker::Invariant`]): mutual exclusion,
+//! fencing-token order, `lost()` no later than `valid_until()`, no lock key
+//! left after quiescence and `flush()`, bounded acquisitions, no hang.
+//!
+//! - `cargo test --lib sim::` runs the CI budget;
+//! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
+//! - `QUORUMLOCK_SIM_SEED=S` replays seed S and prints its event log.
+
+mod checker;
+mod clients;
+mod faults;
+pub(crate) mod mutation;
+mod node;
+mod tests;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::checker::{Ev, Invariant, Log, WORLD};
+use self::clients::{Ctx, Proc, LOCKS};
+use self::node::{LinkCtl, NodeCtl, SimNode};
+use crate::node::NodeOps;
+use crate::rng::up_to;
+use crate::{Backoff, LockManager, Quorum};
+
+/// Which faults a run may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Only faults the protocol claims to survive.
+    Safe,
+    /// Also nodes that restart empty and rejoin at once.
+    UnsafeRestart,
+    /// Also clock jumps beyond the drift allowance.
+    UnsafeClock,
+}
+
+/// The shape of one run, drawn from its seed.
+#[derive(Debug, Clone)]
+pub(crate) struct Params {
+    pub(crate) nodes: usize,
+    pub(crate) procs: usize,
+    pub(crate) tasks: usize,
+    pub(crate) locks: usize,
+    pub(crate) lease: Duration,
+    pub(crate) min_fixed: Duration,
+    pub(crate) max_fixed: Duration,
+    /// The drift allowance of the shortest lease in use.
+    pub(crate) drift: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) fault_gap_ms: u64,
+    pub(crate) fault_end: Instant,
+    pub(crate) client_end: Instant,
+}
+
+impl Params {
+    fn draw(start: Instant) -> Self {
+        let lease = Duration::from_millis(if up_to(1) == 0 { 300 } else { 600 });
+        let (min_fixed, max_fixed) = (Duration::from_millis(100), Duration::from_millis(500));
+        let drift = crate::config::drift(min_fixed.min(lease), 0.01);
+        let fault_end = start + Duration::from_millis(1_500);
+        let longest = lease.max(max_fixed);
+        Self {
+            nodes: if up_to(1) == 0 { 3 } else { 5 },
+            procs: 2 + usize::from(up_to(1) == 1),
+            tasks: 2 + usize::from(up_to(1) == 1),
+            locks: 1 + usize::from(up_to(3) == 0),
+            lease,
+            min_fixed,
+            max_fixed,
+            drift,
+            node_timeout: Duration::from_millis(20 + up_to(30)),
+            fault_gap_ms: 50 + up_to(200),
+            fault_end,
+            client_end: fault_end + 3 * longest + Duration::from_millis(300),
+        }
+    }
+}
+
+/// What a run produced.
+pub(crate) struct Outcome {
+    pub(crate) log: String,
+    pub(crate) violations: Vec<(Invariant, String)>,
+}
+
+/// Runs seed `seed` in `mode` on a fresh paused runtime.
+pub(crate) fn run(seed: u64, mode: Mode) -> Outcome {
+    let _rng = crate::rng::seed(seed);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let out = rt.block_on(world(mode));
+    drop(rt);
+    out
+}
+
+async fn world(mode: Mode) -> Outcome {
+    let log = Log::new();
+    let params = Params::draw(Instant::now());
+    let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
+    let mut procs = Vec::new();
+    let mut links = Vec::new();
+    for _ in 0..params.procs {
+        let process = LinkCtl::new();
+        let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
+        let ops: Vec<Arc<dyn NodeOps>> = nodes
+            .iter()
+            .zip(&mine)
+            .map(|(n, l)| {
+                Arc::new(SimNode {
+                    node: Arc::clone(n),
+                    link: Arc::clone(l),
+                    process: Arc::clone(&process),
+                }) as Arc<dyn NodeOps>
+            })
+            .collect();
+        let manager = LockManager::builder()
+            .quorum(Quorum::Majority)
+            .lease(params.lease)
+            .node_timeout(params.node_timeout)
+            .backoff(
+                Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
+                    .expect("valid backoff"),
+            )
+            .build_with(ops)
+            .expect("a valid simulated cluster");
+        procs.push(Proc {
+            manager,
+            stalled_until: Mutex::new(None),
+            link: process,
+        });
+        links.push(mine);
+    }
+    log.push(
+        WORLD,
+        Ev::Fault(format!("{params:?}").replace("Instant", "")),
+    );
+    let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
+    let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
+    let mut tasks = Vec::new();
+    for p in 0..params.procs {
+        for t in 0..params.tasks {
+            tasks.push(tokio::spawn(clients::client(Arc::clone(&ctx), p, t)));
+        }
+    }
+    if let Err(e) = faults.await {
+        log.push(
+            WORLD,
+            Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
+        );
+    }
+    faults::heal_all(&ctx);
+    let grace = params.client_end + Duration::from_secs(5);
+    for (k, task) in tasks.into_iter().enumerate() {
+        match tokio::time::timeout_at(grace, task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log.push(
+                WORLD,
+                Ev::Violation(
+                    Invariant::Liveness,
+                    format!("client task {k} panicked: {e}"),
+                ),
+            ),
+            Err(_) => log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, format!("client task {k} hung")),
+            ),
+        }
+    }
+    faults::heal_all(&ctx);
+    for p in &ctx.procs {
+        if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())
+            .await
+            .is_err()
+        {
+            log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, "flush hung".into()),
+            );
+        }
+    }
+    for (i, n) in ctx.nodes.iter().enumerate() {
+        let keys = n.fake.lock_keys();
+        let ours: Vec<&String> = keys
+            .iter()
+            .filter(|k| LOCKS.iter().any(|l| k.ends_with(&format!("{{{l}}}"))))
+            .collect();
+        if !ours.is_empty() {
+            log.push(
+                WORLD,
+                Ev::Violation(
+                    Invariant::Quiescence,
+                    format!("node {i} still holds {ours:?} after flush"),
+                ),
+            );
+        }
+    }
+    let end = log.now();
+    let entries = log.entries();
+    Outcome {
+        violations: checker::check(&entries, end),
+        log: checker::render(&entries),
+    }
+}

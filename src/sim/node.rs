@@ -1,0 +1,217 @@
+//! Fault injection: a decorator around the in-memory node. Each manager
+//! (process) gets its own `SimNode` per node, so faults can hit a node for
+//! everyone ([`NodeCtl`]) or one client↔node link ([`LinkCtl`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::fake::FakeNode;
+use crate::lock::lock;
+use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::quorum::Grant;
+
+/// How a node answers everyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    Up,
+    /// Refuses connections at once.
+    Fail,
+    /// Takes requests and never answers; nothing is applied.
+    BlackHole,
+    /// Restarting: refuses connections.
+    Down,
+}
+
+/// One node as every client sees it.
+pub(crate) struct NodeCtl {
+    pub(crate) fake: Arc<FakeNode>,
+    health: Mutex<Health>,
+    /// Reply delay ceiling when slow (zero: prompt).
+    slow: Mutex<Duration>,
+    /// Bumped on every restart: replies of calls made before are lost.
+    epoch: AtomicU64,
+}
+
+impl NodeCtl {
+    pub(crate) fn new(i: usize) -> Arc<Self> {
+        Arc::new(Self {
+            fake: FakeNode::new(i),
+            health: Mutex::new(Health::Up),
+            slow: Mutex::new(Duration::ZERO),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn set_health(&self, h: Health) {
+        *lock(&self.health) = h;
+    }
+
+    pub(crate) fn set_slow(&self, max: Duration) {
+        *lock(&self.slow) = max;
+    }
+
+    /// Goes down, dropping the replies in flight; `empty` forgets all data.
+    pub(crate) fn crash(&self, empty: bool) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            self.fake.wipe();
+        }
+        self.set_health(Health::Down);
+    }
+
+    pub(crate) fn heal(&self) {
+        self.set_health(Health::Up);
+        self.set_slow(Duration::ZERO);
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+}
+
+/// How one client↔node link drops traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    None,
+    /// Requests never arrive.
+    Requests,
+    /// Requests are applied; replies never arrive.
+    Replies,
+}
+
+/// One client↔node link.
+pub(crate) struct LinkCtl {
+    cut: Mutex<Cut>,
+}
+
+impl LinkCtl {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            cut: Mutex::new(Cut::None),
+        })
+    }
+
+    pub(crate) fn set(&self, cut: Cut) {
+        *lock(&self.cut) = cut;
+    }
+}
+
+/// What one client's calls to one node go through.
+pub(crate) struct SimNode {
+    pub(crate) node: Arc<NodeCtl>,
+    /// This client's link to the node.
+    pub(crate) link: Arc<LinkCtl>,
+    /// This client's process link (a stalled process sends nothing).
+    pub(crate) process: Arc<LinkCtl>,
+}
+
+fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
+    Box::pin(async {
+        futures::future::pending::<()>().await;
+        Err(NodeError::timeout())
+    })
+}
+
+impl SimNode {
+    /// Runs `f` on the in-memory node (which applies it at once, in call
+    /// order) unless a fault drops the request, then delivers the reply
+    /// unless a fault drops it, after the node's jitter.
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>>,
+    ) -> BoxFuture<'static, Result<T, NodeError>> {
+        let health = *lock(&self.node.health);
+        let cut = match *lock(&self.process.cut) {
+            Cut::None => *lock(&self.link.cut),
+            c => c,
+        };
+        match health {
+            Health::Fail | Health::Down => {
+                return Box::pin(async {
+                    tokio::task::yield_now().await;
+                    Err(NodeError::new(NodeErrorKind::Connection, "refused"))
+                })
+            }
+            Health::BlackHole => return never(),
+            Health::Up => {}
+        }
+        if cut == Cut::Requests {
+            return never();
+        }
+        let reply = f(&self.node.fake);
+        if cut == Cut::Replies {
+            return never();
+        }
+        let slow = *lock(&self.node.slow);
+        let delay = if slow.is_zero() {
+            Duration::ZERO
+        } else {
+            let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
+            Duration::from_micros(crate::rng::up_to(max))
+        };
+        let epoch = self.node.epoch();
+        let node = Arc::clone(&self.node);
+        Box::pin(async move {
+            let r = reply.await;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if node.epoch() != epoch {
+                // The connection died with the node: the reply is lost.
+                futures::future::pending::<()>().await;
+            }
+            r
+        })
+    }
+}
+
+impl NodeOps for SimNode {
+    fn addr(&self) -> &str {
+        self.node.fake.addr()
+    }
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        self.call(|n| n.acquire(keys, owner, lease, count))
+    }
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>> {
+        self.call(|n| n.release(keys, owner, count, lease, token))
+    }
+
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.call(|n| n.renew(batch))
+    }
+
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<(), NodeError>> {
+        self.call(|n| n.raise_fence(keys, token))
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
+        self.call(|n| n.force_release(keys))
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
+        self.call(|n| n.status(keys))
+    }
+}
