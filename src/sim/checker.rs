@@ -35,6 +35,8 @@ pub(crate) enum Ev {
     Acquired {
         hold: usize,
         lock: usize,
+        /// When the acquisition started.
+        started: Duration,
         token: u64,
         vu: Duration,
         fixed: bool,
@@ -83,6 +85,12 @@ pub(crate) enum Ev {
         node: usize,
     },
     Fault(String),
+    /// A node call (traced in replays).
+    Call {
+        node: usize,
+        call: &'static str,
+        fate: String,
+    },
     Violation(Invariant, String),
 }
 
@@ -154,6 +162,7 @@ fn ms(d: Duration) -> f64 {
 #[derive(Default)]
 struct HoldView {
     lock: usize,
+    started: Duration,
     acquired: Duration,
     token: u64,
     fixed: bool,
@@ -163,7 +172,6 @@ struct HoldView {
     first_lapse: Option<Duration>,
     released: Option<Duration>,
     lost: Option<Duration>,
-    broken: bool,
 }
 
 impl HoldView {
@@ -185,11 +193,13 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
     let mut out = Vec::new();
     let mut holds: BTreeMap<usize, HoldView> = BTreeMap::new();
     let mut wipes = Vec::new();
+    let mut breaks = Vec::new();
     for e in entries {
         match &e.ev {
             Ev::Acquired {
                 hold,
                 lock,
+                started,
                 token,
                 fixed,
                 ..
@@ -198,6 +208,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     *hold,
                     HoldView {
                         lock: *lock,
+                        started: *started,
                         acquired: e.at,
                         token: *token,
                         fixed: *fixed,
@@ -220,7 +231,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
             }
             Ev::Resumed { hold, .. } => {
                 if let Some(h) = holds.get_mut(hold) {
-                    if !h.open() && h.released.is_none() && h.lost.is_none() && !h.broken {
+                    if !h.open() && h.released.is_none() && h.lost.is_none() {
                         h.intervals.push((e.at, None));
                     }
                 }
@@ -234,16 +245,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     }
                 }
             }
-            Ev::ForceUnlock { lock } => {
-                // An administrative break: holds alive now are no longer
-                // expected to be exclusive.
-                for h in holds.values_mut().filter(|h| h.lock == *lock) {
-                    if h.released.is_none() && h.lost.is_none() {
-                        h.broken = true;
-                        h.close(e.at);
-                    }
-                }
-            }
+            Ev::ForceUnlock { lock } => breaks.push((*lock, e.at)),
             Ev::Wiped { .. } => wipes.push(e.at),
             Ev::Failed {
                 late: Some(late),
@@ -263,6 +265,20 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
     }
     for h in holds.values_mut() {
         h.close(end);
+        // A force-unlock is an administrative break: a hold whose
+        // acquisition had started by then is no longer expected to be
+        // exclusive from then on.
+        let broken = breaks
+            .iter()
+            .filter(|(l, at)| *l == h.lock && *at >= h.started)
+            .map(|(_, at)| *at)
+            .min();
+        if let Some(at) = broken {
+            h.intervals.retain(|i| i.0 < at);
+            for i in &mut h.intervals {
+                i.1 = Some(i.1.map_or(at, |e| e.min(at)));
+            }
+        }
     }
     let list: Vec<(&usize, &HoldView)> = holds.iter().collect();
     for (i, (ka, a)) in list.iter().enumerate() {

@@ -201,6 +201,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         Ev::Acquired {
             hold,
             lock: l,
+            started: ctx.log.at(start),
             token,
             vu: ctx.log.at(Instant::from_std(guard.valid_until())),
             fixed: matches!(ask, Ask::Lease(_)),

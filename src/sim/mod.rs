@@ -91,31 +91,38 @@ pub(crate) struct Outcome {
 
 /// Runs seed `seed` in `mode` on a fresh paused runtime.
 pub(crate) fn run(seed: u64, mode: Mode) -> Outcome {
+    run_traced(seed, mode, false)
+}
+
+/// Runs a seed; `trace` also logs every node call.
+pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
     let _rng = crate::rng::seed(seed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let out = rt.block_on(world(mode));
+    let out = rt.block_on(world(mode, trace));
     drop(rt);
     out
 }
 
-async fn world(mode: Mode) -> Outcome {
+async fn world(mode: Mode, trace: bool) -> Outcome {
     let log = Log::new();
     let params = Params::draw(Instant::now());
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();
-    for _ in 0..params.procs {
+    for p in 0..params.procs {
         let process = LinkCtl::new();
         let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
         let ops: Vec<Arc<dyn NodeOps>> = nodes
             .iter()
             .zip(&mine)
-            .map(|(n, l)| {
+            .enumerate()
+            .map(|(i, (n, l))| {
                 Arc::new(SimNode {
+                    trace: trace.then(|| (log.clone(), checker::Who(p, 99), i)),
                     node: Arc::clone(n),
                     link: Arc::clone(l),
                     process: Arc::clone(&process),
@@ -141,7 +148,16 @@ async fn world(mode: Mode) -> Outcome {
     }
     log.push(
         WORLD,
-        Ev::Fault(format!("{params:?}").replace("Instant", "")),
+        Ev::Fault(format!(
+            "{} nodes, {} processes x {} tasks, {} locks, lease {:?}, node timeout {:?}, fault gap <= {}ms",
+            params.nodes,
+            params.procs,
+            params.tasks,
+            params.locks,
+            params.lease,
+            params.node_timeout,
+            params.fault_gap_ms + 10
+        )),
     );
     let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
     let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
@@ -157,7 +173,6 @@ async fn world(mode: Mode) -> Outcome {
             Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
         );
     }
-    faults::heal_all(&ctx);
     let grace = params.client_end + Duration::from_secs(5);
     for (k, task) in tasks.into_iter().enumerate() {
         match tokio::time::timeout_at(grace, task).await {

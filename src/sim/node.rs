@@ -14,6 +14,8 @@ use crate::lock::lock;
 use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
 use crate::quorum::Grant;
 
+use super::checker::{Ev, Log, Who};
+
 /// How a node answers everyone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Health {
@@ -107,6 +109,8 @@ pub(crate) struct SimNode {
     pub(crate) link: Arc<LinkCtl>,
     /// This client's process link (a stalled process sends nothing).
     pub(crate) process: Arc<LinkCtl>,
+    /// Traces every call into the log (replays only).
+    pub(crate) trace: Option<(Log, Who, usize)>,
 }
 
 fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
@@ -122,6 +126,7 @@ impl SimNode {
     /// unless a fault drops it, after the node's jitter.
     fn call<T: Send + 'static>(
         &self,
+        what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>>,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
         let health = *lock(&self.node.health);
@@ -138,6 +143,16 @@ impl SimNode {
             }
             Health::BlackHole => return never(),
             Health::Up => {}
+        }
+        if let Some((log, who, node)) = &self.trace {
+            log.push(
+                *who,
+                Ev::Call {
+                    node: *node,
+                    call: what,
+                    fate: format!("{health:?} {cut:?}"),
+                },
+            );
         }
         if cut == Cut::Requests {
             return never();
@@ -181,7 +196,7 @@ impl NodeOps for SimNode {
         lease: Duration,
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        self.call(|n| n.acquire(keys, owner, lease, count))
+        self.call("acquire", |n| n.acquire(keys, owner, lease, count))
     }
 
     fn release(
@@ -192,11 +207,11 @@ impl NodeOps for SimNode {
         lease: Duration,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        self.call(|n| n.release(keys, owner, count, lease, token))
+        self.call("release", |n| n.release(keys, owner, count, lease, token))
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.call(|n| n.renew(batch))
+        self.call("renew", |n| n.renew(batch))
     }
 
     fn raise_fence(
@@ -204,14 +219,14 @@ impl NodeOps for SimNode {
         keys: &Arc<Keys>,
         token: u64,
     ) -> BoxFuture<'static, Result<(), NodeError>> {
-        self.call(|n| n.raise_fence(keys, token))
+        self.call("raise_fence", |n| n.raise_fence(keys, token))
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        self.call(|n| n.force_release(keys))
+        self.call("force_release", |n| n.force_release(keys))
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        self.call(|n| n.status(keys))
+        self.call("status", |n| n.status(keys))
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
 use super::mutation::{self, Mutation};
-use super::{run, Mode};
+use super::{run, run_traced, Mode};
 
 /// Safe-mode seeds per `cargo test`.
 const CI_SEEDS: u64 = 2_000;
@@ -127,6 +127,14 @@ fn safe_mode_keeps_every_invariant() {
     }
     let mut failures = failures.into_inner().unwrap_or_default();
     failures.sort_by_key(|f| f.0);
+    let mut by_invariant = std::collections::BTreeMap::<String, (u64, usize)>::new();
+    for (seed, inv, _) in &failures {
+        let e = by_invariant.entry(format!("{inv:?}")).or_insert((*seed, 0));
+        e.1 += 1;
+    }
+    for (inv, (seed, n)) in &by_invariant {
+        eprintln!("sim: {inv}: {n} violations, first at seed {seed}");
+    }
     if let Some((seed, inv, what)) = failures.first() {
         panic!(
             "{} violations in {ran} seeds; first: seed {seed}: {inv:?}: {what}\nreplay: {}",
@@ -215,7 +223,8 @@ fn replay() {
         _ => None,
     };
     let _m = m.map(mutation::enable);
-    let out = run(seed, mode);
+    let trace = std::env::var("QUORUMLOCK_SIM_TRACE").is_ok();
+    let out = run_traced(seed, mode, trace);
     println!("{}", out.log);
     for (i, what) in &out.violations {
         println!("VIOLATION {i:?}: {what}");
