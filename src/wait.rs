@@ -236,7 +236,9 @@ impl Waiter {
         let timer = tokio::time::sleep(fallback);
         tokio::pin!(timer);
         loop {
+            // Biased, so that a seeded simulation replays the same wake-ups.
             tokio::select! {
+                biased;
                 () = &mut timer => return Woke::Timer,
                 changed = self.rx.changed() => {
                     if changed.is_err() {

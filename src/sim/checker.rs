@@ -300,10 +300,14 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     }
                 }
             }
-            let (first, second, kf, ks) = if a.acquired <= b.acquired {
+            // Successive: the second acquisition started after the first
+            // one completed.
+            let (first, second, kf, ks) = if b.started >= a.acquired {
                 (a, b, ka, kb)
-            } else {
+            } else if a.started >= b.acquired {
                 (b, a, kb, ka)
+            } else {
+                continue;
             };
             let wiped = wipes
                 .iter()

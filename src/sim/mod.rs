@@ -47,7 +47,6 @@ pub(crate) struct Params {
     pub(crate) nodes: usize,
     pub(crate) procs: usize,
     pub(crate) tasks: usize,
-    pub(crate) locks: usize,
     pub(crate) lease: Duration,
     pub(crate) min_fixed: Duration,
     pub(crate) max_fixed: Duration,
@@ -70,7 +69,7 @@ impl Params {
             nodes: if up_to(1) == 0 { 3 } else { 5 },
             procs: 2 + usize::from(up_to(1) == 1),
             tasks: 2 + usize::from(up_to(1) == 1),
-            locks: 1 + usize::from(up_to(3) == 0),
+
             lease,
             min_fixed,
             max_fixed,
@@ -149,11 +148,10 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     log.push(
         WORLD,
         Ev::Fault(format!(
-            "{} nodes, {} processes x {} tasks, {} locks, lease {:?}, node timeout {:?}, fault gap <= {}ms",
+            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms",
             params.nodes,
             params.procs,
             params.tasks,
-            params.locks,
             params.lease,
             params.node_timeout,
             params.fault_gap_ms + 10

@@ -134,16 +134,6 @@ impl SimNode {
             Cut::None => *lock(&self.link.cut),
             c => c,
         };
-        match health {
-            Health::Fail | Health::Down => {
-                return Box::pin(async {
-                    tokio::task::yield_now().await;
-                    Err(NodeError::new(NodeErrorKind::Connection, "refused"))
-                })
-            }
-            Health::BlackHole => return never(),
-            Health::Up => {}
-        }
         if let Some((log, who, node)) = &self.trace {
             log.push(
                 *who,
@@ -153,6 +143,16 @@ impl SimNode {
                     fate: format!("{health:?} {cut:?}"),
                 },
             );
+        }
+        match health {
+            Health::Fail | Health::Down => {
+                return Box::pin(async {
+                    tokio::task::yield_now().await;
+                    Err(NodeError::new(NodeErrorKind::Connection, "refused"))
+                })
+            }
+            Health::BlackHole => return never(),
+            Health::Up => {}
         }
         if cut == Cut::Requests {
             return never();

@@ -146,16 +146,17 @@ fn safe_mode_keeps_every_invariant() {
 
 #[test]
 fn same_seed_same_history() {
-    for seed in [1, 2, 3] {
-        let a = run(seed, Mode::Safe);
-        let b = run(seed, Mode::Safe);
+    let seeds = env_u64("QUORUMLOCK_SIM_DET_SEEDS").unwrap_or(4);
+    for seed in 0..seeds {
+        let a = run_traced(seed, Mode::Safe, true);
+        let b = run_traced(seed, Mode::Safe, true);
         assert!(
             a.log == b.log,
             "seed {seed} diverged:\n{}\n---\n{}",
             a.log,
             b.log
         );
-        assert!(a.log.lines().count() > 50, "a history does something");
+        assert!(a.log.lines().count() > 10, "a history does something");
     }
 }
 
