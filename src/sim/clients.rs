@@ -221,15 +221,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
             ),
         );
     }
-    let guard = Arc::new(guard);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let monitor = tokio::spawn(monitor(
-        Arc::clone(&guard),
-        hold,
-        ctx.log.clone(),
-        who,
-        stop_rx,
-    ));
+    let watched = Watched::start(ctx, who, guard, hold);
     let lease = match ask {
         Ask::Lease(lease) => lease,
         _ => ctx.params.lease,
@@ -239,35 +231,74 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     if let Some(o) = &owner {
         tokio::time::sleep_until(start + (until - start) / 2).await;
         ctx.procs[who.0].gate().await;
-        reentry(ctx, who, hold, token, name, o).await;
+        reentry(ctx, who, l, hold, token, o).await;
     }
     tokio::time::sleep_until(until).await;
     ctx.procs[who.0].gate().await;
-    let release = up_to(9) < 7;
-    ctx.log.push(
-        who,
-        Ev::Released {
+    watched.end(ctx, up_to(9) < 7).await;
+}
+
+/// A hold under watch of its monitor.
+struct Watched {
+    guard: Arc<LockGuard>,
+    hold: usize,
+    who: Who,
+    stop: tokio::sync::oneshot::Sender<()>,
+    monitor: tokio::task::JoinHandle<()>,
+}
+
+impl Watched {
+    fn start(ctx: &Ctx, who: Who, guard: LockGuard, hold: usize) -> Self {
+        let guard = Arc::new(guard);
+        let (stop, stop_rx) = tokio::sync::oneshot::channel();
+        let monitor = tokio::spawn(monitor(
+            Arc::clone(&guard),
             hold,
-            how: if release { "release" } else { "drop" },
-        },
-    );
-    let _ = stop_tx.send(());
-    let _ = monitor.await;
-    let guard = Arc::try_unwrap(guard).expect("the monitor gave the guard back");
-    if release {
-        let result = match guard.release().await {
-            Ok(()) => "ok".to_owned(),
-            Err(e) => short(&e),
-        };
-        ctx.log.push(who, Ev::ReleaseResult { hold, result });
-    } else {
-        drop(guard);
+            ctx.log.clone(),
+            who,
+            stop_rx,
+        ));
+        Self {
+            guard,
+            hold,
+            who,
+            stop,
+            monitor,
+        }
+    }
+
+    /// Ends the hold: `release()` or a dropped guard.
+    async fn end(self, ctx: &Ctx, release: bool) {
+        let (hold, who) = (self.hold, self.who);
+        ctx.log.push(
+            who,
+            Ev::Released {
+                hold,
+                how: if release { "release" } else { "drop" },
+            },
+        );
+        let _ = self.stop.send(());
+        let _ = self.monitor.await;
+        let guard = Arc::try_unwrap(self.guard).expect("the monitor gave the guard back");
+        if release {
+            let result = match guard.release().await {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => short(&e),
+            };
+            ctx.log.push(who, Ev::ReleaseResult { hold, result });
+        } else {
+            drop(guard);
+        }
     }
 }
 
 /// Re-enters the hold through its explicit owner, holds a little, releases.
-async fn reentry(ctx: &Arc<Ctx>, who: Who, hold: usize, token: u64, name: &str, o: &crate::Owner) {
+/// If the hold was lost meanwhile, this is a fresh acquisition, watched
+/// like any other.
+async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o: &crate::Owner) {
     let m = &ctx.procs[who.0].manager;
+    let name = LOCKS[l];
+    let start = Instant::now();
     match m
         .request(name)
         .owner(o)
@@ -276,32 +307,49 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, hold: usize, token: u64, name: &str, 
         .await
     {
         Ok(g) => {
-            let same = ctx.hold_no(g.holder_id()) == hold && g.fencing_token() == token;
-            ctx.log.push(
-                who,
-                Ev::Reentered {
-                    hold,
-                    count: g.hold_count(),
-                },
-            );
-            if !same {
+            let again = ctx.hold_no(g.holder_id());
+            if again == hold {
                 ctx.log.push(
                     who,
-                    Ev::Violation(
-                        Invariant::Fencing,
-                        format!("re-entry of hold {hold} changed the hold or the token"),
-                    ),
+                    Ev::Reentered {
+                        hold,
+                        count: g.hold_count(),
+                    },
                 );
+                if g.fencing_token() != token {
+                    ctx.log.push(
+                        who,
+                        Ev::Violation(
+                            Invariant::Fencing,
+                            format!("re-entry of hold {hold} changed its token"),
+                        ),
+                    );
+                }
+                tokio::time::sleep(ctx.ms(0, 50)).await;
+                if up_to(1) == 0 {
+                    let _ = g.release().await;
+                }
+                return;
             }
+            ctx.log.push(
+                who,
+                Ev::Acquired {
+                    hold: again,
+                    lock: l,
+                    started: ctx.log.at(start),
+                    token: g.fencing_token(),
+                    vu: ctx.log.at(Instant::from_std(g.valid_until())),
+                    fixed: false,
+                },
+            );
+            let watched = Watched::start(ctx, who, g, again);
             tokio::time::sleep(ctx.ms(0, 50)).await;
-            if up_to(1) == 0 {
-                let _ = g.release().await;
-            }
+            watched.end(ctx, up_to(1) == 0).await;
         }
         Err(e) => ctx.log.push(
             who,
             Ev::Failed {
-                lock: usize::MAX,
+                lock: l,
                 op: "reenter",
                 error: short(&e),
                 late: None,

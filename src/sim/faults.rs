@@ -159,7 +159,7 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                     continue;
                 }
                 // Sometimes longer than a lease.
-                let d = Duration::from_millis(10 + up_to(2 * p.lease.as_millis() as u64));
+                let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
                 *lock(&ctx.procs[proc].stalled_until) = Some(now + d);
                 ctx.procs[proc].link.set(Cut::Requests);

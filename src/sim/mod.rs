@@ -63,7 +63,7 @@ impl Params {
         let lease = Duration::from_millis(if up_to(1) == 0 { 300 } else { 600 });
         let (min_fixed, max_fixed) = (Duration::from_millis(100), Duration::from_millis(500));
         let drift = crate::config::drift(min_fixed.min(lease), 0.01);
-        let fault_end = start + Duration::from_millis(1_500);
+        let fault_end = start + Duration::from_millis(1_000);
         let longest = lease.max(max_fixed);
         Self {
             nodes: if up_to(1) == 0 { 3 } else { 5 },
@@ -77,7 +77,10 @@ impl Params {
             node_timeout: Duration::from_millis(20 + up_to(30)),
             fault_gap_ms: 50 + up_to(200),
             fault_end,
-            client_end: fault_end + 3 * longest + Duration::from_millis(300),
+            // Every fault heals by `fault_end + longest + 260ms` (the
+            // slowest: an empty restart kept out for the longest lease);
+            // keys written before then expire one lease later.
+            client_end: fault_end + 2 * longest + Duration::from_millis(300),
         }
     }
 }
