@@ -19,6 +19,9 @@ pub(crate) enum Invariant {
     /// `lost()` fired after `valid_until()` (or never, for a hold that
     /// lapsed while not released).
     LossDeadline,
+    /// The same for a fixed-lease hold (no watchdog): it must be lost at
+    /// the end of its validity.
+    LossDeadlineFixed,
     /// A lock key outlived quiescence and `flush()`.
     Quiescence,
     /// An acquisition ran past its wait plus one node timeout.
@@ -37,6 +40,9 @@ pub(crate) enum Ev {
         lock: usize,
         /// When the acquisition started.
         started: Duration,
+        /// How many events the log had then (a causal order where the
+        /// virtual time ties).
+        since: usize,
         token: u64,
         vu: Duration,
         fixed: bool,
@@ -136,6 +142,11 @@ impl Log {
         lock(&self.entries).push(Entry { at, who, ev });
     }
 
+    /// How many events have been logged so far.
+    pub(crate) fn mark(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
     pub(crate) fn entries(&self) -> Vec<Entry> {
         lock(&self.entries).clone()
     }
@@ -162,7 +173,9 @@ fn ms(d: Duration) -> f64 {
 #[derive(Default)]
 struct HoldView {
     lock: usize,
-    started: Duration,
+    /// Log positions: acquisition start and completion.
+    since: usize,
+    seq: usize,
     acquired: Duration,
     token: u64,
     fixed: bool,
@@ -194,12 +207,12 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
     let mut holds: BTreeMap<usize, HoldView> = BTreeMap::new();
     let mut wipes = Vec::new();
     let mut breaks = Vec::new();
-    for e in entries {
+    for (seq, e) in entries.iter().enumerate() {
         match &e.ev {
             Ev::Acquired {
                 hold,
                 lock,
-                started,
+                since,
                 token,
                 fixed,
                 ..
@@ -208,7 +221,8 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     *hold,
                     HoldView {
                         lock: *lock,
-                        started: *started,
+                        since: *since,
+                        seq,
                         acquired: e.at,
                         token: *token,
                         fixed: *fixed,
@@ -245,7 +259,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     }
                 }
             }
-            Ev::ForceUnlock { lock } => breaks.push((*lock, e.at)),
+            Ev::ForceUnlock { lock } => breaks.push((*lock, seq, e.at)),
             Ev::Wiped { .. } => wipes.push(e.at),
             Ev::Failed {
                 late: Some(late),
@@ -270,8 +284,8 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
         // exclusive from then on.
         let broken = breaks
             .iter()
-            .filter(|(l, at)| *l == h.lock && *at >= h.started)
-            .map(|(_, at)| *at)
+            .filter(|(l, seq, _)| *l == h.lock && *seq >= h.since)
+            .map(|(_, _, at)| *at)
             .min();
         if let Some(at) = broken {
             h.intervals.retain(|i| i.0 < at);
@@ -302,9 +316,9 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
             }
             // Successive: the second acquisition started after the first
             // one completed.
-            let (first, second, kf, ks) = if b.started >= a.acquired {
+            let (first, second, kf, ks) = if b.since > a.seq {
                 (a, b, ka, kb)
-            } else if a.started >= b.acquired {
+            } else if a.since > b.seq {
                 (b, a, kb, ka)
             } else {
                 continue;
@@ -333,7 +347,11 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
         let lost_in_time = h.lost.is_some_and(|l| l <= vu);
         if !released_first && !lost_in_time {
             out.push((
-                Invariant::LossDeadline,
+                if h.fixed {
+                    Invariant::LossDeadlineFixed
+                } else {
+                    Invariant::LossDeadline
+                },
                 format!(
                     "hold {k}{}: valid until {:.3}ms, lost {}",
                     if h.fixed { " (fixed lease)" } else { "" },

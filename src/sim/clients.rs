@@ -158,6 +158,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         Box::pin(req.acquire())
     };
     let start = Instant::now();
+    let since = ctx.log.mark();
     // Some acquisitions are dropped mid-flight; the rest are cut at the end.
     let stop = if up_to(3) == 0 {
         start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
@@ -207,6 +208,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
             hold,
             lock: l,
             started: ctx.log.at(start),
+            since,
             token,
             vu: ctx.log.at(Instant::from_std(guard.valid_until())),
             fixed: matches!(ask, Ask::Lease(_)),
@@ -299,6 +301,7 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
     let m = &ctx.procs[who.0].manager;
     let name = LOCKS[l];
     let start = Instant::now();
+    let since = ctx.log.mark();
     match m
         .request(name)
         .owner(o)
@@ -337,6 +340,7 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
                     hold: again,
                     lock: l,
                     started: ctx.log.at(start),
+                    since,
                     token: g.fencing_token(),
                     vu: ctx.log.at(Instant::from_std(g.valid_until())),
                     fixed: false,
