@@ -124,7 +124,7 @@ impl SimNode {
     /// Runs `f` on the in-memory node (which applies it at once, in call
     /// order) unless a fault drops the request, then delivers the reply
     /// unless a fault drops it, after the node's jitter.
-    fn call<T: Send + 'static>(
+    fn call<T: std::fmt::Debug + Send + 'static>(
         &self,
         what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>>,
@@ -170,6 +170,7 @@ impl SimNode {
         };
         let epoch = self.node.epoch();
         let node = Arc::clone(&self.node);
+        let trace = self.trace.clone();
         Box::pin(async move {
             let r = reply.await;
             if !delay.is_zero() {
@@ -178,6 +179,16 @@ impl SimNode {
             if node.epoch() != epoch {
                 // The connection died with the node: the reply is lost.
                 futures::future::pending::<()>().await;
+            }
+            if let Some((log, who, node)) = trace {
+                log.push(
+                    who,
+                    Ev::Call {
+                        node,
+                        call: what,
+                        fate: format!("reply {r:?}"),
+                    },
+                );
             }
             r
         })
