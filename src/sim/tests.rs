@@ -17,7 +17,16 @@ const CATCH_BUDGET: u64 = 2_000;
 /// Invariants the current code is known to break in safe mode (the safety
 /// issue fixes them). Violations of these are counted and printed but do not
 /// fail the CI test; flip this to `&[]` once the fixes are merged.
-const KNOWN_FAILING: &[Invariant] = &[];
+const KNOWN_FAILING: &[Invariant] = &[
+    // An attempt that misses its quorum awaits its rollback inline, so a
+    // `try_lock` can take its wait plus two node timeouts (seed 3).
+    Invariant::Bounded,
+    // The watchdog declares a hold lost only when the next tick cannot
+    // help; a tick that ends after `valid_until` fires it late (seed 160).
+    Invariant::LossDeadline,
+    // Fixed-lease holds are never declared lost (seed 0).
+    Invariant::LossDeadlineFixed,
+];
 
 fn mode_name(mode: Mode) -> &'static str {
     match mode {
