@@ -177,6 +177,14 @@ async fn run(manager: Weak<Inner>, interval: Duration) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        #[cfg(test)]
+        {
+            // The simulator's process pauses stop the watchdog too.
+            let Some(id) = manager.upgrade().map(|i| i.client_id.clone()) else {
+                return;
+            };
+            crate::sim::pause::wait(&id).await;
+        }
         let Some(inner) = manager.upgrade() else {
             return;
         };

@@ -16,6 +16,9 @@ pub(crate) enum Invariant {
     MutualExclusion,
     /// A later hold got a token not above an earlier one's.
     Fencing,
+    /// A hold believed itself valid again after a later hold was granted a
+    /// larger token (a lapsed hold brought back).
+    FencingResumed,
     /// `lost()` fired after `valid_until()` (or never, for a hold that
     /// lapsed while not released).
     LossDeadline,
@@ -85,6 +88,11 @@ pub(crate) enum Ev {
     },
     ForceUnlock {
         lock: usize,
+    },
+    /// A process (its tasks and its watchdog) is paused until `until`.
+    Paused {
+        proc: usize,
+        until: Duration,
     },
     /// A node restarted empty.
     Wiped {
@@ -170,9 +178,13 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1_000.0
 }
 
+/// How soon after a pause a lapsed hold must be lost or released.
+const PAUSE_SLACK: Duration = Duration::from_millis(5);
+
 #[derive(Default)]
 struct HoldView {
     lock: usize,
+    proc: usize,
     /// Log positions: acquisition start and completion.
     since: usize,
     seq: usize,
@@ -183,6 +195,8 @@ struct HoldView {
     intervals: Vec<(Duration, Option<Duration>)>,
     /// `valid_until` at the first lapse.
     first_lapse: Option<Duration>,
+    /// Log positions and times where it believed itself valid again.
+    resumed: Vec<(usize, Duration)>,
     released: Option<Duration>,
     lost: Option<Duration>,
 }
@@ -202,11 +216,20 @@ impl HoldView {
 }
 
 /// Every violation of the history, by invariant.
-pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)> {
+///
+/// `attempt` bounds one acquisition attempt (the node timeout): a hold
+/// granted more than that after another was granted came from an attempt
+/// that started after it.
+pub(crate) fn check(
+    entries: &[Entry],
+    end: Duration,
+    attempt: Duration,
+) -> Vec<(Invariant, String)> {
     let mut out = Vec::new();
     let mut holds: BTreeMap<usize, HoldView> = BTreeMap::new();
     let mut wipes = Vec::new();
     let mut breaks = Vec::new();
+    let mut pauses = Vec::new();
     for (seq, e) in entries.iter().enumerate() {
         match &e.ev {
             Ev::Acquired {
@@ -221,6 +244,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                     *hold,
                     HoldView {
                         lock: *lock,
+                        proc: e.who.0,
                         since: *since,
                         seq,
                         acquired: e.at,
@@ -247,6 +271,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
                 if let Some(h) = holds.get_mut(hold) {
                     if !h.open() && h.released.is_none() && h.lost.is_none() {
                         h.intervals.push((e.at, None));
+                        h.resumed.push((seq, e.at));
                     }
                 }
             }
@@ -261,6 +286,7 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
             }
             Ev::ForceUnlock { lock } => breaks.push((*lock, seq, e.at)),
             Ev::Wiped { .. } => wipes.push(e.at),
+            Ev::Paused { proc, until } => pauses.push((*proc, e.at, *until)),
             Ev::Failed {
                 late: Some(late),
                 op,
@@ -316,13 +342,35 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
             }
             // Successive: the second acquisition started after the first
             // one completed.
-            let (first, second, kf, ks) = if b.since > a.seq {
+            let after =
+                |x: &HoldView, y: &HoldView| x.since > y.seq || x.acquired > y.acquired + attempt;
+            let (first, second, kf, ks) = if after(b, a) {
                 (a, b, ka, kb)
-            } else if a.since > b.seq {
+            } else if after(a, b) {
                 (b, a, kb, ka)
             } else {
                 continue;
             };
+            // A hold that believes itself valid again after a later hold
+            // was granted is, to the resource, a successor with a smaller
+            // token.
+            for (x, y, kx, ky) in [(a, b, ka, kb), (b, a, kb, ka)] {
+                for (seq, at) in &x.resumed {
+                    let wiped = wipes.iter().any(|w| *w >= y.acquired && *w <= *at);
+                    if y.seq < *seq && y.token > x.token && !wiped {
+                        out.push((
+                            Invariant::FencingResumed,
+                            format!(
+                                "lock {}: hold {kx} (token {}) believed itself valid again at {:.3}ms, after hold {ky} got token {}",
+                                a.lock,
+                                x.token,
+                                ms(*at),
+                                y.token
+                            ),
+                        ));
+                    }
+                }
+            }
             let wiped = wipes
                 .iter()
                 .any(|w| *w >= first.acquired && *w <= second.acquired);
@@ -343,8 +391,16 @@ pub(crate) fn check(entries: &[Entry], end: Duration) -> Vec<(Invariant, String)
     }
     for (k, h) in &holds {
         let Some(vu) = h.first_lapse else { continue };
-        let released_first = h.released.is_some_and(|r| r <= vu);
-        let lost_in_time = h.lost.is_some_and(|l| l <= vu);
+        // A paused process cannot tell at `valid_until`; it must tell as
+        // soon as it wakes up.
+        let deadline = pauses
+            .iter()
+            .filter(|(p, from, until)| *p == h.proc && *from <= vu && vu <= *until)
+            .map(|(_, _, until)| *until + PAUSE_SLACK)
+            .max()
+            .unwrap_or(vu);
+        let released_first = h.released.is_some_and(|r| r <= deadline);
+        let lost_in_time = h.lost.is_some_and(|l| l <= deadline);
         if !released_first && !lost_in_time {
             out.push((
                 if h.fixed {

@@ -25,6 +25,8 @@ const MARGIN: Duration = Duration::from_millis(5);
 /// One process: its manager, its stall state and its link to all nodes.
 pub(crate) struct Proc {
     pub(crate) manager: LockManager,
+    /// The manager's client id (its watchdog pauses with the process).
+    pub(crate) client_id: String,
     pub(crate) stalled_until: Mutex<Option<Instant>>,
     pub(crate) link: Arc<LinkCtl>,
 }

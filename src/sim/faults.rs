@@ -33,7 +33,7 @@ enum Kind {
     Stall,
 }
 
-const SAFE: [Kind; 9] = [
+const SAFE: [Kind; 10] = [
     Kind::FailFast,
     Kind::BlackHole,
     Kind::Slow,
@@ -42,6 +42,7 @@ const SAFE: [Kind; 9] = [
     Kind::RestartWithData,
     Kind::RestartEmptyLate,
     Kind::SmallJump,
+    Kind::Stall,
     Kind::Stall,
 ];
 
@@ -162,9 +163,22 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
                 *lock(&ctx.procs[proc].stalled_until) = Some(now + d);
+                // The watchdog resumes just after the links, as a process
+                // that wakes up finds its sockets working.
+                super::pause::pause(
+                    &ctx.procs[proc].client_id,
+                    now + d + Duration::from_millis(1),
+                );
                 ctx.procs[proc].link.set(Cut::Requests);
                 ctx.log
                     .push(WORLD, Ev::Fault(format!("Stall p{proc} for {d:?}")));
+                ctx.log.push(
+                    WORLD,
+                    Ev::Paused {
+                        proc,
+                        until: ctx.log.at(now + d + Duration::from_millis(1)),
+                    },
+                );
                 let c = Arc::clone(&ctx);
                 tokio::spawn(async move {
                     tokio::time::sleep(d).await;

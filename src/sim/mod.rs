@@ -16,6 +16,7 @@ mod clients;
 mod faults;
 pub(crate) mod mutation;
 mod node;
+pub(crate) mod pause;
 mod tests;
 
 use std::sync::{Arc, Mutex};
@@ -106,6 +107,7 @@ pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
         .expect("a current-thread runtime");
     let out = rt.block_on(world(mode, trace));
     drop(rt);
+    pause::clear();
     out
 }
 
@@ -141,7 +143,15 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             )
             .build_with(ops)
             .expect("a valid simulated cluster");
+        let client_id = manager
+            .new_owner()
+            .id()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         procs.push(Proc {
+            client_id,
             manager,
             stalled_until: Mutex::new(None),
             link: process,
@@ -222,7 +232,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let end = log.now();
     let entries = log.entries();
     Outcome {
-        violations: checker::check(&entries, end),
+        violations: checker::check(&entries, end, params.node_timeout),
         log: checker::render(&entries),
     }
 }

@@ -212,7 +212,7 @@ fn mutation_renew_lapsed_is_caught() {
     must_catch(
         Mode::Safe,
         Some(Mutation::RenewLapsed),
-        &[Invariant::MutualExclusion],
+        &[Invariant::MutualExclusion, Invariant::FencingResumed],
     );
 }
 
