@@ -26,6 +26,10 @@ const KNOWN_FAILING: &[Invariant] = &[
     Invariant::LossDeadline,
     // Fixed-lease holds are never declared lost (seed 0).
     Invariant::LossDeadlineFixed,
+    // The raise of lagging fence counters is tried once, in the background:
+    // lost (here to a paused process), a later quorum that avoids the node
+    // with the maximum repeats the token (seed 1501).
+    Invariant::Fencing,
 ];
 
 fn mode_name(mode: Mode) -> &'static str {
@@ -58,14 +62,12 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// Sees one seed's violations; returns whether to stop.
+type SeedCheck<'a> = dyn Fn(u64, &[(Invariant, String)]) -> bool + Sync + 'a;
+
 /// Runs seeds `0..seeds` on two threads; `f` sees each seed's violations and
 /// returns whether to stop early. Returns the number of seeds run.
-fn sweep(
-    seeds: u64,
-    mode: Mode,
-    m: Option<Mutation>,
-    f: &(dyn Fn(u64, &[(Invariant, String)]) -> bool + Sync),
-) -> u64 {
+fn sweep(seeds: u64, mode: Mode, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 {
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
