@@ -174,7 +174,9 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     };
     let elapsed = start.elapsed();
     let late = match ask {
-        Ask::TryLock(w) => elapsed.checked_sub(w + ctx.params.node_timeout + MARGIN),
+        Ask::TryLock(w) => elapsed
+            .checked_sub(w + ctx.params.node_timeout + MARGIN)
+            .filter(|late| !late.is_zero()),
         _ => None,
     };
     let guard = match r {
