@@ -393,12 +393,16 @@ pub(crate) fn check(
         let Some(vu) = h.first_lapse else { continue };
         // A paused process cannot tell at `valid_until`; it must tell as
         // soon as it wakes up.
-        let deadline = pauses
+        // Back-to-back pauses chain.
+        let mut deadline = vu;
+        while let Some(next) = pauses
             .iter()
-            .filter(|(p, from, until)| *p == h.proc && *from <= vu && vu <= *until)
+            .filter(|(p, from, until)| *p == h.proc && *from <= deadline && deadline <= *until)
             .map(|(_, _, until)| *until + PAUSE_SLACK)
             .max()
-            .unwrap_or(vu);
+        {
+            deadline = next;
+        }
         let released_first = h.released.is_some_and(|r| r <= deadline);
         let lost_in_time = h.lost.is_some_and(|l| l <= deadline);
         if !released_first && !lost_in_time {

@@ -22,7 +22,7 @@ const KNOWN_FAILING: &[Invariant] = &[
     // `try_lock` can take its wait plus two node timeouts (seed 3).
     Invariant::Bounded,
     // The watchdog declares a hold lost only when the next tick cannot
-    // help; a tick that ends after `valid_until` fires it late (seed 160).
+    // help; a tick that ends after `valid_until` fires it late (seed 39).
     Invariant::LossDeadline,
     // Fixed-lease holds are never declared lost (seed 0).
     Invariant::LossDeadlineFixed,
@@ -30,6 +30,16 @@ const KNOWN_FAILING: &[Invariant] = &[
     // lost (here to a paused process), a later quorum that avoids the node
     // with the maximum repeats the token (seed 1501).
     Invariant::Fencing,
+];
+
+/// Seeds that showed a real bug of the code at the time, with the invariant
+/// it broke. Once that invariant leaves [`KNOWN_FAILING`], each seed must
+/// keep it (histories change with the code, so these are a floor, not proof).
+const REGRESSIONS: &[(u64, Invariant)] = &[
+    (0, Invariant::LossDeadlineFixed),
+    (3, Invariant::Bounded),
+    (39, Invariant::LossDeadline),
+    (1501, Invariant::Fencing),
 ];
 
 fn mode_name(mode: Mode) -> &'static str {
@@ -242,4 +252,20 @@ fn replay() {
         println!("VIOLATION {i:?}: {what}");
     }
     println!("seed {seed}: {} violations", out.violations.len());
+}
+
+#[test]
+fn regression_seeds_keep_their_invariant_once_fixed() {
+    for &(seed, inv) in REGRESSIONS {
+        if KNOWN_FAILING.contains(&inv) {
+            continue;
+        }
+        let out = run(seed, Mode::Safe);
+        if let Some((_, what)) = out.violations.iter().find(|(i, _)| *i == inv) {
+            panic!(
+                "seed {seed}: {inv:?}: {what}\nreplay: {}",
+                replay_command(seed, Mode::Safe, None)
+            );
+        }
+    }
 }
