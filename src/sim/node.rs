@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::fake::FakeNode;
@@ -85,16 +87,64 @@ pub(crate) enum Cut {
     Replies,
 }
 
+/// A request in flight on a slow link, applied when it arrives.
+type Job = (Instant, Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>);
+
+/// Requests of one link still on the wire: they arrive in order, each
+/// no earlier than the one sent before it.
+#[derive(Default)]
+struct Wire {
+    /// When the last request sent arrives.
+    last: Option<Instant>,
+    tx: Option<mpsc::UnboundedSender<Job>>,
+    /// Requests sent and not applied yet.
+    queued: Arc<AtomicU64>,
+}
+
 /// One client↔node link.
 pub(crate) struct LinkCtl {
     cut: Mutex<Cut>,
+    wire: Mutex<Wire>,
 }
 
 impl LinkCtl {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             cut: Mutex::new(Cut::None),
+            wire: Mutex::default(),
         })
+    }
+
+    /// Sends `job` to arrive `delay` from now, behind every request sent
+    /// before; `None` when it arrives at once (nothing is queued).
+    fn send(
+        &self,
+        delay: Duration,
+        job: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static,
+    ) -> Option<impl FnOnce() -> BoxFuture<'static, ()>> {
+        let now = Instant::now();
+        let mut w = lock(&self.wire);
+        let at = w.last.map_or(now + delay, |l| l.max(now + delay));
+        if at <= now && w.queued.load(Ordering::Relaxed) == 0 {
+            return Some(job);
+        }
+        w.last = Some(at);
+        w.queued.fetch_add(1, Ordering::Relaxed);
+        let queued = Arc::clone(&w.queued);
+        let tx = w.tx.get_or_insert_with(|| {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+            tokio::spawn(async move {
+                while let Some((at, job)) = rx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    let reply = job();
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    reply.await;
+                }
+            });
+            tx
+        });
+        let _ = tx.send((at, Box::new(job)));
+        None
     }
 
     pub(crate) fn set(&self, cut: Cut) {
@@ -121,13 +171,14 @@ fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
 }
 
 impl SimNode {
-    /// Runs `f` on the in-memory node (which applies it at once, in call
-    /// order) unless a fault drops the request, then delivers the reply
-    /// unless a fault drops it, after the node's jitter.
+    /// Sends the request unless a fault drops it; the node applies it when
+    /// it arrives (at once, or after the link's jitter when the node is
+    /// slow, always in the order sent) if it is still up then; the reply
+    /// comes back after more jitter unless a fault drops it.
     fn call<T: std::fmt::Debug + Send + 'static>(
         &self,
         what: &'static str,
-        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>>,
+        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
         let health = *lock(&self.node.health);
         let cut = match *lock(&self.process.cut) {
@@ -157,28 +208,50 @@ impl SimNode {
         if cut == Cut::Requests {
             return never();
         }
-        let reply = f(&self.node.fake);
-        if cut == Cut::Replies {
-            return never();
-        }
         let slow = *lock(&self.node.slow);
-        let delay = if slow.is_zero() {
-            Duration::ZERO
-        } else {
-            let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
-            Duration::from_micros(crate::rng::up_to(max))
+        let jitter = || {
+            if slow.is_zero() {
+                Duration::ZERO
+            } else {
+                let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
+                Duration::from_micros(crate::rng::up_to(max))
+            }
         };
-        let epoch = self.node.epoch();
+        let (there, back) = (jitter(), jitter());
+        let (tx, rx) = oneshot::channel();
+        let node = Arc::clone(&self.node);
+        let apply = move || -> BoxFuture<'static, ()> {
+            // Arrived: a node that went down meanwhile never saw it.
+            if *lock(&node.health) != Health::Up {
+                return Box::pin(async {});
+            }
+            let epoch = node.epoch();
+            let reply = f(&node.fake);
+            Box::pin(async move {
+                let r = reply.await;
+                let _ = tx.send((epoch, r));
+            })
+        };
+        // Applied now, in call order, when nothing is queued on the link.
+        let applied = self.link.send(there, apply).map(|apply| apply());
         let node = Arc::clone(&self.node);
         let trace = self.trace.clone();
         Box::pin(async move {
-            let r = reply.await;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+            if let Some(reply) = applied {
+                reply.await;
+            }
+            let Ok((epoch, r)) = rx.await else {
+                return never().await;
+            };
+            if cut == Cut::Replies {
+                return never().await;
+            }
+            if !back.is_zero() {
+                tokio::time::sleep(back).await;
             }
             if node.epoch() != epoch {
                 // The connection died with the node: the reply is lost.
-                futures::future::pending::<()>().await;
+                return never().await;
             }
             if let Some((log, who, node)) = trace {
                 log.push(
@@ -207,7 +280,8 @@ impl NodeOps for SimNode {
         lease: Duration,
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        self.call("acquire", |n| n.acquire(keys, owner, lease, count))
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("acquire", move |n| n.acquire(&k, &o, lease, count))
     }
 
     fn release(
@@ -218,11 +292,12 @@ impl NodeOps for SimNode {
         lease: Duration,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        self.call("release", |n| n.release(keys, owner, count, lease, token))
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("release", move |n| n.release(&k, &o, count, lease, token))
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.call("renew", |n| n.renew(batch))
+        self.call("renew", move |n| n.renew(batch))
     }
 
     fn raise_fence(
@@ -230,14 +305,17 @@ impl NodeOps for SimNode {
         keys: &Arc<Keys>,
         token: u64,
     ) -> BoxFuture<'static, Result<(), NodeError>> {
-        self.call("raise_fence", |n| n.raise_fence(keys, token))
+        let k = Arc::clone(keys);
+        self.call("raise_fence", move |n| n.raise_fence(&k, token))
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        self.call("force_release", |n| n.force_release(keys))
+        let k = Arc::clone(keys);
+        self.call("force_release", move |n| n.force_release(&k))
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        self.call("status", |n| n.status(keys))
+        let k = Arc::clone(keys);
+        self.call("status", move |n| n.status(&k))
     }
 }
