@@ -1,15 +1,39 @@
 //! Deterministic simulation: the real manager, acquisition path, watchdog
 //! and waiters against in-memory nodes behind a fault-injecting decorator,
-//! on tokio's paused clock, everything random drawn from one seeded RNG, so
-//! that a seed replays its history exactly.
+//! on tokio's paused clock, everything random drawn from one seeded RNG
+//! (`crate::rng`), so that a seed replays its history exactly.
 //!
-//! Checked on every history (see [`checker::Invariant`]): mutual exclusion,
-//! fencing-token order, `lost()` no later than `valid_until()`, no lock key
-//! left after quiescence and `flush()`, bounded acquisitions, no hang.
+//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link:
+//!   fail fast, black hole, slow links (requests and replies jittered,
+//!   requests delivered in order), one-way link cuts, restarts with data or
+//!   empty, clock jumps (`FakeNode::jump_clock`);
+//! - `faults`: the fault schedule of a run, per [`Mode`];
+//! - `clients`: processes (one manager each) with several tasks doing
+//!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
+//!   `release`, dropped guards, acquisitions dropped mid-flight and
+//!   `force_unlock`; stalls pause a process's tasks, sockets and watchdog
+//!   (`pause`); a monitor per hold records when it believes itself valid;
+//! - `checker`: the event log and the invariants ([`checker::Invariant`]):
+//!   mutual exclusion, fencing order (also for a hold that comes back after
+//!   a lapse), `lost()` no later than `valid_until()`, no lock key after
+//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic;
+//! - `mutation`: deliberate bugs the tests must catch;
+//! - `tests`: the CI budget and the must-fail tests.
 //!
-//! - `cargo test --lib sim::` runs the CI budget;
+//! Running it:
+//!
+//! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds, the
+//!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
-//! - `QUORUMLOCK_SIM_SEED=S` replays seed S and prints its event log.
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=unsafe-restart|unsafe-clock]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed] [QUORUMLOCK_SIM_TRACE=1]
+//!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
+//!   prints the history of seed S (with every node call and reply under
+//!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
+//!
+//! Determinism needs every `tokio::select!` the history depends on to be
+//! `biased` and no two tasks of one manager waiting on one lock at once
+//! (see `clients`): tokio's unseedable RNG picks the wake order there.
 
 mod checker;
 mod clients;
@@ -99,16 +123,42 @@ pub(crate) fn run(seed: u64, mode: Mode) -> Outcome {
 
 /// Runs a seed; `trace` also logs every node call.
 pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
+    count_panics();
+    PANICS.with(|p| p.set(0));
     let _rng = crate::rng::seed(seed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let out = rt.block_on(world(mode, trace));
+    let mut out = rt.block_on(world(mode, trace));
     drop(rt);
     pause::clear();
+    // Tasks of the crate that panicked (tokio swallows those panics).
+    let panics = PANICS.with(std::cell::Cell::get);
+    if panics > 0 {
+        out.violations
+            .push((Invariant::Liveness, format!("{panics} task(s) panicked")));
+    }
     out
+}
+
+thread_local! {
+    /// Panics on this thread since the run started.
+    static PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts panics per thread (every task of a run is on its thread), then
+/// reports them as before.
+fn count_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.set(p.get().saturating_add(1)));
+            previous(info);
+        }));
+    });
 }
 
 async fn world(mode: Mode, trace: bool) -> Outcome {
