@@ -49,11 +49,14 @@ const SAFE: [Kind; 10] = [
 fn pick(mode: Mode) -> Kind {
     let extra = match mode {
         Mode::Safe => None,
+        // Safe faults, half of them process pauses: they lose the
+        // background calls a process sends right before it stops.
+        Mode::Pauses => Some(Kind::Stall),
         Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
         Mode::UnsafeClock => Some(Kind::BigJump),
     };
     match extra {
-        // Half of the faults are the unsafe one.
+        // Half of the faults are this one.
         Some(k) if up_to(1) == 0 => k,
         _ => SAFE[usize::try_from(up_to(SAFE.len() as u64 - 1)).unwrap_or(0)],
     }

@@ -60,6 +60,8 @@ use crate::{Backoff, LockManager, Quorum};
 pub(crate) enum Mode {
     /// Only faults the protocol claims to survive.
     Safe,
+    /// Safe faults, weighted towards process pauses.
+    Pauses,
     /// Also nodes that restart empty and rejoin at once.
     UnsafeRestart,
     /// Also clock jumps beyond the drift allowance.

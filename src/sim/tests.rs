@@ -11,6 +11,9 @@ use super::{run, run_traced, Mode};
 /// Safe-mode seeds per `cargo test`.
 const CI_SEEDS: u64 = 2_000;
 
+/// Seeds of the pause-heavy safe mode per `cargo test`.
+const PAUSES_SEEDS: u64 = 500;
+
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
 
@@ -45,6 +48,7 @@ const REGRESSIONS: &[(u64, Invariant)] = &[
 fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Safe => "safe",
+        Mode::Pauses => "pauses",
         Mode::UnsafeRestart => "unsafe-restart",
         Mode::UnsafeClock => "unsafe-clock",
     }
@@ -121,11 +125,22 @@ fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u
 
 #[test]
 fn safe_mode_keeps_every_invariant() {
-    let seeds = env_u64("QUORUMLOCK_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    keeps_every_invariant(
+        Mode::Safe,
+        env_u64("QUORUMLOCK_SIM_SEEDS").unwrap_or(CI_SEEDS),
+    );
+}
+
+#[test]
+fn pause_heavy_mode_keeps_every_invariant() {
+    keeps_every_invariant(Mode::Pauses, PAUSES_SEEDS);
+}
+
+fn keeps_every_invariant(mode: Mode, seeds: u64) {
     let failures = std::sync::Mutex::new(Vec::new());
     let known = std::sync::Mutex::new(std::collections::BTreeMap::<String, (u64, u64)>::new());
     let started = WallClock::now();
-    let ran = sweep(seeds, Mode::Safe, None, &|seed, v| {
+    let ran = sweep(seeds, mode, None, &|seed, v| {
         for (i, what) in v {
             if KNOWN_FAILING.contains(i) {
                 let mut k = crate::lock::lock(&known);
@@ -140,7 +155,8 @@ fn safe_mode_keeps_every_invariant() {
     });
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "sim: {ran} safe-mode seeds in {secs:.1}s ({:.0} seeds/s)",
+        "sim: {ran} {}-mode seeds in {secs:.1}s ({:.0} seeds/s)",
+        mode_name(mode),
         ran as f64 / secs
     );
     for (inv, (seed, n)) in known.into_inner().unwrap_or_default() {
@@ -160,7 +176,7 @@ fn safe_mode_keeps_every_invariant() {
         panic!(
             "{} violations in {ran} seeds; first: seed {seed}: {inv:?}: {what}\nreplay: {}",
             failures.len(),
-            replay_command(*seed, Mode::Safe, None)
+            replay_command(*seed, mode, None)
         );
     }
 }
@@ -237,6 +253,7 @@ fn replay() {
     let mode = match std::env::var("QUORUMLOCK_SIM_MODE").as_deref() {
         Ok("unsafe-restart") => Mode::UnsafeRestart,
         Ok("unsafe-clock") => Mode::UnsafeClock,
+        Ok("pauses") => Mode::Pauses,
         _ => Mode::Safe,
     };
     let m = match std::env::var("QUORUMLOCK_SIM_MUTATION").as_deref() {
@@ -268,4 +285,14 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
             );
         }
     }
+}
+
+/// The fencing repeat of the current code (a lagging-counter raise tried
+/// once and lost) shows in the pause-heavy mode within a few hundred seeds
+/// (seed 403), against one in ~1,600 in the safe mode: the place for the
+/// single-try-raise mutation once the raise is fixed.
+#[test]
+#[ignore = "the current code repeats tokens; see KNOWN_FAILING"]
+fn pauses_show_a_fencing_repeat() {
+    must_catch(Mode::Pauses, None, &[Invariant::Fencing]);
 }
