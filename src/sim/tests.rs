@@ -133,7 +133,10 @@ fn safe_mode_keeps_every_invariant() {
 
 #[test]
 fn pause_heavy_mode_keeps_every_invariant() {
-    keeps_every_invariant(Mode::Pauses, PAUSES_SEEDS);
+    keeps_every_invariant(
+        Mode::Pauses,
+        env_u64("QUORUMLOCK_SIM_PAUSE_SEEDS").unwrap_or(PAUSES_SEEDS),
+    );
 }
 
 fn keeps_every_invariant(mode: Mode, seeds: u64) {
@@ -288,9 +291,9 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
 }
 
 /// The fencing repeat of the current code (a lagging-counter raise tried
-/// once and lost) shows in the pause-heavy mode within a few hundred seeds
-/// (seed 403), against one in ~1,600 in the safe mode: the place for the
-/// single-try-raise mutation once the raise is fixed.
+/// once and lost) is rare: 5 in 8,000 safe-mode seeds (first 2015), 1 in
+/// 3,000 pause-heavy seeds (seed 403). A single-try-raise mutation needs a
+/// larger budget or a fault mix aimed at it to be caught reliably.
 #[test]
 #[ignore = "the current code repeats tokens; see KNOWN_FAILING"]
 fn pauses_show_a_fencing_repeat() {
