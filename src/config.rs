@@ -132,7 +132,7 @@ impl Backoff {
         let low = ceiling / 2;
         let span = ceiling.saturating_sub(low).as_micros();
         let span = u64::try_from(span).unwrap_or(u64::MAX);
-        low + Duration::from_micros(rand::random_range(0..=span))
+        low + Duration::from_micros(crate::rng::up_to(span))
     }
 }
 

@@ -94,6 +94,29 @@ impl FakeNode {
         s.fences.clear();
     }
 
+    /// Steps this node's clock forward by `by`: every key expires `by`
+    /// earlier (the simulator's clock-jump fault).
+    pub(crate) fn jump_clock(&self, by: Duration) {
+        let mut s = lock(&self.state);
+        s.locks.retain(|_, e| match e.expires.checked_sub(by) {
+            Some(t) => {
+                e.expires = t;
+                true
+            }
+            None => false,
+        });
+        expire(&mut s);
+    }
+
+    /// The unexpired lock keys, sorted.
+    pub(crate) fn lock_keys(&self) -> Vec<String> {
+        let mut s = lock(&self.state);
+        expire(&mut s);
+        let mut keys: Vec<String> = s.locks.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// Applies `f` when the call is made, as a request written to a socket
     /// in call order, and answers according to the mode.
     fn run<T: Send + 'static>(

@@ -9,6 +9,7 @@ mod lock;
 mod node;
 mod owner;
 mod quorum;
+mod rng;
 mod scripts;
 mod wait;
 mod watchdog;
@@ -21,6 +22,8 @@ mod fake;
 mod limits_tests;
 #[cfg(test)]
 mod safety_tests;
+#[cfg(test)]
+mod sim;
 
 pub use crate::config::{
     Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN, MAX_TIMEOUT,

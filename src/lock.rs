@@ -739,7 +739,6 @@ impl Inner {
             Wait::Forever => None,
             Wait::Up(w) => start.checked_add(w),
         };
-        let holder_id = owner.holder_id();
         let mut attempt: u32 = 0;
         let mut waiter: Option<Waiter> = None;
         // Local fairness: while other local waiters are queued for this lock,
@@ -755,6 +754,9 @@ impl Inner {
                 if let Some(w) = waiter.as_mut() {
                     w.mark();
                 }
+                // A holder id per attempt: the background rollback of a
+                // failed attempt can never touch a later one's grants.
+                let holder_id = owner.holder_id();
                 match self.attempt(&keys, &holder_id, lease, 1, 0, attempt).await {
                     Ok(won) => {
                         if let Some(w) = waiter.take() {
@@ -866,7 +868,7 @@ impl Inner {
         remaining: Option<Duration>,
     ) -> Duration {
         let backoff = self.config.backoff.delay(attempt);
-        let jitter = Duration::from_micros(rand::random_range(0..=2_000));
+        let jitter = Duration::from_micros(crate::rng::up_to(2_000));
         let delay = match err.min_pttl() {
             Some(pttl) if covered => pttl + jitter,
             Some(pttl) => backoff.min(pttl + jitter),
@@ -931,7 +933,7 @@ impl Inner {
             if decision != Decision::Won {
                 span.record("outcome", "missed");
                 let (replies, _) = fan.into_parts();
-                rollback.run(&replies).await;
+                rollback.run(&replies);
                 return Err(self.missed(keys, &replies, tally));
             }
             let (replies, rest) = fan.into_parts();
@@ -971,7 +973,7 @@ impl Inner {
                 }
                 (Err(failures), _) => {
                     span.record("outcome", "fence quorum missed");
-                    rollback.run(&replies).await;
+                    rollback.run(&replies);
                     Err(Error::Unavailable {
                         name: keys.name.to_string(),
                         failures,
@@ -981,7 +983,7 @@ impl Inner {
                 }
                 (Ok(()), None) => {
                     span.record("outcome", "validity exhausted");
-                    rollback.run(&replies).await;
+                    rollback.run(&replies);
                     Err(Error::ValidityExhausted {
                         name: keys.name.to_string(),
                         elapsed: now.saturating_duration_since(start),
@@ -1013,6 +1015,19 @@ impl Inner {
             .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
             .collect();
         if at_token.iter().filter(|b| **b).count() >= required {
+            return Ok(());
+        }
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::SingleTryFence) {
+            let calls: Vec<_> = (0..self.nodes.len())
+                .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
+                .map(|i| self.nodes[i].raise_fence(keys, token))
+                .collect();
+            self.background.spawn(async move {
+                for call in calls {
+                    let _ = call.await;
+                }
+            });
             return Ok(());
         }
         let valid_for = quorum::validity(
@@ -1304,49 +1319,54 @@ impl Rollback {
             .collect()
     }
 
-    async fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
+    /// Rolls back in the background, at once: a node that answered
+    /// "taken" holds nothing of ours and is skipped. The caller does not wait
+    /// for it, so a failed last attempt returns within its wait; a retry
+    /// uses a holder id of its own, which the rollback cannot touch.
+    fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
+        self.armed = false;
         let skip: Vec<bool> = replies
             .iter()
             .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
             .collect();
-        let calls = self.calls(&skip);
-        let timeout = self.inner.config.node_timeout;
-        let results = futures::future::join_all(
-            calls
-                .into_iter()
-                .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
-        )
-        .await;
-        for (i, r) in results {
-            match r {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
-                Err(_) => debug!(node = i, "rollback timed out"),
-            }
+        self.send(&skip, "rolled back a failed attempt");
+    }
+
+    /// Sends the release to every node not in `skip`, as background work.
+    fn send(&self, skip: &[bool], done: &'static str) {
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            return;
         }
-        self.armed = false;
+        let calls = self.calls(skip);
+        let timeout = self.inner.config.node_timeout;
+        let name = Arc::clone(&self.keys.name);
+        let spawned = self.inner.background.spawn(async move {
+            let results = futures::future::join_all(
+                calls
+                    .into_iter()
+                    .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
+            )
+            .await;
+            for (i, r) in results {
+                match r {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
+                    Err(_) => debug!(node = i, "rollback timed out"),
+                }
+            }
+            debug!(lock = %name, "{done}");
+        });
+        if !spawned {
+            warn!(lock = %self.keys.name, "no runtime to roll back on; grants expire with the lease");
+        }
     }
 }
 
 impl Drop for Rollback {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let calls = self.calls(&[]);
-        let timeout = self.inner.config.node_timeout;
-        let name = Arc::clone(&self.keys.name);
-        let spawned = self.inner.background.spawn(async move {
-            futures::future::join_all(
-                calls
-                    .into_iter()
-                    .map(|(_, c)| async move { tokio::time::timeout(timeout, c).await }),
-            )
-            .await;
-            debug!(lock = %name, "rolled back a cancelled acquisition");
-        });
-        if !spawned {
-            warn!(lock = %self.keys.name, "acquisition dropped outside a runtime; grants expire with the lease");
+        if self.armed {
+            self.send(&[], "rolled back a cancelled acquisition");
         }
     }
 }

@@ -112,7 +112,7 @@ impl fmt::Display for Owner {
 
 /// A random client id: 128 bits in hex.
 pub(crate) fn new_client_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    format!("{:032x}", crate::rng::bits128())
 }
 
 #[cfg(test)]

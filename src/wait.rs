@@ -320,7 +320,9 @@ impl Waiter {
                 self.seen = rings;
                 return Woke::Notified;
             }
+            // Biased, so that a seeded simulation replays the same wake-ups.
             tokio::select! {
+                biased;
                 () = &mut notified => {}
                 () = tokio::time::sleep_until(until) => {
                     let later = lock(&self.chan.holder_until)
@@ -352,7 +354,7 @@ impl Waiter {
 
 /// Up to 2 ms, so that waiters whose timers end together spread out.
 fn jitter() -> Duration {
-    Duration::from_micros(rand::random_range(0..=2_000))
+    Duration::from_micros(crate::rng::up_to(2_000))
 }
 
 /// How long a channel stays subscribed after its last waiter left, so that a

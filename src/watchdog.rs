@@ -133,7 +133,7 @@ impl Watchdog {
             if hold.stored_phase() != HoldState::Held {
                 return false;
             }
-            if s.valid_until <= now {
+            if s.valid_until <= now && !renew_lapsed() {
                 drop(s);
                 lapsed.push(hold);
                 return false;
@@ -182,6 +182,14 @@ async fn run(manager: Weak<Inner>, interval: Duration) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        #[cfg(test)]
+        {
+            // The simulator's process pauses stop the watchdog too.
+            let Some(id) = manager.upgrade().map(|i| i.client_id.clone()) else {
+                return;
+            };
+            crate::sim::pause::wait(&id).await;
+        }
         let Some(inner) = manager.upgrade() else {
             return;
         };
@@ -201,6 +209,14 @@ fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
     inner.background.spawn(async move {
         let _ = hold.release_on_nodes(0).await;
     });
+}
+
+/// The simulator's mutation that renews lapsed holds (never on outside tests).
+fn renew_lapsed() -> bool {
+    #[cfg(test)]
+    return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
+    #[cfg(not(test))]
+    false
 }
 
 /// One renewal round: one pipeline per node, all nodes in parallel.
@@ -283,7 +299,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         // expired, or taken and released meanwhile: re-creating the keys
         // would hide that); or when this tick failed and the old validity
         // ends before the next tick could help.
-        let lapsed = s.valid_until <= now;
+        let lapsed = s.valid_until <= now && !renew_lapsed();
         let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
         let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {

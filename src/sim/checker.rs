@@ -1,0 +1,426 @@
+//! The history of one run and the invariants checked on it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lock::lock;
+
+/// The invariants; see the module docs of `sim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Invariant {
+    /// Two holds of one lock believed themselves valid at once.
+    MutualExclusion,
+    /// A later hold got a token not above an earlier one's.
+    Fencing,
+    /// A hold believed itself valid again after a later hold was granted a
+    /// larger token (a lapsed hold brought back).
+    FencingResumed,
+    /// `lost()` fired after `valid_until()` (or never, for a hold that
+    /// lapsed while not released).
+    LossDeadline,
+    /// The same for a fixed-lease hold (no watchdog): it must be lost at
+    /// the end of its validity.
+    LossDeadlineFixed,
+    /// A lock key outlived quiescence and `flush()`.
+    Quiescence,
+    /// An acquisition ran past its wait plus one node timeout.
+    Bounded,
+    /// A task hung or panicked.
+    Liveness,
+}
+
+/// One thing that happened, at a virtual time. Fields are read through
+/// `Debug` in the event log.
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+pub(crate) enum Ev {
+    Acquired {
+        hold: usize,
+        lock: usize,
+        /// When the acquisition started.
+        started: Duration,
+        /// How many events the log had then (a causal order where the
+        /// virtual time ties).
+        since: usize,
+        token: u64,
+        vu: Duration,
+        fixed: bool,
+    },
+    Reentered {
+        hold: usize,
+        count: u32,
+    },
+    /// Belief ended: released or dropped by the client.
+    Released {
+        hold: usize,
+        how: &'static str,
+    },
+    ReleaseResult {
+        hold: usize,
+        result: String,
+    },
+    /// Observed at `valid_until`, which did not move.
+    Lapsed {
+        hold: usize,
+    },
+    /// `valid_until` moved past now after a lapse.
+    Resumed {
+        hold: usize,
+        vu: Duration,
+    },
+    Lost {
+        hold: usize,
+        vu: Duration,
+    },
+    Failed {
+        lock: usize,
+        op: &'static str,
+        error: String,
+        late: Option<Duration>,
+    },
+    Cancelled {
+        lock: usize,
+        op: &'static str,
+    },
+    ForceUnlock {
+        lock: usize,
+    },
+    /// A process (its tasks and its watchdog) is paused until `until`.
+    Paused {
+        proc: usize,
+        until: Duration,
+    },
+    /// A node restarted empty.
+    Wiped {
+        node: usize,
+    },
+    Fault(String),
+    /// A node call (traced in replays).
+    Call {
+        node: usize,
+        call: &'static str,
+        fate: String,
+    },
+    Violation(Invariant, String),
+}
+
+/// Who did it: process and task, or the world.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Who(pub(crate) usize, pub(crate) usize);
+
+pub(crate) const WORLD: Who = Who(usize::MAX, 0);
+
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) at: Duration,
+    pub(crate) who: Who,
+    pub(crate) ev: Ev,
+}
+
+/// The event log of one run, shared by every task.
+#[derive(Clone)]
+pub(crate) struct Log {
+    start: Instant,
+    entries: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl Log {
+    pub(crate) fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            entries: Arc::default(),
+        }
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+
+    /// An instant of the run as an offset from its start.
+    pub(crate) fn at(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.start)
+    }
+
+    pub(crate) fn push(&self, who: Who, ev: Ev) {
+        let at = self.now();
+        lock(&self.entries).push(Entry { at, who, ev });
+    }
+
+    /// How many events have been logged so far.
+    pub(crate) fn mark(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    pub(crate) fn entries(&self) -> Vec<Entry> {
+        lock(&self.entries).clone()
+    }
+}
+
+/// The log as text, one event a line.
+pub(crate) fn render(entries: &[Entry]) -> String {
+    let mut out = String::new();
+    for e in entries {
+        let who = if e.who.0 == usize::MAX {
+            "world".to_owned()
+        } else {
+            format!("p{}.t{}", e.who.0, e.who.1)
+        };
+        let _ = writeln!(out, "{:>10.3}ms {who:<6} {:?}", ms(e.at), e.ev);
+    }
+    out
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0
+}
+
+/// How soon after a pause a lapsed hold must be lost or released.
+const PAUSE_SLACK: Duration = Duration::from_millis(5);
+
+#[derive(Default)]
+struct HoldView {
+    lock: usize,
+    proc: usize,
+    /// Log positions: acquisition start and completion.
+    since: usize,
+    seq: usize,
+    acquired: Duration,
+    token: u64,
+    fixed: bool,
+    /// Belief intervals, `[start, end)`.
+    intervals: Vec<(Duration, Option<Duration>)>,
+    /// `valid_until` at the first lapse.
+    first_lapse: Option<Duration>,
+    /// Log positions and times where it believed itself valid again.
+    resumed: Vec<(usize, Duration)>,
+    released: Option<Duration>,
+    lost: Option<Duration>,
+}
+
+impl HoldView {
+    fn close(&mut self, at: Duration) {
+        if let Some(last) = self.intervals.last_mut() {
+            if last.1.is_none() {
+                last.1 = Some(at);
+            }
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.intervals.last().is_some_and(|i| i.1.is_none())
+    }
+}
+
+/// Every violation of the history, by invariant.
+///
+/// `attempt` bounds one acquisition attempt (the node timeout): a hold
+/// granted more than that after another was granted came from an attempt
+/// that started after it.
+pub(crate) fn check(
+    entries: &[Entry],
+    end: Duration,
+    attempt: Duration,
+) -> Vec<(Invariant, String)> {
+    let mut out = Vec::new();
+    let mut holds: BTreeMap<usize, HoldView> = BTreeMap::new();
+    let mut wipes = Vec::new();
+    let mut breaks = Vec::new();
+    let mut pauses = Vec::new();
+    for (seq, e) in entries.iter().enumerate() {
+        match &e.ev {
+            Ev::Acquired {
+                hold,
+                lock,
+                since,
+                token,
+                fixed,
+                ..
+            } => {
+                holds.insert(
+                    *hold,
+                    HoldView {
+                        lock: *lock,
+                        proc: e.who.0,
+                        since: *since,
+                        seq,
+                        acquired: e.at,
+                        token: *token,
+                        fixed: *fixed,
+                        intervals: vec![(e.at, None)],
+                        ..HoldView::default()
+                    },
+                );
+            }
+            Ev::Released { hold, .. } => {
+                if let Some(h) = holds.get_mut(hold) {
+                    h.released.get_or_insert(e.at);
+                    h.close(e.at);
+                }
+            }
+            Ev::Lapsed { hold } => {
+                if let Some(h) = holds.get_mut(hold) {
+                    h.first_lapse.get_or_insert(e.at);
+                    h.close(e.at);
+                }
+            }
+            Ev::Resumed { hold, .. } => {
+                if let Some(h) = holds.get_mut(hold) {
+                    if !h.open() && h.released.is_none() && h.lost.is_none() {
+                        h.intervals.push((e.at, None));
+                        h.resumed.push((seq, e.at));
+                    }
+                }
+            }
+            Ev::Lost { hold, vu } => {
+                if let Some(h) = holds.get_mut(hold) {
+                    h.lost.get_or_insert(e.at);
+                    h.close(e.at);
+                    if e.at > *vu && h.first_lapse.is_none() {
+                        h.first_lapse = Some(*vu);
+                    }
+                }
+            }
+            Ev::ForceUnlock { lock } => breaks.push((*lock, seq, e.at)),
+            Ev::Wiped { .. } => wipes.push(e.at),
+            Ev::Paused { proc, until } => pauses.push((*proc, e.at, *until)),
+            Ev::Failed {
+                late: Some(late),
+                op,
+                error,
+                ..
+            } => out.push((
+                Invariant::Bounded,
+                format!(
+                    "{op} at {:.3}ms resolved {late:?} past its bound ({error})",
+                    ms(e.at)
+                ),
+            )),
+            Ev::Violation(inv, what) => out.push((*inv, what.clone())),
+            _ => {}
+        }
+    }
+    for h in holds.values_mut() {
+        h.close(end);
+        // A force-unlock is an administrative break: a hold whose
+        // acquisition had started by then is no longer expected to be
+        // exclusive from then on.
+        let broken = breaks
+            .iter()
+            .filter(|(l, seq, _)| *l == h.lock && *seq >= h.since)
+            .map(|(_, _, at)| *at)
+            .min();
+        if let Some(at) = broken {
+            h.intervals.retain(|i| i.0 < at);
+            for i in &mut h.intervals {
+                i.1 = Some(i.1.map_or(at, |e| e.min(at)));
+            }
+        }
+    }
+    let list: Vec<(&usize, &HoldView)> = holds.iter().collect();
+    for (i, (ka, a)) in list.iter().enumerate() {
+        for (kb, b) in &list[i + 1..] {
+            if a.lock != b.lock {
+                continue;
+            }
+            for ia in &a.intervals {
+                for ib in &b.intervals {
+                    let (ae, be) = (ia.1.unwrap_or(end), ib.1.unwrap_or(end));
+                    if ia.0 < be && ib.0 < ae {
+                        out.push((
+                            Invariant::MutualExclusion,
+                            format!(
+                                "lock {}: hold {ka} valid {:.3}..{:.3}ms and hold {kb} valid {:.3}..{:.3}ms overlap",
+                                a.lock, ms(ia.0), ms(ae), ms(ib.0), ms(be)
+                            ),
+                        ));
+                    }
+                }
+            }
+            // Successive: the second acquisition started after the first
+            // one completed.
+            let after =
+                |x: &HoldView, y: &HoldView| x.since > y.seq || x.acquired > y.acquired + attempt;
+            let (first, second, kf, ks) = if after(b, a) {
+                (a, b, ka, kb)
+            } else if after(a, b) {
+                (b, a, kb, ka)
+            } else {
+                continue;
+            };
+            // A hold that believes itself valid again after a later hold
+            // was granted is, to the resource, a successor with a smaller
+            // token.
+            for (x, y, kx, ky) in [(a, b, ka, kb), (b, a, kb, ka)] {
+                for (seq, at) in &x.resumed {
+                    let wiped = wipes.iter().any(|w| *w >= y.acquired && *w <= *at);
+                    if y.seq < *seq && y.token > x.token && !wiped {
+                        out.push((
+                            Invariant::FencingResumed,
+                            format!(
+                                "lock {}: hold {kx} (token {}) believed itself valid again at {:.3}ms, after hold {ky} got token {}",
+                                a.lock,
+                                x.token,
+                                ms(*at),
+                                y.token
+                            ),
+                        ));
+                    }
+                }
+            }
+            let wiped = wipes
+                .iter()
+                .any(|w| *w >= first.acquired && *w <= second.acquired);
+            if !wiped && second.token <= first.token {
+                out.push((
+                    Invariant::Fencing,
+                    format!(
+                        "lock {}: hold {ks} at {:.3}ms got token {} after hold {kf} at {:.3}ms got {}",
+                        a.lock,
+                        ms(second.acquired),
+                        second.token,
+                        ms(first.acquired),
+                        first.token
+                    ),
+                ));
+            }
+        }
+    }
+    for (k, h) in &holds {
+        let Some(vu) = h.first_lapse else { continue };
+        // A paused process cannot tell at `valid_until`; it must tell as
+        // soon as it wakes up.
+        // Back-to-back pauses chain.
+        let mut deadline = vu;
+        while let Some(next) = pauses
+            .iter()
+            .filter(|(p, from, until)| *p == h.proc && *from <= deadline && deadline <= *until)
+            .map(|(_, _, until)| *until + PAUSE_SLACK)
+            .max()
+        {
+            deadline = next;
+        }
+        let released_first = h.released.is_some_and(|r| r <= deadline);
+        let lost_in_time = h.lost.is_some_and(|l| l <= deadline);
+        if !released_first && !lost_in_time {
+            out.push((
+                if h.fixed {
+                    Invariant::LossDeadlineFixed
+                } else {
+                    Invariant::LossDeadline
+                },
+                format!(
+                    "hold {k}{}: valid until {:.3}ms, lost {}",
+                    if h.fixed { " (fixed lease)" } else { "" },
+                    ms(vu),
+                    h.lost
+                        .map_or("never".to_owned(), |l| format!("at {:.3}ms", ms(l)))
+                ),
+            ));
+        }
+    }
+    out
+}

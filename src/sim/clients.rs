@@ -1,0 +1,414 @@
+//! The client tasks: a random mix of acquisitions, re-entries, releases,
+//! drops, cancellations and force-unlocks, each hold watched by a monitor
+//! that records when it believes itself valid.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::checker::{Ev, Invariant, Log, Who};
+use super::node::{LinkCtl, NodeCtl};
+use super::Params;
+use crate::lock::lock;
+use crate::rng::up_to;
+use crate::{Error, LockGuard, LockManager};
+
+/// Lock names used by the clients.
+pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
+
+/// Slack on top of the acquisition bound (scheduling of the paused clock).
+const MARGIN: Duration = Duration::from_millis(5);
+
+/// One process: its manager, its stall state and its link to all nodes.
+pub(crate) struct Proc {
+    pub(crate) manager: LockManager,
+    /// The manager's client id (its watchdog pauses with the process).
+    pub(crate) client_id: String,
+    pub(crate) stalled_until: Mutex<Option<Instant>>,
+    pub(crate) link: Arc<LinkCtl>,
+}
+
+impl Proc {
+    /// Waits while the process is stalled.
+    async fn gate(&self) {
+        let until = *lock(&self.stalled_until);
+        if let Some(t) = until {
+            tokio::time::sleep_until(t).await;
+        }
+    }
+}
+
+/// Everything a run shares.
+pub(crate) struct Ctx {
+    pub(crate) log: Log,
+    pub(crate) params: Params,
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) nodes: Vec<Arc<NodeCtl>>,
+    /// `[process][node]`.
+    pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
+    /// Holder ids to hold numbers, in order of first sight.
+    holds: Mutex<HashMap<String, usize>>,
+}
+
+impl Ctx {
+    pub(crate) fn new(
+        log: Log,
+        params: Params,
+        procs: Vec<Proc>,
+        nodes: Vec<Arc<NodeCtl>>,
+        links: Vec<Vec<Arc<LinkCtl>>>,
+    ) -> Self {
+        Self {
+            log,
+            params,
+            procs,
+            nodes,
+            links,
+            holds: Mutex::default(),
+        }
+    }
+
+    fn hold_no(&self, holder_id: &str) -> usize {
+        let mut h = lock(&self.holds);
+        let n = h.len();
+        *h.entry(holder_id.to_owned()).or_insert(n)
+    }
+
+    fn ms(&self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + up_to(hi.saturating_sub(lo)))
+    }
+}
+
+/// How an acquisition was asked for.
+#[derive(Clone, Copy)]
+enum Ask {
+    Lock,
+    TryLock(Duration),
+    Lease(Duration),
+}
+
+impl Ask {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::TryLock(_) => "try_lock",
+            Self::Lease(_) => "lock_with_lease",
+        }
+    }
+}
+
+/// One client task of process `p`.
+pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
+    let who = Who(p, t);
+    let end = ctx.params.client_end;
+    while Instant::now() < end {
+        ctx.procs[p].gate().await;
+        // Task `t` of every process uses lock `t`: processes contend, the
+        // tasks of one process do not. Two local waiters of one lock are
+        // woken through a `tokio::sync::watch`, whose wake order is random
+        // (its notifier shards are picked by tokio's unseedable RNG), which
+        // would make histories irreproducible.
+        let l = t % LOCKS.len();
+        match up_to(99) {
+            0..=29 => session(&ctx, who, l, Ask::Lock, false).await,
+            30..=54 => {
+                let wait = ctx.ms(0, 300);
+                session(&ctx, who, l, Ask::TryLock(wait), false).await;
+            }
+            55..=69 => {
+                let lease = ctx.ms(
+                    ctx.params.min_fixed.as_millis() as u64,
+                    ctx.params.max_fixed.as_millis() as u64,
+                );
+                session(&ctx, who, l, Ask::Lease(lease), false).await;
+            }
+            70..=86 => {
+                let wait = ctx.ms(0, 300);
+                session(&ctx, who, l, Ask::TryLock(wait), true).await;
+            }
+            87..=88 => {
+                ctx.log.push(who, Ev::ForceUnlock { lock: l });
+                let r = ctx.procs[p].manager.force_unlock(LOCKS[l]).await;
+                if let Err(e) = r {
+                    ctx.log
+                        .push(who, Ev::Fault(format!("force_unlock: {}", short(&e))));
+                }
+            }
+            _ => tokio::time::sleep(ctx.ms(1, 100)).await,
+        }
+    }
+}
+
+/// Acquires, holds for a while (re-entering if asked), then releases or drops.
+async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
+    let m = &ctx.procs[who.0].manager;
+    let owner = reenter.then(|| m.new_owner());
+    let name = LOCKS[l];
+    let fut: BoxFuture<'_, Result<LockGuard, Error>> = {
+        let mut req = m.request(name);
+        if let Some(o) = &owner {
+            req = req.owner(o);
+        }
+        req = match ask {
+            Ask::Lock => req,
+            Ask::TryLock(w) => req.wait(w),
+            Ask::Lease(lease) => req.lease(lease),
+        };
+        Box::pin(req.acquire())
+    };
+    let start = Instant::now();
+    let since = ctx.log.mark();
+    // Some acquisitions are dropped mid-flight; the rest are cut at the end.
+    let stop = if up_to(3) == 0 {
+        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
+    } else {
+        ctx.params.client_end
+    };
+    let r = tokio::select! {
+        biased;
+        r = fut => Some(r),
+        () = tokio::time::sleep_until(stop) => None,
+    };
+    let elapsed = start.elapsed();
+    let late = match ask {
+        Ask::TryLock(w) => elapsed
+            .checked_sub(w + ctx.params.node_timeout + MARGIN)
+            .filter(|late| !late.is_zero()),
+        _ => None,
+    };
+    let guard = match r {
+        None => {
+            ctx.log.push(
+                who,
+                Ev::Cancelled {
+                    lock: l,
+                    op: ask.name(),
+                },
+            );
+            return;
+        }
+        Some(Err(e)) => {
+            ctx.log.push(
+                who,
+                Ev::Failed {
+                    lock: l,
+                    op: ask.name(),
+                    error: short(&e),
+                    late,
+                },
+            );
+            return;
+        }
+        Some(Ok(g)) => g,
+    };
+    let hold = ctx.hold_no(guard.holder_id());
+    let token = guard.fencing_token();
+    ctx.log.push(
+        who,
+        Ev::Acquired {
+            hold,
+            lock: l,
+            started: ctx.log.at(start),
+            since,
+            token,
+            vu: ctx.log.at(Instant::from_std(guard.valid_until())),
+            fixed: matches!(ask, Ask::Lease(_)),
+        },
+    );
+    if let Some(late) = late {
+        ctx.log.push(
+            who,
+            Ev::Violation(
+                Invariant::Bounded,
+                format!("try_lock took {late:?} past its bound"),
+            ),
+        );
+    }
+    let watched = Watched::start(ctx, who, guard, hold);
+    let lease = match ask {
+        Ask::Lease(lease) => lease,
+        _ => ctx.params.lease,
+    };
+    let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
+    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
+    if let Some(o) = &owner {
+        tokio::time::sleep_until(start + (until - start) / 2).await;
+        ctx.procs[who.0].gate().await;
+        reentry(ctx, who, l, hold, token, o).await;
+    }
+    tokio::time::sleep_until(until).await;
+    ctx.procs[who.0].gate().await;
+    watched.end(ctx, up_to(9) < 7).await;
+}
+
+/// A hold under watch of its monitor.
+struct Watched {
+    guard: Arc<LockGuard>,
+    hold: usize,
+    who: Who,
+    stop: tokio::sync::oneshot::Sender<()>,
+    monitor: tokio::task::JoinHandle<()>,
+}
+
+impl Watched {
+    fn start(ctx: &Ctx, who: Who, guard: LockGuard, hold: usize) -> Self {
+        let guard = Arc::new(guard);
+        let (stop, stop_rx) = tokio::sync::oneshot::channel();
+        let monitor = tokio::spawn(monitor(
+            Arc::clone(&guard),
+            hold,
+            ctx.log.clone(),
+            who,
+            stop_rx,
+        ));
+        Self {
+            guard,
+            hold,
+            who,
+            stop,
+            monitor,
+        }
+    }
+
+    /// Ends the hold: `release()` or a dropped guard.
+    async fn end(self, ctx: &Ctx, release: bool) {
+        let (hold, who) = (self.hold, self.who);
+        ctx.log.push(
+            who,
+            Ev::Released {
+                hold,
+                how: if release { "release" } else { "drop" },
+            },
+        );
+        let _ = self.stop.send(());
+        let _ = self.monitor.await;
+        let guard = Arc::try_unwrap(self.guard).expect("the monitor gave the guard back");
+        if release {
+            let result = match guard.release().await {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => short(&e),
+            };
+            ctx.log.push(who, Ev::ReleaseResult { hold, result });
+        } else {
+            drop(guard);
+        }
+    }
+}
+
+/// Re-enters the hold through its explicit owner, holds a little, releases.
+/// If the hold was lost meanwhile, this is a fresh acquisition, watched
+/// like any other.
+async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o: &crate::Owner) {
+    let m = &ctx.procs[who.0].manager;
+    let name = LOCKS[l];
+    let start = Instant::now();
+    let since = ctx.log.mark();
+    match m
+        .request(name)
+        .owner(o)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+    {
+        Ok(g) => {
+            let again = ctx.hold_no(g.holder_id());
+            if again == hold {
+                ctx.log.push(
+                    who,
+                    Ev::Reentered {
+                        hold,
+                        count: g.hold_count(),
+                    },
+                );
+                if g.fencing_token() != token {
+                    ctx.log.push(
+                        who,
+                        Ev::Violation(
+                            Invariant::Fencing,
+                            format!("re-entry of hold {hold} changed its token"),
+                        ),
+                    );
+                }
+                tokio::time::sleep(ctx.ms(0, 50)).await;
+                if up_to(1) == 0 {
+                    let _ = g.release().await;
+                }
+                return;
+            }
+            ctx.log.push(
+                who,
+                Ev::Acquired {
+                    hold: again,
+                    lock: l,
+                    started: ctx.log.at(start),
+                    since,
+                    token: g.fencing_token(),
+                    vu: ctx.log.at(Instant::from_std(g.valid_until())),
+                    fixed: false,
+                },
+            );
+            let watched = Watched::start(ctx, who, g, again);
+            tokio::time::sleep(ctx.ms(0, 50)).await;
+            watched.end(ctx, up_to(1) == 0).await;
+        }
+        Err(e) => ctx.log.push(
+            who,
+            Ev::Failed {
+                lock: l,
+                op: "reenter",
+                error: short(&e),
+                late: None,
+            },
+        ),
+    }
+}
+
+/// Records when the hold stops (and starts again) believing itself valid,
+/// and when it is lost, until its client ends it.
+async fn monitor(
+    g: Arc<LockGuard>,
+    hold: usize,
+    log: Log,
+    who: Who,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let poll = Duration::from_millis(10);
+    let mut lapsed = false;
+    loop {
+        let vu = Instant::from_std(g.valid_until());
+        let now = Instant::now();
+        if !lapsed && vu <= now {
+            log.push(who, Ev::Lapsed { hold });
+            lapsed = true;
+        } else if lapsed && vu > now {
+            log.push(
+                who,
+                Ev::Resumed {
+                    hold,
+                    vu: log.at(vu),
+                },
+            );
+            lapsed = false;
+        }
+        let wake = if lapsed { now + poll } else { vu };
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            () = g.lost() => {
+                let vu = Instant::from_std(g.valid_until());
+                log.push(who, Ev::Lost { hold, vu: log.at(vu) });
+                return;
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
+/// An error's kind, without node addresses or times.
+fn short(e: &Error) -> String {
+    let s = format!("{e:?}");
+    s.split([' ', '{', '(']).next().unwrap_or("").to_owned()
+}

@@ -1,0 +1,217 @@
+//! The fault schedule: node outages, slow and lossy links, restarts, clock
+//! jumps and process stalls, drawn from the run's RNG.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::checker::{Ev, WORLD};
+use super::clients::Ctx;
+use super::node::{Cut, Health};
+use super::Mode;
+use crate::lock::lock;
+use crate::rng::up_to;
+
+/// One fault.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    FailFast,
+    BlackHole,
+    Slow,
+    CutRequests,
+    CutReplies,
+    RestartWithData,
+    /// Restart empty, rejoining only after the longest lease (safe).
+    RestartEmptyLate,
+    /// Restart empty and rejoin at once (unsafe).
+    RestartEmptyNow,
+    /// A forward clock step within the drift allowance (safe).
+    SmallJump,
+    /// A forward clock step beyond it (unsafe).
+    BigJump,
+    Stall,
+}
+
+const SAFE: [Kind; 10] = [
+    Kind::FailFast,
+    Kind::BlackHole,
+    Kind::Slow,
+    Kind::CutRequests,
+    Kind::CutReplies,
+    Kind::RestartWithData,
+    Kind::RestartEmptyLate,
+    Kind::SmallJump,
+    Kind::Stall,
+    Kind::Stall,
+];
+
+fn pick(mode: Mode) -> Kind {
+    let extra = match mode {
+        Mode::Safe => None,
+        // Safe faults, half of them process pauses: they lose the
+        // background calls a process sends right before it stops.
+        Mode::Pauses => Some(Kind::Stall),
+        Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
+        Mode::UnsafeClock => Some(Kind::BigJump),
+    };
+    match extra {
+        // Half of the faults are this one.
+        Some(k) if up_to(1) == 0 => k,
+        _ => SAFE[usize::try_from(up_to(SAFE.len() as u64 - 1)).unwrap_or(0)],
+    }
+}
+
+fn index(n: usize) -> usize {
+    usize::try_from(up_to(n as u64 - 1)).unwrap_or(0)
+}
+
+/// Injects faults until the fault phase ends; heals each after a while.
+pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
+    let p = &ctx.params;
+    let n = ctx.nodes.len();
+    let start = Instant::now();
+    // Per node: busy until (no overlapping node faults), last clock jump.
+    let mut busy = vec![start; n];
+    let mut jumped: Vec<Option<Instant>> = vec![None; n];
+    let mut link_busy = vec![vec![start; n]; ctx.procs.len()];
+    let mut proc_busy = vec![start; ctx.procs.len()];
+    let longest = p.lease.max(p.max_fixed);
+    while Instant::now() < p.fault_end {
+        tokio::time::sleep(Duration::from_millis(10 + up_to(p.fault_gap_ms))).await;
+        let now = Instant::now();
+        let kind = pick(mode);
+        let node = index(n);
+        let proc = index(ctx.procs.len());
+        let dur = Duration::from_millis(10 + up_to(400));
+        let what = format!("{kind:?}");
+        match kind {
+            Kind::FailFast | Kind::BlackHole | Kind::Slow | Kind::RestartWithData => {
+                if busy[node] > now {
+                    continue;
+                }
+                busy[node] = now + dur;
+                let ctl = &ctx.nodes[node];
+                match kind {
+                    Kind::FailFast => ctl.set_health(Health::Fail),
+                    Kind::BlackHole => ctl.set_health(Health::BlackHole),
+                    Kind::Slow => ctl.set_slow(p.node_timeout * 2),
+                    _ => ctl.crash(false),
+                }
+                ctx.log
+                    .push(WORLD, Ev::Fault(format!("{what} node {node} for {dur:?}")));
+                heal_node(&ctx, node, dur);
+            }
+            Kind::RestartEmptyLate | Kind::RestartEmptyNow => {
+                if busy[node] > now {
+                    continue;
+                }
+                let down = if matches!(kind, Kind::RestartEmptyLate) {
+                    longest + p.lease / 10 + Duration::from_millis(up_to(200))
+                } else {
+                    Duration::from_millis(up_to(5))
+                };
+                busy[node] = now + down;
+                ctx.nodes[node].crash(true);
+                ctx.log.push(WORLD, Ev::Wiped { node });
+                ctx.log.push(
+                    WORLD,
+                    Ev::Fault(format!("{what} node {node}, down {down:?}")),
+                );
+                heal_node(&ctx, node, down);
+            }
+            Kind::SmallJump | Kind::BigJump => {
+                let by = if matches!(kind, Kind::SmallJump) {
+                    // One step per node per longest lease, within the drift
+                    // allowance of the shortest lease.
+                    if jumped[node].is_some_and(|t| now < t + longest + p.lease / 10) {
+                        continue;
+                    }
+                    jumped[node] = Some(now);
+                    let max = p.drift.as_micros() as u64;
+                    Duration::from_micros(up_to(max))
+                } else {
+                    Duration::from_millis(up_to(2 * longest.as_millis() as u64))
+                };
+                ctx.nodes[node].fake.jump_clock(by);
+                ctx.log
+                    .push(WORLD, Ev::Fault(format!("{what} node {node} by {by:?}")));
+            }
+            Kind::CutRequests | Kind::CutReplies => {
+                if link_busy[proc][node] > now {
+                    continue;
+                }
+                link_busy[proc][node] = now + dur;
+                let cut = if matches!(kind, Kind::CutRequests) {
+                    Cut::Requests
+                } else {
+                    Cut::Replies
+                };
+                let link = Arc::clone(&ctx.links[proc][node]);
+                link.set(cut);
+                ctx.log.push(
+                    WORLD,
+                    Ev::Fault(format!("{what} p{proc}->node {node} for {dur:?}")),
+                );
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    link.set(Cut::None);
+                });
+            }
+            Kind::Stall => {
+                if proc_busy[proc] > now {
+                    continue;
+                }
+                // Sometimes longer than a lease.
+                let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
+                proc_busy[proc] = now + d;
+                *lock(&ctx.procs[proc].stalled_until) = Some(now + d);
+                // The watchdog resumes just after the links, as a process
+                // that wakes up finds its sockets working.
+                super::pause::pause(
+                    &ctx.procs[proc].client_id,
+                    now + d + Duration::from_millis(1),
+                );
+                ctx.procs[proc].link.set(Cut::Requests);
+                ctx.log
+                    .push(WORLD, Ev::Fault(format!("Stall p{proc} for {d:?}")));
+                ctx.log.push(
+                    WORLD,
+                    Ev::Paused {
+                        proc,
+                        until: ctx.log.at(now + d + Duration::from_millis(1)),
+                    },
+                );
+                let c = Arc::clone(&ctx);
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    c.procs[proc].link.set(Cut::None);
+                });
+            }
+        }
+    }
+}
+
+fn heal_node(ctx: &Arc<Ctx>, node: usize, after: Duration) {
+    let c = Arc::clone(ctx);
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        c.nodes[node].heal();
+    });
+}
+
+/// Ends every fault now.
+pub(crate) fn heal_all(ctx: &Ctx) {
+    for n in &ctx.nodes {
+        n.heal();
+    }
+    for links in &ctx.links {
+        for l in links {
+            l.set(Cut::None);
+        }
+    }
+    for p in &ctx.procs {
+        p.link.set(Cut::None);
+        *lock(&p.stalled_until) = None;
+    }
+}

@@ -1,0 +1,290 @@
+//! Deterministic simulation: the real manager, acquisition path, watchdog
+//! and waiters against in-memory nodes behind a fault-injecting decorator,
+//! on tokio's paused clock, everything random drawn from one seeded RNG
+//! (`crate::rng`), so that a seed replays its history exactly.
+//!
+//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link:
+//!   fail fast, black hole, slow links (requests and replies jittered,
+//!   requests delivered in order), one-way link cuts, restarts with data or
+//!   empty, clock jumps (`FakeNode::jump_clock`);
+//! - `faults`: the fault schedule of a run, per [`Mode`];
+//! - `clients`: processes (one manager each) with several tasks doing
+//!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
+//!   `release`, dropped guards, acquisitions dropped mid-flight and
+//!   `force_unlock`; stalls pause a process's tasks, sockets and watchdog
+//!   (`pause`); a monitor per hold records when it believes itself valid;
+//! - `checker`: the event log and the invariants ([`checker::Invariant`]):
+//!   mutual exclusion, fencing order (also for a hold that comes back after
+//!   a lapse), `lost()` no later than `valid_until()`, no lock key after
+//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic;
+//! - `mutation`: deliberate bugs the tests must catch;
+//! - `tests`: the CI budget and the must-fail tests.
+//!
+//! Running it:
+//!
+//! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds, the
+//!   unsafe modes and the mutations;
+//! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=unsafe-restart|unsafe-clock]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed] [QUORUMLOCK_SIM_TRACE=1]
+//!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
+//!   prints the history of seed S (with every node call and reply under
+//!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
+//!
+//! Determinism needs every `tokio::select!` the history depends on to be
+//! `biased` and no two tasks of one manager waiting on one lock at once
+//! (see `clients`): tokio's unseedable RNG picks the wake order there.
+
+mod checker;
+mod clients;
+mod faults;
+pub(crate) mod mutation;
+mod node;
+pub(crate) mod pause;
+mod tests;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::checker::{Ev, Invariant, Log, WORLD};
+use self::clients::{Ctx, Proc, LOCKS};
+use self::node::{LinkCtl, NodeCtl, SimNode};
+use crate::node::NodeOps;
+use crate::rng::up_to;
+use crate::{Backoff, LockManager, Quorum};
+
+/// Which faults a run may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Only faults the protocol claims to survive.
+    Safe,
+    /// Safe faults, weighted towards process pauses.
+    Pauses,
+    /// Also nodes that restart empty and rejoin at once.
+    UnsafeRestart,
+    /// Also clock jumps beyond the drift allowance.
+    UnsafeClock,
+}
+
+/// The shape of one run, drawn from its seed.
+#[derive(Debug, Clone)]
+pub(crate) struct Params {
+    pub(crate) nodes: usize,
+    pub(crate) procs: usize,
+    pub(crate) tasks: usize,
+    pub(crate) lease: Duration,
+    pub(crate) min_fixed: Duration,
+    pub(crate) max_fixed: Duration,
+    /// The drift allowance of the shortest lease in use.
+    pub(crate) drift: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) fault_gap_ms: u64,
+    pub(crate) fault_end: Instant,
+    pub(crate) client_end: Instant,
+}
+
+impl Params {
+    fn draw(start: Instant) -> Self {
+        let lease = Duration::from_millis(if up_to(1) == 0 { 300 } else { 600 });
+        let (min_fixed, max_fixed) = (Duration::from_millis(100), Duration::from_millis(500));
+        let drift = crate::config::drift(min_fixed.min(lease), 0.01);
+        let fault_end = start + Duration::from_millis(1_000);
+        let longest = lease.max(max_fixed);
+        Self {
+            nodes: if up_to(1) == 0 { 3 } else { 5 },
+            procs: 2 + usize::from(up_to(1) == 1),
+            tasks: 2 + usize::from(up_to(1) == 1),
+
+            lease,
+            min_fixed,
+            max_fixed,
+            drift,
+            node_timeout: Duration::from_millis(20 + up_to(30)),
+            fault_gap_ms: 50 + up_to(200),
+            fault_end,
+            // Every fault heals by `fault_end + longest + 260ms` (the
+            // slowest: an empty restart kept out for the longest lease);
+            // keys written before then expire one lease later.
+            client_end: fault_end + 2 * longest + Duration::from_millis(300),
+        }
+    }
+}
+
+/// What a run produced.
+pub(crate) struct Outcome {
+    pub(crate) log: String,
+    pub(crate) violations: Vec<(Invariant, String)>,
+}
+
+/// Runs seed `seed` in `mode` on a fresh paused runtime.
+pub(crate) fn run(seed: u64, mode: Mode) -> Outcome {
+    run_traced(seed, mode, false)
+}
+
+/// Runs a seed; `trace` also logs every node call.
+pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
+    count_panics();
+    PANICS.with(|p| p.set(0));
+    let _rng = crate::rng::seed(seed);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let mut out = rt.block_on(world(mode, trace));
+    drop(rt);
+    pause::clear();
+    // Tasks of the crate that panicked (tokio swallows those panics).
+    let panics = PANICS.with(std::cell::Cell::get);
+    if panics > 0 {
+        out.violations
+            .push((Invariant::Liveness, format!("{panics} task(s) panicked")));
+    }
+    out
+}
+
+thread_local! {
+    /// Panics on this thread since the run started.
+    static PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts panics per thread (every task of a run is on its thread), then
+/// reports them as before.
+fn count_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.set(p.get().saturating_add(1)));
+            previous(info);
+        }));
+    });
+}
+
+async fn world(mode: Mode, trace: bool) -> Outcome {
+    let log = Log::new();
+    let params = Params::draw(Instant::now());
+    let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
+    let mut procs = Vec::new();
+    let mut links = Vec::new();
+    for p in 0..params.procs {
+        let process = LinkCtl::new();
+        let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
+        let ops: Vec<Arc<dyn NodeOps>> = nodes
+            .iter()
+            .zip(&mine)
+            .enumerate()
+            .map(|(i, (n, l))| {
+                Arc::new(SimNode {
+                    trace: trace.then(|| (log.clone(), checker::Who(p, 99), i)),
+                    node: Arc::clone(n),
+                    link: Arc::clone(l),
+                    process: Arc::clone(&process),
+                }) as Arc<dyn NodeOps>
+            })
+            .collect();
+        let manager = LockManager::builder()
+            .quorum(Quorum::Majority)
+            .lease(params.lease)
+            .node_timeout(params.node_timeout)
+            .backoff(
+                Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
+                    .expect("valid backoff"),
+            )
+            .build_with(ops)
+            .expect("a valid simulated cluster");
+        let client_id = manager
+            .new_owner()
+            .id()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        procs.push(Proc {
+            client_id,
+            manager,
+            stalled_until: Mutex::new(None),
+            link: process,
+        });
+        links.push(mine);
+    }
+    log.push(
+        WORLD,
+        Ev::Fault(format!(
+            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms",
+            params.nodes,
+            params.procs,
+            params.tasks,
+            params.lease,
+            params.node_timeout,
+            params.fault_gap_ms + 10
+        )),
+    );
+    let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
+    let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
+    let mut tasks = Vec::new();
+    for p in 0..params.procs {
+        for t in 0..params.tasks {
+            tasks.push(tokio::spawn(clients::client(Arc::clone(&ctx), p, t)));
+        }
+    }
+    if let Err(e) = faults.await {
+        log.push(
+            WORLD,
+            Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
+        );
+    }
+    let grace = params.client_end + Duration::from_secs(5);
+    for (k, task) in tasks.into_iter().enumerate() {
+        match tokio::time::timeout_at(grace, task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log.push(
+                WORLD,
+                Ev::Violation(
+                    Invariant::Liveness,
+                    format!("client task {k} panicked: {e}"),
+                ),
+            ),
+            Err(_) => log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, format!("client task {k} hung")),
+            ),
+        }
+    }
+    faults::heal_all(&ctx);
+    for p in &ctx.procs {
+        if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())
+            .await
+            .is_err()
+        {
+            log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, "flush hung".into()),
+            );
+        }
+    }
+    for (i, n) in ctx.nodes.iter().enumerate() {
+        let keys = n.fake.lock_keys();
+        let ours: Vec<&String> = keys
+            .iter()
+            .filter(|k| LOCKS.iter().any(|l| k.ends_with(&format!("{{{l}}}"))))
+            .collect();
+        if !ours.is_empty() {
+            log.push(
+                WORLD,
+                Ev::Violation(
+                    Invariant::Quiescence,
+                    format!("node {i} still holds {ours:?} after flush"),
+                ),
+            );
+        }
+    }
+    let end = log.now();
+    let entries = log.entries();
+    Outcome {
+        violations: checker::check(&entries, end, params.node_timeout),
+        log: checker::render(&entries),
+    }
+}

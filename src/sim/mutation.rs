@@ -1,0 +1,51 @@
+//! Mutation switches: deliberate bugs the simulator must catch. Each is off
+//! unless a test turns it on for the current thread.
+
+use std::cell::Cell;
+
+/// A deliberate bug, switched on by [`enable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mutation {
+    /// Failed or cancelled acquisitions leave their grants behind.
+    NoRollback,
+    /// The watchdog renews holds whose validity already ran out.
+    RenewLapsed,
+    /// Lagging fence counters are raised once in the background and the
+    /// token is handed out without waiting (the code before the fix).
+    SingleTryFence,
+}
+
+impl Mutation {
+    fn bit(self) -> u32 {
+        match self {
+            Self::NoRollback => 1,
+            Self::RenewLapsed => 2,
+            Self::SingleTryFence => 4,
+        }
+    }
+}
+
+thread_local! {
+    static ACTIVE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether `m` is switched on for this thread.
+pub(crate) fn active(m: Mutation) -> bool {
+    ACTIVE.with(|a| a.get() & m.bit() != 0)
+}
+
+/// Switches `m` on for this thread until the guard is dropped.
+pub(crate) fn enable(m: Mutation) -> Enabled {
+    ACTIVE.with(|a| a.set(a.get() | m.bit()));
+    Enabled(m)
+}
+
+/// Switches its mutation off when dropped.
+pub(crate) struct Enabled(Mutation);
+
+impl Drop for Enabled {
+    fn drop(&mut self) {
+        let bit = self.0.bit();
+        ACTIVE.with(|a| a.set(a.get() & !bit));
+    }
+}

@@ -1,0 +1,328 @@
+//! Fault injection: a decorator around the in-memory node. Each manager
+//! (process) gets its own `SimNode` per node, so faults can hit a node for
+//! everyone ([`NodeCtl`]) or one client↔node link ([`LinkCtl`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::fake::FakeNode;
+use crate::lock::lock;
+use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::quorum::Grant;
+
+use super::checker::{Ev, Log, Who};
+
+/// How a node answers everyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    Up,
+    /// Refuses connections at once.
+    Fail,
+    /// Takes requests and never answers; nothing is applied.
+    BlackHole,
+    /// Restarting: refuses connections.
+    Down,
+}
+
+/// One node as every client sees it.
+pub(crate) struct NodeCtl {
+    pub(crate) fake: Arc<FakeNode>,
+    health: Mutex<Health>,
+    /// Reply delay ceiling when slow (zero: prompt).
+    slow: Mutex<Duration>,
+    /// Bumped on every restart: replies of calls made before are lost.
+    epoch: AtomicU64,
+}
+
+impl NodeCtl {
+    pub(crate) fn new(i: usize) -> Arc<Self> {
+        Arc::new(Self {
+            fake: FakeNode::new(i),
+            health: Mutex::new(Health::Up),
+            slow: Mutex::new(Duration::ZERO),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn set_health(&self, h: Health) {
+        *lock(&self.health) = h;
+    }
+
+    pub(crate) fn set_slow(&self, max: Duration) {
+        *lock(&self.slow) = max;
+    }
+
+    /// Goes down, dropping the replies in flight; `empty` forgets all data.
+    pub(crate) fn crash(&self, empty: bool) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            self.fake.wipe();
+        }
+        self.set_health(Health::Down);
+    }
+
+    pub(crate) fn heal(&self) {
+        self.set_health(Health::Up);
+        self.set_slow(Duration::ZERO);
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+}
+
+/// How one client↔node link drops traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    None,
+    /// Requests never arrive.
+    Requests,
+    /// Requests are applied; replies never arrive.
+    Replies,
+}
+
+/// A request in flight on a slow link, applied when it arrives.
+type Job = (Instant, Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>);
+
+/// Requests of one link still on the wire: they arrive in order, each
+/// no earlier than the one sent before it.
+#[derive(Default)]
+struct Wire {
+    /// When the last request sent arrives.
+    last: Option<Instant>,
+    tx: Option<mpsc::UnboundedSender<Job>>,
+    /// Requests sent and not applied yet.
+    queued: Arc<AtomicU64>,
+}
+
+/// One client↔node link.
+pub(crate) struct LinkCtl {
+    cut: Mutex<Cut>,
+    wire: Mutex<Wire>,
+}
+
+impl LinkCtl {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            cut: Mutex::new(Cut::None),
+            wire: Mutex::default(),
+        })
+    }
+
+    /// Sends `job` to arrive `delay` from now, behind every request sent
+    /// before; `None` when it arrives at once (nothing is queued).
+    fn send(
+        &self,
+        delay: Duration,
+        job: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static,
+    ) -> Option<impl FnOnce() -> BoxFuture<'static, ()>> {
+        let now = Instant::now();
+        let mut w = lock(&self.wire);
+        let at = w.last.map_or(now + delay, |l| l.max(now + delay));
+        if at <= now && w.queued.load(Ordering::Relaxed) == 0 {
+            return Some(job);
+        }
+        w.last = Some(at);
+        w.queued.fetch_add(1, Ordering::Relaxed);
+        let queued = Arc::clone(&w.queued);
+        let tx = w.tx.get_or_insert_with(|| {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+            tokio::spawn(async move {
+                while let Some((at, job)) = rx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    let reply = job();
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    reply.await;
+                }
+            });
+            tx
+        });
+        let _ = tx.send((at, Box::new(job)));
+        None
+    }
+
+    pub(crate) fn set(&self, cut: Cut) {
+        *lock(&self.cut) = cut;
+    }
+}
+
+/// What one client's calls to one node go through.
+pub(crate) struct SimNode {
+    pub(crate) node: Arc<NodeCtl>,
+    /// This client's link to the node.
+    pub(crate) link: Arc<LinkCtl>,
+    /// This client's process link (a stalled process sends nothing).
+    pub(crate) process: Arc<LinkCtl>,
+    /// Traces every call into the log (replays only).
+    pub(crate) trace: Option<(Log, Who, usize)>,
+}
+
+fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
+    Box::pin(async {
+        futures::future::pending::<()>().await;
+        Err(NodeError::timeout())
+    })
+}
+
+impl SimNode {
+    /// Sends the request unless a fault drops it; the node applies it when
+    /// it arrives (at once, or after the link's jitter when the node is
+    /// slow, always in the order sent) if it is still up then; the reply
+    /// comes back after more jitter unless a fault drops it.
+    fn call<T: std::fmt::Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, NodeError>> {
+        let health = *lock(&self.node.health);
+        let cut = match *lock(&self.process.cut) {
+            Cut::None => *lock(&self.link.cut),
+            c => c,
+        };
+        if let Some((log, who, node)) = &self.trace {
+            log.push(
+                *who,
+                Ev::Call {
+                    node: *node,
+                    call: what,
+                    fate: format!("{health:?} {cut:?}"),
+                },
+            );
+        }
+        match health {
+            Health::Fail | Health::Down => {
+                return Box::pin(async {
+                    tokio::task::yield_now().await;
+                    Err(NodeError::new(NodeErrorKind::Connection, "refused"))
+                })
+            }
+            Health::BlackHole => return never(),
+            Health::Up => {}
+        }
+        if cut == Cut::Requests {
+            return never();
+        }
+        let slow = *lock(&self.node.slow);
+        let jitter = || {
+            if slow.is_zero() {
+                Duration::ZERO
+            } else {
+                let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
+                Duration::from_micros(crate::rng::up_to(max))
+            }
+        };
+        let (there, back) = (jitter(), jitter());
+        let (tx, rx) = oneshot::channel();
+        let node = Arc::clone(&self.node);
+        let apply = move || -> BoxFuture<'static, ()> {
+            // Arrived: a node that went down meanwhile never saw it.
+            if *lock(&node.health) != Health::Up {
+                return Box::pin(async {});
+            }
+            let epoch = node.epoch();
+            let reply = f(&node.fake);
+            Box::pin(async move {
+                let r = reply.await;
+                let _ = tx.send((epoch, r));
+            })
+        };
+        // Applied now, in call order, when nothing is queued on the link.
+        let applied = self.link.send(there, apply).map(|apply| apply());
+        let node = Arc::clone(&self.node);
+        let trace = self.trace.clone();
+        Box::pin(async move {
+            if let Some(reply) = applied {
+                reply.await;
+            }
+            let Ok((epoch, r)) = rx.await else {
+                return never().await;
+            };
+            if cut == Cut::Replies {
+                return never().await;
+            }
+            if !back.is_zero() {
+                tokio::time::sleep(back).await;
+            }
+            if node.epoch() != epoch {
+                // The connection died with the node: the reply is lost.
+                return never().await;
+            }
+            if let Some((log, who, node)) = trace {
+                log.push(
+                    who,
+                    Ev::Call {
+                        node,
+                        call: what,
+                        fate: format!("reply {r:?}"),
+                    },
+                );
+            }
+            r
+        })
+    }
+}
+
+impl NodeOps for SimNode {
+    fn addr(&self) -> &str {
+        self.node.fake.addr()
+    }
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("acquire", move |n| n.acquire(&k, &o, lease, count))
+    }
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>> {
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("release", move |n| n.release(&k, &o, count, lease, token))
+    }
+
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.call("renew", move |n| n.renew(batch))
+    }
+
+    fn repair(
+        &self,
+        batch: Arc<RenewBatch>,
+    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+        self.call("repair", move |n| n.repair(batch))
+    }
+
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<u64, NodeError>> {
+        let k = Arc::clone(keys);
+        self.call("raise_fence", move |n| n.raise_fence(&k, token))
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let k = Arc::clone(keys);
+        self.call("force_release", move |n| n.force_release(&k))
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
+        let k = Arc::clone(keys);
+        self.call("status", move |n| n.status(&k))
+    }
+}
