@@ -559,7 +559,10 @@ impl Hold {
     /// watchdog is doing.
     pub(crate) fn phase(&self) -> HoldState {
         let stored = self.stored_phase();
-        if is_live(stored) && clock::now() >= lock(&self.state).valid_until {
+        if is_live(stored)
+            && clock::now() >= lapses(lock(&self.state).valid_until)
+            && !crate::watchdog::renew_lapsed()
+        {
             self.transition(HoldState::Lost);
             return self.stored_phase();
         }
@@ -599,7 +602,10 @@ impl Hold {
             if done(phase) {
                 return phase;
             }
-            let deadline = clock::to_timer(lock(&self.state).valid_until);
+            let lapse = lapses(lock(&self.state).valid_until);
+            // Past the deadline yet still live: only the simulator's
+            // mutation that ignores deadlines gets here; wait for a change.
+            let deadline = (lapse > clock::now()).then(|| clock::to_timer(lapse));
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() {
@@ -607,7 +613,7 @@ impl Hold {
                         return self.phase();
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => {}
+                () = sleep_until_some(deadline) => {}
             }
         }
     }
@@ -666,6 +672,24 @@ impl Hold {
         };
         let _ = tokio::time::timeout(limit, wait).await;
     }
+}
+
+/// tokio's timers fire on whole milliseconds, rounding up: a hold counts as
+/// lapsed this much before `valid_until`, so that the loss signal, woken by
+/// such a timer, fires no later than `valid_until`.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When a hold valid until `valid_until` counts as lapsed.
+pub(crate) fn lapses(valid_until: Instant) -> Instant {
+    valid_until.checked_sub(TIMER_SLACK).unwrap_or(valid_until)
 }
 
 /// Held or stopped at `max_hold`: usable, until its validity ends.

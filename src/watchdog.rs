@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::clock;
-use crate::lock::{lock, Hold, HoldState, Inner};
+use crate::lock::{lapses, lock, Hold, HoldState, Inner};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::quorum::{self, FanOut};
 
@@ -133,7 +133,7 @@ impl Watchdog {
             if hold.stored_phase() != HoldState::Held {
                 return false;
             }
-            if s.valid_until <= now && !renew_lapsed() {
+            if lapses(s.valid_until) <= now && !renew_lapsed() {
                 drop(s);
                 lapsed.push(hold);
                 return false;
@@ -211,8 +211,10 @@ fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
     });
 }
 
-/// The simulator's mutation that renews lapsed holds (never on outside tests).
-fn renew_lapsed() -> bool {
+/// The simulator's mutation that treats lapsed holds as held: the watchdog
+/// renews them and their validity deadline is ignored (never on outside
+/// tests).
+pub(crate) fn renew_lapsed() -> bool {
     #[cfg(test)]
     return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
     #[cfg(not(test))]
@@ -299,7 +301,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         // expired, or taken and released meanwhile: re-creating the keys
         // would hide that); or when this tick failed and the old validity
         // ends before the next tick could help.
-        let lapsed = s.valid_until <= now && !renew_lapsed();
+        let lapsed = lapses(s.valid_until) <= now && !renew_lapsed();
         let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
         let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {
