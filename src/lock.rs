@@ -778,8 +778,8 @@ impl Inner {
                 if let Some(w) = waiter.as_mut() {
                     w.mark();
                 }
-                // A holder id per attempt: the background rollback of a
-                // failed attempt can never touch a later one's grants.
+                // A holder id per attempt: a late rollback of a failed
+                // attempt can never touch a later one's grants.
                 let holder_id = owner.holder_id();
                 match self.attempt(&keys, &holder_id, lease, 1, 0, attempt).await {
                     Ok(won) => {
@@ -957,7 +957,7 @@ impl Inner {
             if decision != Decision::Won {
                 span.record("outcome", "missed");
                 let (replies, _) = fan.into_parts();
-                rollback.run(&replies);
+                rollback.run(&replies).await;
                 return Err(self.missed(keys, &replies, tally));
             }
             let (replies, rest) = fan.into_parts();
@@ -997,7 +997,7 @@ impl Inner {
                 }
                 (Err(failures), _) => {
                     span.record("outcome", "fence quorum missed");
-                    rollback.run(&replies);
+                    rollback.run(&replies).await;
                     Err(Error::Unavailable {
                         name: keys.name.to_string(),
                         failures,
@@ -1007,7 +1007,7 @@ impl Inner {
                 }
                 (Ok(()), None) => {
                     span.record("outcome", "validity exhausted");
-                    rollback.run(&replies);
+                    rollback.run(&replies).await;
                     Err(Error::ValidityExhausted {
                         name: keys.name.to_string(),
                         elapsed: now.saturating_duration_since(start),
@@ -1343,26 +1343,45 @@ impl Rollback {
             .collect()
     }
 
-    /// Rolls back in the background, at once: a node that answered
-    /// "taken" holds nothing of ours and is skipped. The caller does not wait
-    /// for it, so a failed last attempt returns within its wait; a retry
-    /// uses a holder id of its own, which the rollback cannot touch.
-    fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
+    /// Rolls back and waits for it (each node for at most the node
+    /// timeout): a node that answered "taken" holds nothing of ours and is
+    /// skipped. Waiting keeps a retry from finding this attempt's grants
+    /// still in place and mistaking them for another holder's; a failed
+    /// last attempt therefore returns up to one node timeout after its wait.
+    async fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
         self.armed = false;
-        let skip: Vec<bool> = replies
-            .iter()
-            .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
-            .collect();
-        self.send(&skip, "rolled back a failed attempt");
-    }
-
-    /// Sends the release to every node not in `skip`, as background work.
-    fn send(&self, skip: &[bool], done: &'static str) {
         #[cfg(test)]
         if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
             return;
         }
-        let calls = self.calls(skip);
+        let skip: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
+            .collect();
+        let calls = self.calls(&skip);
+        let timeout = self.inner.config.node_timeout;
+        let results = futures::future::join_all(
+            calls
+                .into_iter()
+                .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
+        )
+        .await;
+        for (i, r) in results {
+            match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
+                Err(_) => debug!(node = i, "rollback timed out"),
+            }
+        }
+    }
+
+    /// Sends the release to every node, as background work.
+    fn send(&self, done: &'static str) {
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            return;
+        }
+        let calls = self.calls(&[]);
         let timeout = self.inner.config.node_timeout;
         let name = Arc::clone(&self.keys.name);
         let spawned = self.inner.background.spawn(async move {
@@ -1390,7 +1409,7 @@ impl Rollback {
 impl Drop for Rollback {
     fn drop(&mut self) {
         if self.armed {
-            self.send(&[], "rolled back a cancelled acquisition");
+            self.send("rolled back a cancelled acquisition");
         }
     }
 }

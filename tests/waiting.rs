@@ -211,10 +211,12 @@ async fn queued_waiters_take_turns_on_leases_that_expire_unreleased() {
     let m = manager(Quorum::Majority).await;
     let name = unique("lease-timeout");
     let start = Instant::now();
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
+    // They arrive 50 ms apart, so most find others queued before them.
+    let tasks: Vec<_> = (0..8u64)
+        .map(|i| {
             let (m, name) = (m.clone(), name.clone());
             tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50 * i)).await;
                 let g = m
                     .request(&name)
                     .lease(Duration::from_millis(500))

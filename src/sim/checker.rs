@@ -27,7 +27,8 @@ pub(crate) enum Invariant {
     LossDeadlineFixed,
     /// A lock key outlived quiescence and `flush()`.
     Quiescence,
-    /// An acquisition ran past its wait plus one node timeout.
+    /// An acquisition ran past its wait plus two node timeouts (its last
+    /// fan-out and the rollback it waits for).
     Bounded,
     /// A task hung or panicked.
     Liveness,

@@ -174,8 +174,10 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     };
     let elapsed = start.elapsed();
     let late = match ask {
+        // The wait, the last attempt's fan-out, and its rollback, which is
+        // awaited so that a retry never meets its own leftover grants.
         Ask::TryLock(w) => elapsed
-            .checked_sub(w + ctx.params.node_timeout + MARGIN)
+            .checked_sub(w + 2 * ctx.params.node_timeout + MARGIN)
             .filter(|late| !late.is_zero()),
         _ => None,
     };
