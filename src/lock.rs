@@ -1349,9 +1349,11 @@ impl Rollback {
     /// still in place and mistaking them for another holder's; a failed
     /// last attempt therefore returns up to one node timeout after its wait.
     async fn run(mut self, replies: &[Option<Result<Grant, crate::error::NodeError>>]) {
-        self.armed = false;
+        // Armed until every call is answered: dropped halfway, `Drop` sends
+        // the rollback again in the background.
         #[cfg(test)]
         if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            self.armed = false;
             return;
         }
         let skip: Vec<bool> = replies
@@ -1373,6 +1375,7 @@ impl Rollback {
                 Err(_) => debug!(node = i, "rollback timed out"),
             }
         }
+        self.armed = false;
     }
 
     /// Sends the release to every node, as background work.

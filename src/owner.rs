@@ -40,6 +40,7 @@ tokio::task_local! {
 /// outer.release().await?;
 /// # Ok(())
 /// # }
+/// # fn main() { let _ = demo; }
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Owner {
