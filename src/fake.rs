@@ -164,6 +164,40 @@ impl FakeNode {
     }
 }
 
+/// `renew.lua` (extend, report missing keys) or, with `repair`,
+/// `repair.lua` (also re-create missing keys and raise the fence).
+fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renewed> {
+    batch
+        .items
+        .iter()
+        .map(|item| {
+            let expires = Instant::now() + item.lease;
+            match s.locks.get_mut(&item.keys.lock) {
+                Some(e) if *e.owner == *item.owner => {
+                    e.count = item.count;
+                    e.expires = expires;
+                    Renewed::Extended
+                }
+                Some(_) => Renewed::Conflict,
+                None if !repair => Renewed::Missing,
+                None => {
+                    s.locks.insert(
+                        item.keys.lock.clone(),
+                        Entry {
+                            owner: item.owner.to_string(),
+                            count: item.count,
+                            expires,
+                        },
+                    );
+                    let f = s.fences.entry(item.keys.fence.clone()).or_insert(0);
+                    *f = (*f).max(item.token);
+                    Renewed::Repaired
+                }
+            }
+        })
+        .collect()
+}
+
 fn expire(s: &mut State) {
     let now = Instant::now();
     s.locks.retain(|_, e| e.expires > now);
@@ -236,60 +270,14 @@ impl NodeOps for FakeNode {
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.run(move |s| {
-            batch
-                .items
-                .iter()
-                .map(|item| {
-                    let expires = Instant::now() + item.lease;
-                    match s.locks.get_mut(&item.keys.lock) {
-                        Some(e) if *e.owner == *item.owner => {
-                            e.count = item.count;
-                            e.expires = expires;
-                            Renewed::Extended
-                        }
-                        Some(_) => Renewed::Conflict,
-                        None => Renewed::Missing,
-                    }
-                })
-                .collect()
-        })
+        self.run(move |s| renew_or_repair(s, &batch, false))
     }
 
     fn repair(
         &self,
         batch: Arc<RenewBatch>,
     ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.run(move |s| {
-            batch
-                .items
-                .iter()
-                .map(|item| {
-                    let expires = Instant::now() + item.lease;
-                    match s.locks.get_mut(&item.keys.lock) {
-                        Some(e) if *e.owner == *item.owner => {
-                            e.count = item.count;
-                            e.expires = expires;
-                            Renewed::Extended
-                        }
-                        Some(_) => Renewed::Conflict,
-                        None => {
-                            s.locks.insert(
-                                item.keys.lock.clone(),
-                                Entry {
-                                    owner: item.owner.to_string(),
-                                    count: item.count,
-                                    expires,
-                                },
-                            );
-                            let f = s.fences.entry(item.keys.fence.clone()).or_insert(0);
-                            *f = (*f).max(item.token);
-                            Renewed::Repaired
-                        }
-                    }
-                })
-                .collect()
-        })
+        self.run(move |s| renew_or_repair(s, &batch, true))
     }
 
     fn raise_fence(
