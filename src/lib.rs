@@ -1,39 +1,52 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
-mod admission;
+// Modules, from the leaves up; each imports only those above it.
 mod clock;
+mod rng;
+mod sync;
+
 mod config;
 mod error;
-mod lock;
-mod node;
+mod keys;
 mod owner;
-mod quorum;
-mod rng;
 mod scripts;
+
+mod admission;
+mod node;
+mod quorum;
+
+mod nodes;
+mod status;
+
+mod hold;
+mod rollback;
 mod wait;
 mod watchdog;
 
-#[cfg(test)]
-mod coordinator_tests;
-#[cfg(test)]
-mod fake;
-#[cfg(test)]
-mod limits_tests;
-#[cfg(test)]
-mod safety_tests;
+mod attempt;
+mod guard;
+
+mod acquire;
+
+mod builder;
+mod manager;
+
 #[cfg(test)]
 mod sim;
+#[cfg(test)]
+mod tests;
 
-pub use crate::config::{
-    Backoff, Config, LockManagerBuilder, Quorum, MAX_LEASE, MAX_NAME_LEN, MAX_TIMEOUT,
-};
+pub use crate::builder::LockManagerBuilder;
+pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
-pub use crate::lock::{
-    HoldState, LockGuard, LockManager, LockRequest, LockStatus, LossSignal, NodeStatus,
-};
+pub use crate::guard::{LockGuard, LossSignal};
+pub use crate::hold::HoldState;
+pub use crate::keys::MAX_NAME_LEN;
+pub use crate::manager::{LockManager, LockRequest};
 pub use crate::node::NodeLockState;
 pub use crate::owner::Owner;
+pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;
 pub use redis;

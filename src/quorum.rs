@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::NodeError;
+use crate::node::Grant;
 
 /// What is left of a lease after `elapsed` and the drift allowance, if anything.
 ///
@@ -143,15 +144,6 @@ impl<T> Stragglers<T> {
         };
         let _ = tokio::time::timeout_at(self.deadline, drain).await;
     }
-}
-
-/// How a node answered an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grant {
-    /// Granted; carries the fence counter the node returned.
-    Granted(u64),
-    /// Another owner holds it, with its PTTL.
-    Taken(Option<Duration>),
 }
 
 /// The running count of an acquisition.

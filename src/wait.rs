@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::lock::lock;
+use crate::sync::locked;
 
 /// Commands to one node's pub/sub task.
 enum Command {
@@ -85,7 +85,7 @@ impl Channel {
 
     /// A release message: only the longest-waiting local waiter runs.
     fn wake_head(&self, shared: &Shared) {
-        let head = lock(&self.queue).values().next().cloned();
+        let head = locked(&self.queue).values().next().cloned();
         if let Some(bell) = head {
             bell.ring(shared);
         }
@@ -94,7 +94,7 @@ impl Channel {
     /// Coverage changed (a pub/sub connection came or went): every waiter
     /// re-checks whether to poll. Rare, unlike release messages.
     fn wake_all(&self, shared: &Shared) {
-        let bells: Vec<Arc<Bell>> = lock(&self.queue).values().cloned().collect();
+        let bells: Vec<Arc<Bell>> = locked(&self.queue).values().cloned().collect();
         for bell in bells {
             bell.ring(shared);
         }
@@ -176,7 +176,7 @@ impl Notifier {
     /// Joins the waiters of `channel`, subscribing on every node if this is
     /// the first one.
     pub(crate) fn waiter(&self, channel: &str) -> Waiter {
-        let mut channels = lock(&self.shared.channels);
+        let mut channels = locked(&self.shared.channels);
         self.enter(&mut channels, channel)
     }
 
@@ -185,10 +185,10 @@ impl Notifier {
     /// under the channel map's lock, so a newcomer that arrives as the last
     /// waiter leaves either finds the queue empty or becomes its head.
     pub(crate) fn join_if_queued(&self, channel: &str) -> Option<Waiter> {
-        let mut channels = lock(&self.shared.channels);
+        let mut channels = locked(&self.shared.channels);
         let queued = channels
             .get(channel)
-            .is_some_and(|c| !lock(&c.queue).is_empty());
+            .is_some_and(|c| !locked(&c.queue).is_empty());
         queued.then(|| self.enter(&mut channels, channel))
     }
 
@@ -206,9 +206,9 @@ impl Notifier {
                 c
             }
         };
-        *lock(&chan.refs) += 1;
+        *locked(&chan.refs) += 1;
         let bell = Arc::new(Bell::default());
-        lock(&chan.queue).insert(ticket, Arc::clone(&bell));
+        locked(&chan.queue).insert(ticket, Arc::clone(&bell));
         Waiter {
             chan,
             bell,
@@ -226,7 +226,7 @@ impl Notifier {
         PubSubStats {
             messages: self.shared.messages.load(Ordering::Relaxed),
             connections: self.shared.reconnects.load(Ordering::Relaxed),
-            channels: lock(&self.shared.channels).len(),
+            channels: locked(&self.shared.channels).len(),
             wakeups: self.shared.wakeups.load(Ordering::Relaxed),
             refusals: self.shared.refusals.load(Ordering::Relaxed),
         }
@@ -287,17 +287,17 @@ impl Waiter {
 
     /// Whether this waiter is the longest-waiting local one.
     pub(crate) fn is_head(&self) -> bool {
-        lock(&self.chan.queue).keys().next() == Some(&self.ticket)
+        locked(&self.chan.queue).keys().next() == Some(&self.ticket)
     }
 
     /// Records that the lock's holder has `pttl` left on the nodes.
     pub(crate) fn holder_seen(&self, pttl: Duration) {
-        *lock(&self.chan.holder_until) = Instant::now().checked_add(pttl);
+        *locked(&self.chan.holder_until) = Instant::now().checked_add(pttl);
     }
 
     /// How long until the current holder's key is known to expire, if known.
     pub(crate) fn holder_left(&self) -> Option<Duration> {
-        lock(&self.chan.holder_until).map(|t| t.saturating_duration_since(Instant::now()))
+        locked(&self.chan.holder_until).map(|t| t.saturating_duration_since(Instant::now()))
     }
 
     /// Sleeps until this waiter's bell rings (a release message while it
@@ -325,7 +325,7 @@ impl Waiter {
                 biased;
                 () = &mut notified => {}
                 () = tokio::time::sleep_until(until) => {
-                    let later = lock(&self.chan.holder_until)
+                    let later = locked(&self.chan.holder_until)
                         .filter(|h| *h > Instant::now())
                         .map(|h| h + jitter());
                     match later {
@@ -379,9 +379,9 @@ impl Waiter {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                let mut channels = lock(&shared.channels);
+                let mut channels = locked(&shared.channels);
                 chan.retiring.store(false, Ordering::Release);
-                let unused = *lock(&chan.refs) == 0
+                let unused = *locked(&chan.refs) == 0
                     && channels.get(&name).is_some_and(|c| Arc::ptr_eq(c, &chan));
                 if unused {
                     channels.remove(&name);
@@ -403,9 +403,9 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let channels = lock(&self.shared.channels);
+        let channels = locked(&self.shared.channels);
         let next = {
-            let mut q = lock(&self.chan.queue);
+            let mut q = locked(&self.chan.queue);
             let was_head = q.keys().next() == Some(&self.ticket);
             q.remove(&self.ticket);
             // Let the next waiter try in our place.
@@ -416,7 +416,7 @@ impl Drop for Waiter {
         if let Some(bell) = next {
             bell.ring(&self.shared);
         }
-        let mut refs = lock(&self.chan.refs);
+        let mut refs = locked(&self.chan.refs);
         *refs = refs.saturating_sub(1);
         if *refs == 0 {
             drop(refs);
@@ -476,7 +476,7 @@ async fn node_task(
             return;
         };
         s.reconnects.fetch_add(1, Ordering::Relaxed);
-        let current: Vec<(Arc<str>, Arc<Channel>)> = lock(&s.channels)
+        let current: Vec<(Arc<str>, Arc<Channel>)> = locked(&s.channels)
             .iter()
             .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
             .collect();
@@ -503,7 +503,7 @@ async fn node_task(
                     Some(msg) => {
                         let Some(s) = shared.upgrade() else { return };
                         s.messages.fetch_add(1, Ordering::Relaxed);
-                        let chan = lock(&s.channels).get(msg.get_channel_name()).cloned();
+                        let chan = locked(&s.channels).get(msg.get_channel_name()).cloned();
                         if let Some(c) = chan {
                             c.wake_head(&s);
                         }
@@ -514,7 +514,7 @@ async fn node_task(
                     None => return,
                     Some(Command::Subscribe(name)) => {
                         let Some(s) = shared.upgrade() else { return };
-                        let chan = lock(&s.channels).get(&name).cloned();
+                        let chan = locked(&s.channels).get(&name).cloned();
                         if sink.subscribe(&*name).await.is_ok() {
                             delay = Duration::from_millis(50);
                             if let Some(c) = chan {
@@ -530,7 +530,7 @@ async fn node_task(
                     Some(Command::Unsubscribe(name)) => {
                         // A waiter that arrived meanwhile keeps the channel.
                         let Some(s) = shared.upgrade() else { return };
-                        let still_wanted = lock(&s.channels).contains_key(&name);
+                        let still_wanted = locked(&s.channels).contains_key(&name);
                         drop(s);
                         if !still_wanted && sink.unsubscribe(&*name).await.is_err() {
                             ok = false;
@@ -546,7 +546,7 @@ async fn node_task(
         let Some(s) = shared.upgrade() else {
             return;
         };
-        let channels: Vec<Arc<Channel>> = lock(&s.channels).values().cloned().collect();
+        let channels: Vec<Arc<Channel>> = locked(&s.channels).values().cloned().collect();
         for c in channels {
             c.subscribed[i].store(false, Ordering::Release);
             c.wake_all(&s);

@@ -12,9 +12,12 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::clock;
-use crate::lock::{lapses, lock, Hold, HoldState, Inner};
+use crate::config::Config;
+use crate::hold::{lapses, renew_lapsed, Hold, HoldState};
 use crate::node::{RenewBatch, RenewItem, Renewed};
+use crate::nodes::Nodes;
 use crate::quorum::{self, FanOut};
+use crate::sync::locked;
 
 /// Counters of the watchdog since the manager was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,22 +65,24 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 pub(crate) struct Watchdog {
-    manager: Weak<Inner>,
-    interval: Duration,
+    nodes: Arc<Nodes>,
     holds: Mutex<Vec<Weak<Hold>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     counters: Counters,
 }
 
 impl Watchdog {
-    pub(crate) fn new(manager: Weak<Inner>, interval: Duration) -> Self {
-        Self {
-            manager,
-            interval,
+    pub(crate) fn new(nodes: &Arc<Nodes>) -> Arc<Self> {
+        Arc::new(Self {
+            nodes: Arc::clone(nodes),
             holds: Mutex::new(Vec::new()),
             task: Mutex::new(None),
             counters: Counters::default(),
-        }
+        })
+    }
+
+    fn interval(&self) -> Duration {
+        self.nodes.config.renew_interval
     }
 
     pub(crate) fn stats(&self) -> WatchdogStats {
@@ -97,26 +102,23 @@ impl Watchdog {
         }
     }
 
-    /// How many holds are registered (some may be finished).
-    pub(crate) fn registered(&self) -> usize {
-        lock(&self.holds).len()
-    }
-
     /// Starts renewing `hold`; starts the task if it is not running.
-    pub(crate) fn register(&self, hold: &Arc<Hold>) {
-        lock(&self.holds).push(Arc::downgrade(hold));
-        let mut task = lock(&self.task);
+    pub(crate) fn register(self: &Arc<Self>, hold: &Arc<Hold>) {
+        locked(&self.holds).push(Arc::downgrade(hold));
+        let mut task = locked(&self.task);
         if task
             .as_ref()
             .is_none_or(tokio::task::JoinHandle::is_finished)
         {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                *task = Some(handle.spawn(run(self.manager.clone(), self.interval)));
+                *task = Some(handle.spawn(run(Arc::downgrade(self))));
             }
         }
     }
 
-    /// The holds due for renewal, each marked as renewing. Holds that were
+    /// The holds due for renewal, each marked as renewing (with the instant
+    /// by which this tick's renewal and repair end at the latest, which a
+    /// release waits for). Holds that were
     /// released, lost or dropped leave the registry here; holds past their
     /// `max_hold` stop here.
     /// Holds whose validity already ran out are returned apart: they are
@@ -125,11 +127,17 @@ impl Watchdog {
     fn due(&self, now: Instant) -> (Vec<Arc<Hold>>, Vec<Arc<Hold>>) {
         let mut due = Vec::new();
         let mut lapsed = Vec::new();
-        lock(&self.holds).retain(|weak| {
+        let mut holds = locked(&self.holds);
+        let config = &self.nodes.config;
+        let limit = renew_timeout(config, holds.len())
+            .saturating_mul(2)
+            .saturating_add(config.node_timeout);
+        let until = quorum::deadline_after(Instant::now(), limit);
+        holds.retain(|weak| {
             let Some(hold) = weak.upgrade() else {
                 return false;
             };
-            let mut s = lock(&hold.state);
+            let mut s = locked(&hold.record);
             if hold.stored_phase() != HoldState::Held {
                 return false;
             }
@@ -149,7 +157,7 @@ impl Watchdog {
                     return false;
                 }
             }
-            s.renewing = true;
+            s.renewing = Some(until);
             drop(s);
             due.push(hold);
             true
@@ -160,7 +168,7 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        if let Some(task) = lock(&self.task).take() {
+        if let Some(task) = locked(&self.task).take() {
             task.abort();
         }
     }
@@ -169,7 +177,7 @@ impl Drop for Watchdog {
 /// The timeout of one renewal pipeline: the per-node timeout plus 50 ms per
 /// thousand locks for encoding and the script's own time on the node, at
 /// most half the renewal period (and never below the per-node timeout).
-pub(crate) fn renew_timeout(config: &crate::Config, locks: usize) -> Duration {
+pub(crate) fn renew_timeout(config: &Config, locks: usize) -> Duration {
     let thousands = u32::try_from(locks.div_ceil(1_000)).unwrap_or(u32::MAX);
     let want = config
         .node_timeout
@@ -177,7 +185,10 @@ pub(crate) fn renew_timeout(config: &crate::Config, locks: usize) -> Duration {
     want.min(config.renew_interval / 2).max(config.node_timeout)
 }
 
-async fn run(manager: Weak<Inner>, interval: Duration) {
+async fn run(watchdog: Weak<Watchdog>) {
+    let Some(interval) = watchdog.upgrade().map(|w| w.interval()) else {
+        return;
+    };
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -185,63 +196,46 @@ async fn run(manager: Weak<Inner>, interval: Duration) {
         #[cfg(test)]
         {
             // The simulator's process pauses stop the watchdog too.
-            let Some(id) = manager.upgrade().map(|i| i.client_id.clone()) else {
+            let Some(id) = watchdog.upgrade().map(|w| w.nodes.client_id.clone()) else {
                 return;
             };
             crate::sim::pause::wait(&id).await;
         }
-        let Some(inner) = manager.upgrade() else {
+        let Some(watchdog) = watchdog.upgrade() else {
             return;
         };
-        tick(&inner).await;
+        tick(&watchdog).await;
     }
 }
 
 /// Marks `hold` lost (once), counts it, and releases it in the background
 /// wherever it is still ours.
-fn lose(inner: &Arc<Inner>, hold: &Arc<Hold>, why: &str) {
+fn lose(wd: &Watchdog, hold: &Arc<Hold>, why: &str) {
     if !hold.transition(HoldState::Lost) {
         return;
     }
-    add(&inner.watchdog.counters.losses, 1);
+    add(&wd.counters.losses, 1);
     warn!(lock = %hold.keys.name, why, "lock lost");
-    let hold = Arc::clone(hold);
-    inner.background.spawn(async move {
-        let _ = hold.release_on_nodes(0).await;
-    });
-}
-
-/// The simulator's mutation that treats lapsed holds as held: the watchdog
-/// renews them and their validity deadline is ignored (never on outside
-/// tests).
-pub(crate) fn renew_lapsed() -> bool {
-    #[cfg(test)]
-    return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
-    #[cfg(not(test))]
-    false
+    let _ = hold.release_in_background(0);
 }
 
 /// One renewal round: one pipeline per node, all nodes in parallel.
-pub(crate) async fn tick(inner: &Arc<Inner>) {
-    let wd = &inner.watchdog;
+pub(crate) async fn tick(wd: &Watchdog) {
+    let nodes = &wd.nodes;
     let start = clock::now();
     let (due, lapsed) = wd.due(start);
     for hold in &lapsed {
-        lose(
-            inner,
-            hold,
-            "its validity ran out before it could be renewed",
-        );
+        lose(wd, hold, "its validity ran out before it could be renewed");
     }
     if due.is_empty() {
         return;
     }
     let batch = Arc::new(RenewBatch::new(due.iter().map(|h| renew_item(h)).collect()));
     batch.prepare();
-    let n = inner.nodes.len();
-    let timeout = renew_timeout(&inner.config, due.len());
+    let n = nodes.len();
+    let timeout = renew_timeout(&nodes.config, due.len());
     let built = start.elapsed();
-    let mut fan = FanOut::start(n, timeout, |i| inner.nodes[i].renew(Arc::clone(&batch)));
+    let mut fan = FanOut::start(n, timeout, |i| nodes.node(i).renew(Arc::clone(&batch)));
     fan.until(|_| false).await;
     let work = Instant::now();
     let now = clock::now();
@@ -252,10 +246,10 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
     for (i, r) in fan.replies().iter().enumerate() {
         if let Some(Err(e)) = r {
             add(&wd.counters.node_errors, due.len() as u64);
-            warn!(node = i, addr = inner.nodes[i].addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
+            warn!(node = i, addr = nodes.node(i).addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
         }
     }
-    let required = inner.config.required;
+    let required = nodes.required();
     let (mut extended, mut conflicts) = (0u64, 0u64);
     // Per node: the holds to re-create there (renewed on a quorum, missing here).
     let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -263,7 +257,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
     for (k, hold) in due.iter().enumerate() {
         let (mut confirmed, mut absent) = (0, 0);
         let mut missing = Vec::new();
-        let mut s = lock(&hold.state);
+        let mut s = locked(&hold.record);
         for (i, r) in fan.replies().iter().enumerate() {
             let code = match r {
                 Some(Ok(codes)) => codes.get(k).copied(),
@@ -302,13 +296,13 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
         // would hide that); or when this tick failed and the old validity
         // ends before the next tick could help.
         let lapsed = lapses(s.valid_until) <= now && !renew_lapsed();
-        let validity = quorum::valid_until(start, now, hold.lease, inner.config.drift(hold.lease));
+        let validity = quorum::valid_until(start, now, hold.lease, nodes.drift(hold.lease));
         let renewed = !lapsed && confirmed >= required && validity.is_some();
         if let (true, Some(until)) = (renewed, validity) {
             s.valid_until = s.valid_until.max(until);
         }
         let unconfirmable = n - absent < required;
-        let out_of_time = !renewed && s.valid_until <= now + wd.interval;
+        let out_of_time = !renewed && s.valid_until <= now + wd.interval();
         drop(s);
         if lapsed || unconfirmable || out_of_time {
             lost[k] = true;
@@ -322,11 +316,11 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
             debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
         }
     }
-    let repaired = repair(inner, &due, &repairs, start).await;
+    let repaired = repair(nodes, &due, &repairs, start).await;
     for (k, hold) in due.iter().enumerate() {
-        lock(&hold.state).renewing = false;
+        locked(&hold.record).renewing = None;
         if lost[k] {
-            lose(inner, hold, "renewal could not show a quorum in time");
+            lose(wd, hold, "renewal could not show a quorum in time");
         }
         hold.renew_done.notify_waiters();
     }
@@ -351,7 +345,7 @@ pub(crate) async fn tick(inner: &Arc<Inner>) {
 /// into `due`): one batch per node that needs one, in parallel, within the
 /// tick's timeout. Returns how many keys were re-created.
 async fn repair(
-    inner: &Arc<Inner>,
+    nodes: &Nodes,
     due: &[Arc<Hold>],
     repairs: &[Vec<usize>],
     start: tokio::time::Instant,
@@ -370,9 +364,9 @@ async fn repair(
         })
         .collect();
     let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
-    let timeout = renew_timeout(&inner.config, locks);
-    let mut fan = FanOut::start(inner.nodes.len(), timeout, |i| match &batches[i] {
-        Some(b) => inner.nodes[i].repair(Arc::clone(b)),
+    let timeout = renew_timeout(&nodes.config, locks);
+    let mut fan = FanOut::start(nodes.len(), timeout, |i| match &batches[i] {
+        Some(b) => nodes.node(i).repair(Arc::clone(b)),
         None => Box::pin(std::future::ready(Ok(Vec::new()))),
     });
     fan.until(|_| false).await;
@@ -383,10 +377,10 @@ async fn repair(
             let hold = &due[k];
             if *code == Renewed::Repaired || *code == Renewed::Extended {
                 repaired += u64::from(*code == Renewed::Repaired);
-                if let Some(g) = lock(&hold.state).granted.get_mut(i) {
+                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
                     *g = true;
                 }
-                info!(lock = %hold.keys.name, node = i, addr = inner.nodes[i].addr(), "repaired: re-created a missing lock key");
+                info!(lock = %hold.keys.name, node = i, addr = nodes.node(i).addr(), "repaired: re-created a missing lock key");
             }
         }
     }
@@ -399,7 +393,7 @@ fn renew_item(hold: &Hold) -> RenewItem {
     RenewItem {
         keys: Arc::clone(&hold.keys),
         owner: Arc::clone(&hold.holder_id),
-        count: lock(&hold.state).count,
+        count: locked(&hold.record).count,
         token: hold.token,
         lease: hold.lease,
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lock::lock;
+use crate::sync::locked;
 
 /// The invariants; see the module docs of `sim`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,16 +148,16 @@ impl Log {
 
     pub(crate) fn push(&self, who: Who, ev: Ev) {
         let at = self.now();
-        lock(&self.entries).push(Entry { at, who, ev });
+        locked(&self.entries).push(Entry { at, who, ev });
     }
 
     /// How many events have been logged so far.
     pub(crate) fn mark(&self) -> usize {
-        lock(&self.entries).len()
+        locked(&self.entries).len()
     }
 
     pub(crate) fn entries(&self) -> Vec<Entry> {
-        lock(&self.entries).clone()
+        locked(&self.entries).clone()
     }
 }
 

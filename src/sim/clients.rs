@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use super::checker::{Ev, Invariant, Log, Who};
 use super::node::{LinkCtl, NodeCtl};
 use super::Params;
-use crate::lock::lock;
 use crate::rng::up_to;
+use crate::sync::locked;
 use crate::{Error, LockGuard, LockManager};
 
 /// Lock names used by the clients.
@@ -34,7 +34,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// Waits while the process is stalled.
     async fn gate(&self) {
-        let until = *lock(&self.stalled_until);
+        let until = *locked(&self.stalled_until);
         if let Some(t) = until {
             tokio::time::sleep_until(t).await;
         }
@@ -72,7 +72,7 @@ impl Ctx {
     }
 
     fn hold_no(&self, holder_id: &str) -> usize {
-        let mut h = lock(&self.holds);
+        let mut h = locked(&self.holds);
         let n = h.len();
         *h.entry(holder_id.to_owned()).or_insert(n)
     }

@@ -10,8 +10,8 @@ use super::checker::{Ev, WORLD};
 use super::clients::Ctx;
 use super::node::{Cut, Health};
 use super::Mode;
-use crate::lock::lock;
 use crate::rng::up_to;
+use crate::sync::locked;
 
 /// One fault.
 #[derive(Debug, Clone, Copy)]
@@ -165,7 +165,7 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 // Sometimes longer than a lease.
                 let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
-                *lock(&ctx.procs[proc].stalled_until) = Some(now + d);
+                *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
                 // The watchdog resumes just after the links, as a process
                 // that wakes up finds its sockets working.
                 super::pause::pause(
@@ -212,6 +212,6 @@ pub(crate) fn heal_all(ctx: &Ctx) {
     }
     for p in &ctx.procs {
         p.link.set(Cut::None);
-        *lock(&p.stalled_until) = None;
+        *locked(&p.stalled_until) = None;
     }
 }

@@ -11,10 +11,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
-use crate::fake::FakeNode;
-use crate::lock::lock;
-use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
-use crate::quorum::Grant;
+use crate::keys::Keys;
+use crate::node::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::sync::locked;
+use crate::tests::fake::FakeNode;
 
 use super::checker::{Ev, Log, Who};
 
@@ -51,11 +51,11 @@ impl NodeCtl {
     }
 
     pub(crate) fn set_health(&self, h: Health) {
-        *lock(&self.health) = h;
+        *locked(&self.health) = h;
     }
 
     pub(crate) fn set_slow(&self, max: Duration) {
-        *lock(&self.slow) = max;
+        *locked(&self.slow) = max;
     }
 
     /// Goes down, dropping the replies in flight; `empty` forgets all data.
@@ -123,7 +123,7 @@ impl LinkCtl {
         job: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static,
     ) -> Option<impl FnOnce() -> BoxFuture<'static, ()>> {
         let now = Instant::now();
-        let mut w = lock(&self.wire);
+        let mut w = locked(&self.wire);
         let at = w.last.map_or(now + delay, |l| l.max(now + delay));
         if at <= now && w.queued.load(Ordering::Relaxed) == 0 {
             return Some(job);
@@ -148,7 +148,7 @@ impl LinkCtl {
     }
 
     pub(crate) fn set(&self, cut: Cut) {
-        *lock(&self.cut) = cut;
+        *locked(&self.cut) = cut;
     }
 }
 
@@ -180,9 +180,9 @@ impl SimNode {
         what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
-        let health = *lock(&self.node.health);
-        let cut = match *lock(&self.process.cut) {
-            Cut::None => *lock(&self.link.cut),
+        let health = *locked(&self.node.health);
+        let cut = match *locked(&self.process.cut) {
+            Cut::None => *locked(&self.link.cut),
             c => c,
         };
         if let Some((log, who, node)) = &self.trace {
@@ -208,7 +208,7 @@ impl SimNode {
         if cut == Cut::Requests {
             return never();
         }
-        let slow = *lock(&self.node.slow);
+        let slow = *locked(&self.node.slow);
         let jitter = || {
             if slow.is_zero() {
                 Duration::ZERO
@@ -222,7 +222,7 @@ impl SimNode {
         let node = Arc::clone(&self.node);
         let apply = move || -> BoxFuture<'static, ()> {
             // Arrived: a node that went down meanwhile never saw it.
-            if *lock(&node.health) != Health::Up {
+            if *locked(&node.health) != Health::Up {
                 return Box::pin(async {});
             }
             let epoch = node.epoch();

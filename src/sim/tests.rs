@@ -100,7 +100,7 @@ fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u
     sweep(CATCH_BUDGET, mode, m, &|seed, v| {
         let hit = v.iter().find(|(i, _)| want.contains(i));
         if let Some((i, what)) = hit {
-            let mut f = crate::lock::lock(&found);
+            let mut f = crate::sync::locked(&found);
             if f.as_ref().is_none_or(|(s, _)| seed < *s) {
                 *f = Some((seed, format!("{i:?}: {what}")));
             }
@@ -134,12 +134,12 @@ fn keeps_every_invariant(mode: Mode, seeds: u64) {
     let ran = sweep(seeds, mode, None, &|seed, v| {
         for (i, what) in v {
             if KNOWN_FAILING.contains(i) {
-                let mut k = crate::lock::lock(&known);
+                let mut k = crate::sync::locked(&known);
                 let e = k.entry(format!("{i:?}")).or_insert((seed, 0));
                 e.0 = e.0.min(seed);
                 e.1 += 1;
             } else {
-                crate::lock::lock(&failures).push((seed, *i, what.clone()));
+                crate::sync::locked(&failures).push((seed, *i, what.clone()));
             }
         }
         false

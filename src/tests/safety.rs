@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::fake::{FakeNode, Mode};
 use crate::node::NodeOps;
+use crate::tests::fake::{FakeNode, Mode};
 use crate::{HoldState, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fake::{FakeNode, Mode};
 use crate::node::NodeOps;
+use crate::tests::fake::{FakeNode, Mode};
 use crate::{Error, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);

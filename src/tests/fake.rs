@@ -10,9 +10,9 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
-use crate::lock::lock;
-use crate::node::{Keys, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
-use crate::quorum::Grant;
+use crate::keys::Keys;
+use crate::node::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::sync::locked;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -58,17 +58,17 @@ impl FakeNode {
     }
 
     pub(crate) fn set_mode(&self, mode: Mode) {
-        *lock(&self.mode) = mode;
+        *locked(&self.mode) = mode;
     }
 
     /// Answers `calls` more calls, then fails every call after them.
     pub(crate) fn fail_after(&self, calls: u64) {
-        *lock(&self.fail_after) = Some(calls);
+        *locked(&self.fail_after) = Some(calls);
     }
 
     /// Makes `owner` hold `key` here for `ttl`.
     pub(crate) fn take(&self, key: &str, owner: &str, ttl: Duration) {
-        lock(&self.state).locks.insert(
+        locked(&self.state).locks.insert(
             key.to_owned(),
             Entry {
                 owner: owner.to_owned(),
@@ -80,7 +80,7 @@ impl FakeNode {
 
     /// The holder of `key`, if unexpired.
     pub(crate) fn holder(&self, key: &str) -> Option<(String, u32)> {
-        let s = lock(&self.state);
+        let s = locked(&self.state);
         s.locks
             .get(key)
             .filter(|e| e.expires > Instant::now())
@@ -89,7 +89,7 @@ impl FakeNode {
 
     /// Forgets every key, as a node restarted empty.
     pub(crate) fn wipe(&self) {
-        let mut s = lock(&self.state);
+        let mut s = locked(&self.state);
         s.locks.clear();
         s.fences.clear();
     }
@@ -97,7 +97,7 @@ impl FakeNode {
     /// Steps this node's clock forward by `by`: every key expires `by`
     /// earlier (the simulator's clock-jump fault).
     pub(crate) fn jump_clock(&self, by: Duration) {
-        let mut s = lock(&self.state);
+        let mut s = locked(&self.state);
         s.locks.retain(|_, e| match e.expires.checked_sub(by) {
             Some(t) => {
                 e.expires = t;
@@ -110,7 +110,7 @@ impl FakeNode {
 
     /// The unexpired lock keys, sorted.
     pub(crate) fn lock_keys(&self) -> Vec<String> {
-        let mut s = lock(&self.state);
+        let mut s = locked(&self.state);
         expire(&mut s);
         let mut keys: Vec<String> = s.locks.keys().cloned().collect();
         keys.sort();
@@ -125,20 +125,20 @@ impl FakeNode {
     ) -> BoxFuture<'static, Result<T, NodeError>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         {
-            let mut left = lock(&self.fail_after);
+            let mut left = locked(&self.fail_after);
             match *left {
                 Some(0) => {
                     *left = None;
-                    *lock(&self.mode) = Mode::Fail;
+                    *locked(&self.mode) = Mode::Fail;
                 }
                 Some(n) => *left = Some(n - 1),
                 None => {}
             }
         }
-        let mode = *lock(&self.mode);
+        let mode = *locked(&self.mode);
         let applied = match mode {
             Mode::Normal | Mode::Slow(_) => {
-                let mut s = lock(&self.state);
+                let mut s = locked(&self.state);
                 expire(&mut s);
                 Some(f(&mut s))
             }

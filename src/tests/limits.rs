@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fake::{FakeNode, Mode};
 use crate::node::NodeOps;
+use crate::tests::fake::{FakeNode, Mode};
 use crate::{Error, LockManager, Quorum, MAX_LEASE, MAX_TIMEOUT};
 
 const KEY: &str = "quorumlock:{job}";
@@ -30,7 +30,7 @@ fn unbounded_timeout(n: usize, lease: Duration) -> (LockManager, Vec<Arc<FakeNod
         .expect("valid fake cluster");
     let mut config = m.config().clone();
     config.node_timeout = Duration::MAX;
-    (LockManager::from_parts(config, nodes), fakes)
+    (LockManager::from_parts(config, nodes, Vec::new()), fakes)
 }
 
 #[test]
@@ -91,7 +91,7 @@ async fn the_watchdog_renews_under_an_unbounded_node_timeout() {
     let (m, fakes) = unbounded_timeout(3, Duration::from_secs(3));
     let g = m.lock("job").await.expect("lock");
     let before = m.watchdog_stats().ticks;
-    crate::watchdog::tick(&m.inner).await;
+    crate::watchdog::tick(&m.inner.watchdog).await;
     assert_eq!(m.watchdog_stats().ticks, before + 1);
     assert!(m.watchdog_stats().extended >= 3);
     assert!(!g.is_lost());
@@ -121,7 +121,7 @@ async fn the_largest_node_timeout_works_end_to_end_with_a_stalled_node() {
         .expect("2 of 3 grant");
     let status = m.status("job").await.expect("status");
     assert!(status.nodes[2].state.is_err(), "the stalled node timed out");
-    crate::watchdog::tick(&m.inner).await;
+    crate::watchdog::tick(&m.inner.watchdog).await;
     assert!(!g.is_lost());
     g.release().await.expect("release");
     assert_eq!(fakes.iter().filter(|f| f.holder(KEY).is_some()).count(), 0);

@@ -1,7 +1,5 @@
-//! One Redis master: its connection, timeouts and script calls.
-//!
-//! The coordinator talks to nodes through the private [`NodeOps`] trait so
-//! that it can be tested against fakes that stall, fail or grant partially.
+//! A Redis master reached through a connection manager: connecting,
+//! refusing what must not be a node, and the script calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -9,213 +7,15 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{Client, Value};
 
 use crate::admission::{maxmemory_policy, Admission, ServerInfo};
-use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
-use crate::quorum::Grant;
+use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::keys::Keys;
 use crate::scripts;
 
-/// The keys of one lock: `<prefix>{<name>}`, its release channel, and the
-/// node's one fence counter `<prefix>fence`, shared by every lock so that
-/// counters do not grow with the number of lock names.
-#[derive(Debug)]
-pub(crate) struct Keys {
-    pub(crate) name: Arc<str>,
-    pub(crate) lock: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
-}
-
-impl Keys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}{{{name}}}");
-        Self {
-            name: name.into(),
-            fence: format!("{prefix}fence"),
-            channel: format!("{lock}:released"),
-            lock,
-        }
-    }
-}
-
-/// How a node answered a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// Deleted, and waiters notified.
-    Deleted,
-    /// The hold count was lowered; the lock stays.
-    Lowered,
-    /// No key: expired, or the node lost it.
-    Missing,
-    /// Another owner holds it.
-    OtherOwner,
-}
-
-/// How a node answered one lock of a renewal batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewed {
-    /// Our owner held it; extended.
-    Extended,
-    /// The key was missing and has been re-created for us (repair only).
-    Repaired,
-    /// The key is missing (renewal only; nothing was created).
-    Missing,
-    /// Another owner holds it.
-    Conflict,
-    /// The key holds another type.
-    WrongType,
-}
-
-/// One lock of a renewal batch.
-#[derive(Debug, Clone)]
-pub(crate) struct RenewItem {
-    pub(crate) keys: Arc<Keys>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) count: u32,
-    pub(crate) token: u64,
-    pub(crate) lease: Duration,
-}
-
-/// What one node holds for one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NodeLockState {
-    /// The owner id holding the lock, if any.
-    pub holder: Option<String>,
-    /// The holder's hold count (0 when free).
-    pub hold_count: u32,
-    /// Remaining time of the lock key; `None` when free or without TTL.
-    pub pttl: Option<Duration>,
-    /// The lock's fence counter on this node (the last token it issued).
-    pub fence: u64,
-}
-
-/// Calls to one node. Every future is `'static` so that calls still in
-/// flight can outlive the caller that started them.
-pub(crate) trait NodeOps: Send + Sync + 'static {
-    fn addr(&self) -> &str;
-
-    /// The node's `maxmemory-policy` as last read (at connect, when a lazily
-    /// connected node first answered, and by each status call); `None` when
-    /// the node would not say (`CONFIG` refused or renamed) or never answered.
-    fn maxmemory_policy(&self) -> Option<String> {
-        None
-    }
-
-    /// A client for the node's pub/sub connection, if it has one.
-    fn pubsub_client(&self) -> Option<Client> {
-        None
-    }
-
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
-
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>>;
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
-
-    /// Re-creates the missing keys of a batch (built with
-    /// [`RenewBatch::repair`]) and raises the fence counter to each token.
-    fn repair(&self, batch: Arc<RenewBatch>)
-        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
-
-    /// Raises the node's fence counter to at least `token`; returns the
-    /// counter after the call.
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>>;
-
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
-
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>>;
-}
-
-/// Locks per script call in a renewal batch; one pipeline carries them all.
-pub(crate) const RENEW_CHUNK: usize = 1_000;
-
-/// The locks one watchdog tick renews, the same on every node, or the
-/// locks it repairs on one node.
-pub(crate) struct RenewBatch {
-    pub(crate) items: Vec<RenewItem>,
-    /// Renew (extend only) or repair (re-create missing keys).
-    repair: bool,
-    /// The pipeline, built once per tick by the first node that needs it.
-    pipeline: std::sync::OnceLock<redis::Pipeline>,
-}
-
-impl RenewBatch {
-    pub(crate) fn new(items: Vec<RenewItem>) -> Self {
-        Self {
-            items,
-            repair: false,
-            pipeline: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// A batch that re-creates the missing keys of `items`.
-    pub(crate) fn repair(items: Vec<RenewItem>) -> Self {
-        Self {
-            items,
-            repair: true,
-            pipeline: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Builds the pipeline now, so its cost is counted as the watchdog's work.
-    pub(crate) fn prepare(&self) {
-        let _ = self.pipeline();
-    }
-
-    fn script(&self) -> &'static redis::Script {
-        if self.repair {
-            &scripts::REPAIR
-        } else {
-            &scripts::RENEW
-        }
-    }
-
-    /// One EVALSHA of the renew (or repair) script per chunk of
-    /// [`RENEW_CHUNK`] locks.
-    fn pipeline(&self) -> &redis::Pipeline {
-        self.pipeline.get_or_init(|| {
-            let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
-            for chunk in self.items.chunks(RENEW_CHUNK) {
-                let fence = chunk.first().map(|i| i.keys.fence.as_str());
-                let keys = chunk.len() + usize::from(self.repair);
-                let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
-                for item in chunk {
-                    cmd.arg(&item.keys.lock);
-                }
-                if self.repair {
-                    cmd.arg(fence.unwrap_or_default());
-                }
-                for item in chunk {
-                    cmd.arg(&*item.owner).arg(item.count);
-                    if self.repair {
-                        cmd.arg(item.token);
-                    }
-                    cmd.arg(ms(item.lease));
-                }
-            }
-            pipe
-        })
-    }
-}
+use super::spec::NodeSpec;
+use super::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -233,95 +33,6 @@ pub(crate) struct RedisNode {
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
     /// enough. Cleared after a connection error (the node may have restarted).
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
-}
-
-/// A node as given to the builder, before connecting.
-#[derive(Clone)]
-pub(crate) struct NodeSpec {
-    pub(crate) client: Client,
-    pub(crate) addr: String,
-    /// Identity used to refuse the same node twice.
-    pub(crate) identity: String,
-}
-
-impl NodeSpec {
-    pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
-        let info = url.into_connection_info().map_err(|e| {
-            Error::invalid(
-                "node URL",
-                format!("{}: {}", redact(url), redact_message(&e.to_string(), url)),
-            )
-        })?;
-        Self::from_info(info)
-    }
-
-    pub(crate) fn from_client(client: &Client) -> Result<Self, Error> {
-        Self::from_info(client.get_connection_info().clone())
-    }
-
-    fn from_info(info: redis::ConnectionInfo) -> Result<Self, Error> {
-        let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let info = info.set_tcp_settings(tcp);
-        let db = info.redis_settings().db();
-        let addr = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            ConnectionAddr::TcpTls { host, port, .. } => format!("tls://{host}:{port}"),
-            ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
-            other => format!("{other}"),
-        };
-        let addr = if db == 0 {
-            addr
-        } else {
-            format!("{addr}/{db}")
-        };
-        let identity = match info.addr() {
-            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                let host = if host == "localhost" || host == "::1" || host == "[::1]" {
-                    "127.0.0.1"
-                } else {
-                    host.as_str()
-                };
-                format!("{host}:{port}/{db}")
-            }
-            _ => addr.clone(),
-        };
-        let client =
-            Client::open(info).map_err(|e| Error::invalid("node", format!("{addr}: {e}")))?;
-        Ok(Self {
-            client,
-            addr,
-            identity,
-        })
-    }
-}
-
-/// Replaces the password of a URL with `***`.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            if userinfo.contains(':') {
-                format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-            } else {
-                url.to_owned()
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-fn redact_message(message: &str, url: &str) -> String {
-    match url.rfind('@').zip(url.find("://")) {
-        Some((at, scheme)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((_, password)) if !password.is_empty() => message.replace(password, "***"),
-                _ => message.to_owned(),
-            }
-        }
-        _ => message.to_owned(),
-    }
 }
 
 impl RedisNode {
@@ -494,7 +205,7 @@ async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
     })
 }
 
-fn ms(d: Duration) -> u64 {
+pub(super) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
@@ -839,44 +550,5 @@ impl NodeOps for RedisNode {
                 fence,
             })
         })
-    }
-}
-
-/// Failures of one node, with its identity.
-pub(crate) fn failure(nodes: &[Arc<dyn NodeOps>], i: usize, e: &NodeError) -> NodeFailure {
-    e.clone().at(i, nodes[i].addr())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_share_a_hash_tag() {
-        let k = Keys::new("ql:", "orders");
-        assert_eq!(k.lock, "ql:{orders}");
-        assert_eq!(k.fence, "ql:fence");
-        assert_eq!(k.channel, "ql:{orders}:released");
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        assert_eq!(
-            redact_message("bad secret here", "redis://u:secret@h"),
-            "bad *** here"
-        );
-    }
-
-    #[test]
-    fn specs_name_nodes_without_credentials_and_detect_duplicates() {
-        let a = NodeSpec::from_url("redis://user:pw@localhost:7001/2").expect("valid url");
-        assert_eq!(a.addr, "localhost:7001/2");
-        let b = NodeSpec::from_url("redis://127.0.0.1:7001/2").expect("valid url");
-        assert_eq!(a.identity, b.identity);
-        assert!(NodeSpec::from_url("http://nope").is_err());
-        assert!(NodeSpec::from_url("not a url").is_err());
     }
 }

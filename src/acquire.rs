@@ -1,0 +1,214 @@
+//! Taking a lock: attempts until one wins or the wait runs out, sleeping
+//! between them on the release channel (or a backoff), and re-entering a
+//! hold the owner already has.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::debug;
+
+use crate::attempt::attempt;
+use crate::clock;
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::hold::{Hold, OnDrop};
+use crate::keys::Keys;
+use crate::nodes::Nodes;
+use crate::owner::Owner;
+use crate::sync::locked;
+use crate::wait::{Notifier, Waiter};
+use crate::watchdog::Watchdog;
+
+/// How long an acquisition may wait for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Forever,
+    Up(Duration),
+}
+
+/// What an acquisition works with: the nodes, the release channels its
+/// waiters listen on, and the watchdog that renews what it wins.
+pub(crate) struct Acquisition<'a> {
+    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) notifier: &'a Notifier,
+    pub(crate) watchdog: &'a Arc<Watchdog>,
+}
+
+impl Acquisition<'_> {
+    /// Takes the lock anew for `owner`, within `wait`. The hold is renewed
+    /// by the watchdog when `renew` is set, and runs `on_drop` when dropped.
+    pub(crate) async fn fresh(
+        &self,
+        keys: Arc<Keys>,
+        owner: Owner,
+        lease: Duration,
+        renew: bool,
+        wait: Wait,
+        on_drop: OnDrop,
+    ) -> Result<Arc<Hold>, Error> {
+        let config = &self.nodes.config;
+        let start = clock::now();
+        // A wait too long to represent is a wait without end.
+        let deadline = match wait {
+            Wait::Forever => None,
+            Wait::Up(w) => start.checked_add(w),
+        };
+        let mut attempt_no: u32 = 0;
+        let mut waiter: Option<Waiter> = None;
+        // Local fairness: while other local waiters are queued for this lock,
+        // a newcomer queues behind them instead of barging in.
+        if wait != Wait::Up(Duration::ZERO) {
+            waiter = self.notifier.join_if_queued(&keys.channel);
+        }
+        let mut deferred = waiter.as_ref().is_some_and(|w| !w.is_head());
+        loop {
+            let err = if deferred {
+                None
+            } else {
+                if let Some(w) = waiter.as_mut() {
+                    w.mark();
+                }
+                // A holder id per attempt: a late rollback of a failed
+                // attempt can never touch a later one's grants.
+                let holder_id = owner.holder_id();
+                match attempt(self.nodes, &keys, &holder_id, lease, 1, 0, attempt_no).await {
+                    Ok(won) => {
+                        if let Some(w) = waiter.take() {
+                            w.acquired(lease);
+                        }
+                        let hold = Hold::new(
+                            self.nodes,
+                            &keys,
+                            &owner,
+                            &holder_id,
+                            lease,
+                            renew,
+                            won.acquired,
+                            on_drop,
+                        );
+                        won.late.finish(&hold);
+                        if renew {
+                            self.watchdog.register(&hold);
+                        }
+                        return Ok(hold);
+                    }
+                    Err(e) if e.is_retryable() => {
+                        if let (Some(w), Some(pttl)) = (&waiter, e.min_pttl()) {
+                            w.holder_seen(pttl);
+                        }
+                        Some(e)
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let now = clock::now();
+            let remaining = deadline.map(|d| d.saturating_duration_since(now));
+            if remaining == Some(Duration::ZERO) {
+                match err {
+                    Some(e) => return Err(e),
+                    // Queued the whole wait behind local waiters: one try.
+                    None => {
+                        deferred = false;
+                        continue;
+                    }
+                }
+            }
+            attempt_no = attempt_no.saturating_add(1);
+            let Some(w) = waiter.as_mut() else {
+                // First miss: subscribe to the release channel, then try once
+                // more, so a release that happened before the subscription
+                // took effect is not missed.
+                let w = self.notifier.waiter(&keys.channel);
+                if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
+                    w.holder_seen(pttl);
+                }
+                let limit = remaining.map_or(config.node_timeout, |r| r.min(config.node_timeout));
+                w.confirmed(limit).await;
+                waiter = Some(w);
+                continue;
+            };
+            let delay = match &err {
+                Some(e) => self.fallback(e, attempt_no, w.covered(), remaining),
+                // Queued behind local waiters: our bell rings when our turn
+                // comes; until then, sleep no longer than the holder's key
+                // is known to last (an expiry publishes nothing), or poll if
+                // release messages are not covered.
+                None if w.covered() => {
+                    let until_expiry = w.holder_left().unwrap_or(lease);
+                    remaining.map_or(until_expiry, |r| r.min(until_expiry))
+                }
+                None => config.backoff.delay(attempt_no),
+            };
+            let timer_deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+            let woke = w.wait(delay, timer_deadline).await;
+            deferred = false;
+            debug!(lock = %keys.name, ?woke, "waiter woke");
+        }
+    }
+
+    /// How long a waiter sleeps when no release message comes. With release
+    /// messages covered, until the holder's key would expire (so a lost
+    /// message costs at most one TTL); without, the polling backoff. Never
+    /// past the caller's deadline; jittered.
+    fn fallback(
+        &self,
+        err: &Error,
+        attempt_no: u32,
+        covered: bool,
+        remaining: Option<Duration>,
+    ) -> Duration {
+        let backoff = self.nodes.config.backoff.delay(attempt_no);
+        let jitter = Duration::from_micros(crate::rng::up_to(2_000));
+        let delay = match err.min_pttl() {
+            Some(pttl) if covered => pttl + jitter,
+            Some(pttl) => backoff.min(pttl + jitter),
+            None => backoff,
+        };
+        remaining.map_or(delay, |r| delay.min(r))
+    }
+}
+
+/// Re-enters a live hold: one more level, refreshed on the nodes.
+pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
+    if !hold.is_live() {
+        return Err(hold.gone());
+    }
+    // The level is taken at once, as a guard: a release of another level
+    // meanwhile lowers the same count, and if this future is dropped (or
+    // the hold is gone when it ends), dropping the guard gives the level
+    // back like any release.
+    let count = hold.enter_level();
+    let guard = LockGuard::new(Arc::clone(&hold));
+    let nodes = &hold.nodes;
+    match attempt(
+        nodes,
+        &hold.keys,
+        &hold.holder_id,
+        hold.lease,
+        count,
+        count - 1,
+        0,
+    )
+    .await
+    {
+        Ok(won) => {
+            let mut r = locked(&hold.record);
+            r.valid_until = r.valid_until.max(won.acquired.valid_until);
+            for (g, w) in r.granted.iter_mut().zip(&won.acquired.granted) {
+                *g |= *w;
+            }
+            drop(r);
+            won.late.finish(&hold);
+        }
+        Err(e) => {
+            // Still held until `valid_until`: re-entry does not change who
+            // holds the lock, and the watchdog or release converges the
+            // nodes to the new count.
+            debug!(lock = %hold.keys.name, error = %e, "re-entry could not refresh a quorum");
+        }
+    }
+    if !hold.is_live() {
+        return Err(hold.gone());
+    }
+    Ok(guard)
+}

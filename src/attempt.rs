@@ -1,0 +1,278 @@
+//! One attempt at a lock: the acquire script on every node at once,
+//! counted against the quorum, the validity left after the time it took,
+//! the fence token shown on a quorum, and the rollback when it fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, field, Instrument};
+
+use crate::clock;
+use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
+use crate::hold::Acquired;
+use crate::keys::Keys;
+use crate::node::Grant;
+use crate::nodes::Nodes;
+use crate::quorum::{self, Decision, FanOut, Tally};
+use crate::rollback::{LateGrants, Rollback};
+
+/// A successful fan-out.
+pub(crate) struct Won {
+    pub(crate) acquired: Acquired,
+    pub(crate) late: LateGrants,
+}
+
+/// One fan-out of the acquire script. On success the grants belong to the
+/// caller; on failure (or if dropped) they are rolled back.
+pub(crate) async fn attempt(
+    nodes: &Arc<Nodes>,
+    keys: &Arc<Keys>,
+    holder_id: &Arc<str>,
+    lease: Duration,
+    count: u32,
+    prior_count: u32,
+    attempt: u32,
+) -> Result<Won, Error> {
+    let span = tracing::debug_span!(
+        "quorumlock.acquire",
+        lock = %keys.name,
+        holder = %holder_id,
+        attempt,
+        count,
+        granted = field::Empty,
+        taken = field::Empty,
+        failed = field::Empty,
+        elapsed_us = field::Empty,
+        validity_ms = field::Empty,
+        outcome = field::Empty,
+    );
+    async {
+        let required = nodes.required();
+        let start = clock::now();
+        let mut rollback = Rollback::new(nodes, keys, holder_id, prior_count, lease);
+        let timeout = nodes.call_timeout(lease);
+        let mut fan = FanOut::start(nodes.len(), timeout, |i| {
+            nodes.node(i).acquire(keys, holder_id, lease, count)
+        });
+        fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
+            .await;
+        let elapsed = clock::now().saturating_duration_since(start);
+        let tally = Tally::of(fan.replies());
+        let span = tracing::Span::current();
+        span.record("granted", tally.granted);
+        span.record("taken", tally.taken);
+        span.record("failed", tally.failed);
+        span.record(
+            "elapsed_us",
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        );
+        for (i, r) in fan.replies().iter().enumerate() {
+            match r {
+                Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+                Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
+                Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
+                None => debug!(node = i, "pending"),
+            }
+        }
+        let decision = tally.decide(required);
+        if decision != Decision::Won {
+            span.record("outcome", "missed");
+            let (replies, _) = fan.into_parts();
+            rollback.run(&replies).await;
+            return Err(missed(nodes, keys, &replies, tally));
+        }
+        let (replies, rest) = fan.into_parts();
+        let mut granted = vec![false; replies.len()];
+        let mut token = 0;
+        for (i, r) in replies.iter().enumerate() {
+            if let Some(Ok(Grant::Granted(t))) = r {
+                granted[i] = true;
+                token = token.max(*t);
+            }
+        }
+        let fenced = if prior_count == 0 {
+            fence_quorum(nodes, keys, &replies, token, start, lease).await
+        } else {
+            Ok(())
+        };
+        let now = clock::now();
+        match (
+            fenced,
+            quorum::valid_until(start, now, lease, nodes.drift(lease)),
+        ) {
+            (Ok(()), Some(valid_until)) => {
+                rollback.disarm();
+                span.record(
+                    "validity_ms",
+                    u64::try_from(valid_until.saturating_duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                );
+                span.record("outcome", "won");
+                Ok(Won {
+                    acquired: Acquired {
+                        token,
+                        valid_until,
+                        started: start,
+                        granted,
+                    },
+                    late: LateGrants { rest },
+                })
+            }
+            (Err(failures), _) => {
+                span.record("outcome", "fence quorum missed");
+                rollback.run(&replies).await;
+                Err(Error::Unavailable {
+                    name: keys.name.to_string(),
+                    failures,
+                    required,
+                    granted: tally.granted,
+                })
+            }
+            (Ok(()), None) => {
+                span.record("outcome", "validity exhausted");
+                rollback.run(&replies).await;
+                Err(Error::ValidityExhausted {
+                    name: keys.name.to_string(),
+                    elapsed: now.saturating_duration_since(start),
+                    lease,
+                })
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Hands out `token` only once a quorum of nodes is known to have a fence
+/// counter of at least `token`: the granting nodes that returned it, plus
+/// lagging nodes raised to it now. Every later quorum then overlaps that
+/// set in a node whose next INCR is above `token`. Returns the failures
+/// when no quorum could be shown within the lease's validity.
+async fn fence_quorum(
+    nodes: &Nodes,
+    keys: &Arc<Keys>,
+    replies: &[Option<Result<Grant, NodeError>>],
+    token: u64,
+    start: Instant,
+    lease: Duration,
+) -> Result<(), Vec<NodeFailure>> {
+    let required = nodes.required();
+    let at_token: Vec<bool> = replies
+        .iter()
+        .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
+        .collect();
+    if at_token.iter().filter(|b| **b).count() >= required {
+        return Ok(());
+    }
+    #[cfg(test)]
+    if crate::sim::mutation::active(crate::sim::mutation::Mutation::SingleTryFence) {
+        let calls: Vec<_> = (0..nodes.len())
+            .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
+            .map(|i| nodes.node(i).raise_fence(keys, token))
+            .collect();
+        nodes.spawn(async move {
+            for call in calls {
+                let _ = call.await;
+            }
+        });
+        return Ok(());
+    }
+    let valid_for = quorum::validity(
+        lease,
+        clock::now().saturating_duration_since(start),
+        nodes.drift(lease),
+    )
+    .unwrap_or_default();
+    let timeout = nodes.call_timeout(lease).min(valid_for);
+    let mut fan = FanOut::start(nodes.len(), timeout, |i| {
+        if at_token[i] {
+            Box::pin(std::future::ready(Ok(token)))
+        } else {
+            nodes.node(i).raise_fence(keys, token)
+        }
+    });
+    let raised = |f: &FanOut<u64>| {
+        let (mut done, mut pending) = (0, 0);
+        for r in f.replies() {
+            match r {
+                Some(Ok(c)) if *c >= token => done += 1,
+                None => pending += 1,
+                _ => {}
+            }
+        }
+        (done, pending)
+    };
+    fan.until(|f| {
+        let (done, pending) = raised(f);
+        done >= required || done + pending < required
+    })
+    .await;
+    let (done, _) = raised(&fan);
+    let (replies, rest) = fan.into_parts();
+    if !rest.is_empty() {
+        nodes.spawn(rest.for_each(|_, _| {}));
+    }
+    if done >= required {
+        return Ok(());
+    }
+    debug!(lock = %keys.name, token, done, required, "fence counters could not be raised on a quorum");
+    Err(replies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Some(Err(e)) => Some(nodes.failure(i, e)),
+            _ => None,
+        })
+        .collect())
+}
+
+fn missed(
+    nodes: &Nodes,
+    keys: &Keys,
+    replies: &[Option<Result<Grant, NodeError>>],
+    tally: Tally,
+) -> Error {
+    let name = keys.name.to_string();
+    let mut taken = Vec::new();
+    let mut failures = Vec::new();
+    for (i, r) in replies.iter().enumerate() {
+        match r {
+            Some(Ok(Grant::Taken(pttl))) => taken.push(TakenNode {
+                node: i,
+                addr: nodes.node(i).addr().to_owned(),
+                pttl: *pttl,
+            }),
+            Some(Err(e)) => failures.push(nodes.failure(i, e)),
+            _ => {}
+        }
+    }
+    let wrong: Vec<NodeFailure> = failures
+        .iter()
+        .filter(|f| f.kind == NodeErrorKind::WrongType)
+        .cloned()
+        .collect();
+    if !wrong.is_empty() {
+        return Error::WrongType {
+            name,
+            failures: wrong,
+        };
+    }
+    if taken.is_empty() {
+        return Error::Unavailable {
+            name,
+            failures,
+            required: nodes.required(),
+            granted: tally.granted,
+        };
+    }
+    let min_pttl = taken.iter().filter_map(|t| t.pttl).min();
+    Error::Contended {
+        name,
+        taken,
+        min_pttl,
+        failures,
+        required: nodes.required(),
+        granted: tally.granted,
+    }
+}

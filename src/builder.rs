@@ -1,0 +1,365 @@
+//! The builder of a [`LockManager`]: every setter infallible, everything
+//! validated at once by `build()`, which connects to the nodes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::admission::Admission;
+use crate::config::{check_lease, Backoff, Config, Quorum, MAX_TIMEOUT};
+use crate::error::Error;
+use crate::manager::LockManager;
+use crate::node::{redact, NodeOps, NodeSpec, RedisNode};
+
+/// Builds a [`crate::LockManager`]; every setter is infallible and
+/// [`build`](Self::build) validates everything at once.
+///
+/// Defaults: `Quorum::Majority`, lease 30 s renewed every 10 s, per-node
+/// timeout 200 ms, connect timeout 2 s, drift factor 0.01, backoff 10–200 ms,
+/// key prefix `quorumlock:`, no `max_hold`.
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct LockManagerBuilder {
+    urls: Vec<String>,
+    clients: Vec<redis::Client>,
+    quorum: Quorum,
+    lease: Duration,
+    renew_interval: Option<Duration>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    backoff: Backoff,
+    key_prefix: String,
+    max_hold: Option<Duration>,
+    allow_unreachable: bool,
+    require_noeviction: bool,
+}
+
+impl std::fmt::Debug for LockManagerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        f.debug_struct("LockManagerBuilder")
+            .field("urls", &urls)
+            .field("clients", &self.clients.len())
+            .field("quorum", &self.quorum)
+            .field("lease", &self.lease)
+            .field("renew_interval", &self.renew_interval)
+            .field("node_timeout", &self.node_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("key_prefix", &self.key_prefix)
+            .field("max_hold", &self.max_hold)
+            .field("allow_unreachable", &self.allow_unreachable)
+            .field("require_noeviction", &self.require_noeviction)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for LockManagerBuilder {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            clients: Vec::new(),
+            quorum: Quorum::Majority,
+            lease: Duration::from_secs(30),
+            renew_interval: None,
+            node_timeout: Duration::from_millis(200),
+            connect_timeout: Duration::from_secs(2),
+            drift_factor: 0.01,
+            backoff: Backoff::default(),
+            key_prefix: "quorumlock:".to_owned(),
+            max_hold: None,
+            allow_unreachable: false,
+            require_noeviction: false,
+        }
+    }
+}
+
+impl LockManagerBuilder {
+    /// Adds one node by URL (`redis://`, `rediss://` with the `tls-rustls`
+    /// feature, credentials and db allowed).
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.urls.push(url.into());
+        self
+    }
+
+    /// Adds nodes by URL.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.urls.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a node from a ready `redis::Client` (after the URL nodes).
+    pub fn client(mut self, client: redis::Client) -> Self {
+        self.clients.push(client);
+        self
+    }
+
+    /// The quorum policy.
+    pub fn quorum(mut self, quorum: Quorum) -> Self {
+        self.quorum = quorum;
+        self
+    }
+
+    /// The lease of renewed locks (`lock`, `try_lock`).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The watchdog's period (default: lease / 3).
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// The timeout of one call to one node (above zero, at most
+    /// [`MAX_TIMEOUT`]; `build()` checks). Calls made under a lease are also
+    /// bounded by that lease.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The timeout of connecting to each node in `build`, and of each
+    /// reconnection later (above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// checks).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The clock drift factor (drift = lease × factor + 2 ms).
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// The delays between attempts while waiting.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The prefix of every key (default `quorumlock:`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Stop renewing a lock after it has been held this long (above zero;
+    /// `Duration::MAX` renews for as long as the lock is held, as when unset).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Let `build` succeed while some nodes are down, as long as a quorum of
+    /// them is reachable (default: every node must answer).
+    ///
+    /// The unreachable nodes are connected on first use and take part as soon
+    /// as they answer; their role is checked then, and a node that turns out
+    /// not to be a master is never used. A service can then start during a
+    /// minority outage, as RedLock is meant to tolerate.
+    pub fn allow_unreachable(mut self, allow: bool) -> Self {
+        self.allow_unreachable = allow;
+        self
+    }
+
+    /// Refuse every node whose `maxmemory-policy` is not `noeviction`
+    /// (default: such a node is used, with a warning).
+    ///
+    /// Under any other policy Redis may evict a key that has a TTL when it
+    /// runs out of memory, and every lock key has one: a held lock can vanish
+    /// from the node without anyone releasing it. With this option `build()`
+    /// fails with [`Error::Config`] naming the node and its policy; a node
+    /// that will not tell its policy (`CONFIG GET` refused or renamed) is
+    /// refused too, since it cannot be shown to be safe. A node connected
+    /// later (see [`allow_unreachable`](Self::allow_unreachable)) is checked
+    /// when it first answers and never used if it fails. The policy is not
+    /// watched afterwards; [`crate::LockManager::status`] shows it per node.
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
+        self
+    }
+
+    fn validate(&self) -> Result<(Config, Vec<NodeSpec>), Error> {
+        let mut specs = Vec::with_capacity(self.urls.len() + self.clients.len());
+        for url in &self.urls {
+            specs.push(NodeSpec::from_url(url)?);
+        }
+        for client in &self.clients {
+            specs.push(NodeSpec::from_client(client)?);
+        }
+        if specs.is_empty() {
+            return Err(Error::Config(
+                "no nodes: add at least one with `node(url)` or `client(client)`".into(),
+            ));
+        }
+        for (i, a) in specs.iter().enumerate() {
+            if let Some(j) = specs[..i].iter().position(|b| b.identity == a.identity) {
+                return Err(Error::Config(format!(
+                    "node {i} ({}) is the same node as node {j}",
+                    a.addr
+                )));
+            }
+        }
+        let required = self.quorum.required(specs.len())?;
+        if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(Error::invalid(
+                "drift factor",
+                format!("{} is not in [0, 1)", self.drift_factor),
+            ));
+        }
+        check_lease(self.lease, self.drift_factor)?;
+        let renew_interval = self.renew_interval.unwrap_or(self.lease / 3);
+        if renew_interval.is_zero() || renew_interval >= self.lease {
+            return Err(Error::invalid(
+                "renew interval",
+                format!(
+                    "{renew_interval:?} must be above zero and below the lease {:?}",
+                    self.lease
+                ),
+            ));
+        }
+        for (what, t) in [
+            ("node timeout", self.node_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be above zero"));
+            }
+            if t > MAX_TIMEOUT {
+                return Err(Error::invalid(
+                    what,
+                    format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}"),
+                ));
+            }
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(Error::invalid(
+                "key prefix",
+                "must not contain '{' or '}' (the lock name is the hash tag)",
+            ));
+        }
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(Error::invalid("max hold", "must be above zero"));
+        }
+        Ok((
+            Config {
+                quorum: self.quorum,
+                required,
+                lease: self.lease,
+                renew_interval,
+                node_timeout: self.node_timeout,
+                connect_timeout: self.connect_timeout,
+                drift_factor: self.drift_factor,
+                backoff: self.backoff,
+                key_prefix: self.key_prefix.clone(),
+                max_hold: self.max_hold,
+            },
+            specs,
+        ))
+    }
+
+    /// Validates the settings, connects to every node in parallel and checks
+    /// that each is a master, that no two are the same server, and its
+    /// `maxmemory-policy` (a policy that can evict a lock's key is logged as
+    /// a warning, or refused with
+    /// [`require_noeviction`](Self::require_noeviction)).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
+    ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout above
+    ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
+    ///   factor outside [0, 1);
+    /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
+    ///   or two URLs that reach the same server: same `run_id`), a quorum of
+    ///   0 or above the node count, or, with
+    ///   [`require_noeviction`](Self::require_noeviction), a node whose
+    ///   `maxmemory-policy` may evict keys;
+    /// - [`Error::Connect`] listing every node that could not be reached
+    ///   (with [`allow_unreachable`](Self::allow_unreachable): only when
+    ///   fewer than a quorum could be reached);
+    /// - [`Error::NotMaster`] for a replica.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it closes the connections made so far.
+    pub async fn build(self) -> Result<LockManager, Error> {
+        #[cfg(feature = "tls-rustls")]
+        install_crypto_provider();
+        let (config, specs) = self.validate()?;
+        let connect_timeout = config.connect_timeout;
+        let results = futures::future::join_all(
+            specs
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, spec)| RedisNode::connect(i, spec, connect_timeout)),
+        )
+        .await;
+        let admission = Arc::new(Admission::new(specs.len(), self.require_noeviction));
+        let mut nodes: Vec<Arc<dyn NodeOps>> = Vec::new();
+        let mut failures = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(node) => {
+                    admission
+                        .admit(i, &specs[i].addr, &node.info())
+                        .map_err(Error::Config)?;
+                    nodes.push(Arc::new(node));
+                }
+                Err(Error::Connect { failures: f }) if self.allow_unreachable => {
+                    tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
+                    failures.extend(f);
+                    let lazy = RedisNode::lazy(
+                        i,
+                        specs[i].clone(),
+                        connect_timeout,
+                        Arc::clone(&admission),
+                    )?;
+                    nodes.push(Arc::new(lazy));
+                }
+                Err(Error::Connect { failures: f }) => failures.extend(f),
+                Err(e) => return Err(e),
+            }
+        }
+        let reachable = specs.len() - failures.len();
+        if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
+            return Err(Error::Connect { failures });
+        }
+        Ok(LockManager::from_parts(config, nodes, failures))
+    }
+
+    /// Builds over fake nodes (unit tests).
+    #[cfg(test)]
+    pub(crate) fn build_with(self, nodes: Vec<Arc<dyn NodeOps>>) -> Result<LockManager, Error> {
+        let mut this = self;
+        this.urls.clear();
+        this.clients.clear();
+        let n = nodes.len();
+        let mut probe = this.clone();
+        probe.urls = (0..n)
+            .map(|i| format!("redis://127.0.0.1:{}", 1 + i))
+            .collect();
+        let (config, _) = probe.validate()?;
+        Ok(LockManager::from_parts(config, nodes, Vec::new()))
+    }
+}
+
+/// Installs rustls' ring crypto provider as the process default, once, unless
+/// the application installed one first: rustls cannot pick one by itself when
+/// the dependency tree enables several (or none), and would panic on the
+/// first `rediss://` connection.
+#[cfg(feature = "tls-rustls")]
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is already installed: keep it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

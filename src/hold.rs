@@ -1,0 +1,315 @@
+//! One held lock, shared by all the guards of its levels: what it holds
+//! (count, validity, granting nodes), where it stands ([`HoldState`]), and
+//! releasing levels of it on the nodes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use crate::clock;
+use crate::error::Error;
+use crate::keys::Keys;
+use crate::nodes::{Nodes, ReleaseTally};
+use crate::owner::Owner;
+use crate::sync::locked;
+
+/// Where a hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldState {
+    /// Held (valid until [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
+    Held,
+    /// Released by its last guard.
+    Released,
+    /// No longer held: the watchdog could not confirm it on a quorum in
+    /// time, or its validity ran out (a fixed lease, or renewal that did not
+    /// land before [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
+    /// Never later than `valid_until`.
+    Lost,
+    /// Renewal stopped at `max_hold`; it stays valid until `valid_until`,
+    /// then it is `Lost`.
+    MaxHoldReached,
+}
+
+/// Held or stopped at `max_hold`: usable, until its validity ends.
+pub(crate) fn is_live(phase: HoldState) -> bool {
+    matches!(phase, HoldState::Held | HoldState::MaxHoldReached)
+}
+
+/// Lost, or renewal stopped at `max_hold`.
+pub(crate) fn stopped(phase: HoldState) -> bool {
+    matches!(phase, HoldState::Lost | HoldState::MaxHoldReached)
+}
+
+/// What a hold holds, changed by acquisitions, releases and the watchdog.
+pub(crate) struct Record {
+    /// Levels held (re-entries plus one).
+    pub(crate) count: u32,
+    pub(crate) valid_until: Instant,
+    /// Per node: known to hold the key.
+    pub(crate) granted: Vec<bool>,
+    /// A renewal batch that includes this hold is on the wire, and ends by
+    /// this instant at the latest (recorded by the watchdog).
+    pub(crate) renewing: Option<Instant>,
+}
+
+/// What a won acquisition hands to its hold.
+pub(crate) struct Acquired {
+    pub(crate) token: u64,
+    pub(crate) valid_until: Instant,
+    pub(crate) started: Instant,
+    pub(crate) granted: Vec<bool>,
+}
+
+/// Work to run when a hold is dropped, given by its creator (the manager
+/// forgets the owner's slot for the name). Whatever it captures lives as
+/// long as the hold: the manager's state, and so its watchdog, outlives
+/// every hold it renews.
+pub(crate) struct OnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl OnDrop {
+    pub(crate) fn new(f: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self(Some(Box::new(f)))
+    }
+}
+
+/// The shared state of one held lock, behind all its guards.
+pub(crate) struct Hold {
+    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) owner: Owner,
+    /// The id written into the lock hash: the owner's id plus a suffix
+    /// unique to this hold, so that nothing meant for an earlier hold of the
+    /// same owner (a late release, a rollback) can touch this one.
+    pub(crate) holder_id: Arc<str>,
+    pub(crate) lease: Duration,
+    /// Renewed by the watchdog (not a fixed lease).
+    pub(crate) renewed: bool,
+    /// Renewal stopped at `max_hold`: the end of its validity is then an
+    /// expiry, not a loss.
+    pub(crate) max_hold_reached: AtomicBool,
+    pub(crate) token: u64,
+    pub(crate) acquired_at: Instant,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) record: Mutex<Record>,
+    /// The phase, watched by `lost()` waiters.
+    phase: watch::Sender<HoldState>,
+    /// Woken when a renewal batch that included this hold completes.
+    pub(crate) renew_done: Notify,
+    on_drop: OnDrop,
+}
+
+impl Hold {
+    /// A hold of one level, as `acquired`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        nodes: &Arc<Nodes>,
+        keys: &Arc<Keys>,
+        owner: &Owner,
+        holder_id: &Arc<str>,
+        lease: Duration,
+        renewed: bool,
+        acquired: Acquired,
+        on_drop: OnDrop,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            nodes: Arc::clone(nodes),
+            keys: Arc::clone(keys),
+            owner: owner.clone(),
+            holder_id: Arc::clone(holder_id),
+            lease,
+            renewed,
+            max_hold_reached: AtomicBool::new(false),
+            token: acquired.token,
+            acquired_at: acquired.started,
+            max_hold: if renewed { nodes.config.max_hold } else { None },
+            record: Mutex::new(Record {
+                count: 1,
+                valid_until: acquired.valid_until,
+                granted: acquired.granted,
+                renewing: None,
+            }),
+            phase: watch::Sender::new(HoldState::Held),
+            renew_done: Notify::new(),
+            on_drop,
+        })
+    }
+
+    /// The phase, with the validity deadline applied: a live hold whose
+    /// `valid_until` has passed is lost from that instant on, whatever the
+    /// watchdog is doing.
+    pub(crate) fn phase(&self) -> HoldState {
+        let stored = self.stored_phase();
+        if is_live(stored)
+            && clock::now() >= lapses(locked(&self.record).valid_until)
+            && !renew_lapsed()
+        {
+            self.transition(HoldState::Lost);
+            return self.stored_phase();
+        }
+        stored
+    }
+
+    /// The phase as last recorded, without checking the deadline (for code
+    /// that holds the record's lock and checks `valid_until` itself).
+    pub(crate) fn stored_phase(&self) -> HoldState {
+        *self.phase.borrow()
+    }
+
+    /// Still usable for re-entry: not released and not lost.
+    pub(crate) fn is_live(&self) -> bool {
+        is_live(self.phase())
+    }
+
+    /// Moves from a live phase to `to`; returns whether it moved.
+    pub(crate) fn transition(&self, to: HoldState) -> bool {
+        self.phase.send_if_modified(|p| {
+            if is_live(*p) && *p != to {
+                *p = to;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Waits until the phase satisfies `done`, and returns it. Wakes at the
+    /// validity deadline too, so a hold that nobody renews in time is seen
+    /// lost at `valid_until`, not when the watchdog next looks.
+    pub(crate) async fn wait_phase(&self, done: impl Fn(HoldState) -> bool) -> HoldState {
+        let mut rx = self.phase.subscribe();
+        loop {
+            let phase = self.phase();
+            if done(phase) {
+                return phase;
+            }
+            let lapse = lapses(locked(&self.record).valid_until);
+            // Past the deadline yet still live: only the simulator's
+            // mutation that ignores deadlines gets here; wait for a change.
+            let deadline = (lapse > clock::now()).then(|| clock::to_timer(lapse));
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The sender lives in this hold: unreachable.
+                        return self.phase();
+                    }
+                }
+                () = sleep_until_some(deadline) => {}
+            }
+        }
+    }
+
+    /// Adds a level (a re-entry); returns the new count.
+    pub(crate) fn enter_level(&self) -> u32 {
+        let mut r = locked(&self.record);
+        r.count = r.count.saturating_add(1);
+        r.count
+    }
+
+    /// Gives up one level: returns the levels left, and whether the hold was
+    /// live (not lost, within its validity) when it did. The last level
+    /// marks the hold released, under the record's lock, so that the
+    /// watchdog either sees the release or has marked a renewal that the
+    /// release waits for.
+    pub(crate) fn leave_level(&self) -> (u32, bool) {
+        let live = self.is_live();
+        let mut r = locked(&self.record);
+        r.count = r.count.saturating_sub(1);
+        if r.count == 0 {
+            self.transition(HoldState::Released);
+        }
+        (r.count, live)
+    }
+
+    /// Releases all but `left` levels on every node.
+    pub(crate) async fn release_levels(&self, left: u32) -> ReleaseTally {
+        self.nodes
+            .release(&self.keys, &self.holder_id, left, self.lease, self.token)
+            .await
+    }
+
+    /// Releases all but `left` levels on every node as background work,
+    /// after any renewal of this hold in flight (so that a renewal never
+    /// lands after the release); the receiver gets the tally. `None` without
+    /// a runtime: the keys then expire with the lease.
+    pub(crate) fn release_in_background(
+        self: &Arc<Self>,
+        left: u32,
+    ) -> Option<oneshot::Receiver<ReleaseTally>> {
+        let (tx, rx) = oneshot::channel();
+        let hold = Arc::clone(self);
+        self.nodes
+            .spawn(async move {
+                hold.wait_renewal_done().await;
+                let _ = tx.send(hold.release_levels(left).await);
+            })
+            .then_some(rx)
+    }
+
+    /// The error for an operation on a hold that is no longer live.
+    pub(crate) fn gone(&self) -> Error {
+        let name = self.keys.name.to_string();
+        let max_hold = self.max_hold_reached.load(Ordering::Acquire);
+        if self.renewed && !max_hold && self.stored_phase() == HoldState::Lost {
+            Error::Lost { name }
+        } else {
+            Error::Expired { name }
+        }
+    }
+
+    /// Waits until no renewal batch that includes this hold is in flight.
+    ///
+    /// Bounded by the end the watchdog recorded for the batch: if the
+    /// watchdog was stopped halfway (its runtime shut down), this gives up
+    /// then.
+    async fn wait_renewal_done(&self) {
+        loop {
+            let notified = self.renew_done.notified();
+            let Some(until) = locked(&self.record).renewing else {
+                return;
+            };
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_drop.0.take() {
+            f();
+        }
+    }
+}
+
+/// tokio's timers fire on whole milliseconds, rounding up: a hold counts as
+/// lapsed this much before `valid_until`, so that the loss signal, woken by
+/// such a timer, fires no later than `valid_until`.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When a hold valid until `valid_until` counts as lapsed.
+pub(crate) fn lapses(valid_until: Instant) -> Instant {
+    valid_until.checked_sub(TIMER_SLACK).unwrap_or(valid_until)
+}
+
+/// The simulator's mutation that treats lapsed holds as held: the watchdog
+/// renews them and their validity deadline is ignored (never on outside
+/// tests).
+pub(crate) fn renew_lapsed() -> bool {
+    #[cfg(test)]
+    return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
+    #[cfg(not(test))]
+    false
+}

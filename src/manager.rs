@@ -1,0 +1,409 @@
+//! The manager: the entry point that owns the nodes, the watchdog and the
+//! release channels, and the requests that acquire locks through it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::acquire::{reenter, Acquisition, Wait};
+use crate::builder::LockManagerBuilder;
+use crate::config::Config;
+use crate::error::{Error, NodeFailure};
+use crate::guard::LockGuard;
+use crate::hold::{Hold, OnDrop};
+use crate::keys::Keys;
+use crate::node::NodeOps;
+use crate::nodes::Nodes;
+use crate::owner::{new_client_id, Owner};
+use crate::status::LockStatus;
+use crate::sync::locked;
+use crate::wait::{Notifier, PubSubStats};
+use crate::watchdog::{Watchdog, WatchdogStats};
+
+/// A handle to the nodes; cheap to clone, shared by all tasks.
+///
+/// Build one with [`LockManager::builder`]. Every lock taken through it is
+/// renewed by one background watchdog, which stops when the last clone of the
+/// manager and the last guard are gone.
+#[derive(Clone)]
+pub struct LockManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+type SlotKey = (Arc<str>, Arc<str>);
+
+pub(crate) struct Inner {
+    pub(crate) nodes: Arc<Nodes>,
+    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    pub(crate) watchdog: Arc<Watchdog>,
+    notifier: Notifier,
+    /// The nodes that could not be reached at `build()`.
+    unreachable: Vec<NodeFailure>,
+}
+
+/// Serializes acquisitions of one name by one owner and remembers its hold.
+struct Slot {
+    gate: tokio::sync::Mutex<()>,
+    hold: Mutex<Weak<Hold>>,
+}
+
+impl fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManager")
+            .field("nodes", &self.nodes())
+            .field("config", self.config())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One acquisition, configured step by step; see [`LockManager::request`].
+#[derive(Debug)]
+#[must_use = "a request does nothing until `acquire` is awaited"]
+pub struct LockRequest<'a> {
+    manager: &'a LockManager,
+    name: String,
+    owner: Option<Owner>,
+    lease: Option<Duration>,
+    wait: Wait,
+}
+
+impl LockRequest<'_> {
+    /// Acquire on behalf of `owner` instead of the calling task.
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Hold for a fixed `lease`, without renewal.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Give up after `wait` if the lock is still taken. `Duration::ZERO`
+    /// makes a single attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Wait::Up(wait);
+        self
+    }
+
+    /// Wait as long as it takes (the default).
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// Acquires the lock, or re-enters it if this owner already holds it.
+    ///
+    /// The owner is the one given to [`owner`](Self::owner), else the one of
+    /// the enclosing [`Owner::scope`], else a new owner of its own, which
+    /// never re-enters: it waits for every other hold, including one taken
+    /// by another future of the same task.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for a bad name or lease;
+    /// - [`Error::Contended`] when the wait ran out while another owner held it;
+    /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
+    /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
+    /// - [`Error::WrongType`] when the lock key holds a non-hash value;
+    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future at any await point rolls back, in the
+    /// background, whatever grants it obtained on every node that may hold
+    /// one, at once rather than when the lease runs out. A re-entry that is
+    /// dropped restores the previous hold count.
+    pub async fn acquire(self) -> Result<LockGuard, Error> {
+        let inner = &self.manager.inner;
+        let config = &inner.nodes.config;
+        let keys = Keys::checked(&config.key_prefix, &self.name)?;
+        let (lease, renew) = match self.lease {
+            Some(lease) => (lease, false),
+            None => (config.lease, true),
+        };
+        config.check_lease(lease)?;
+        let client_id = &inner.nodes.client_id;
+        let acquisition = inner.acquisition();
+        let Some(owner) = self.owner.or_else(|| Owner::scoped(client_id)) else {
+            // An owner of its own: nothing can re-enter it, so no slot; the
+            // hold only keeps the manager's state alive.
+            let owner = Owner::explicit(client_id);
+            let keep = Arc::clone(inner);
+            let on_drop = OnDrop::new(move || drop(keep));
+            let hold = acquisition
+                .fresh(keys, owner, lease, renew, self.wait, on_drop)
+                .await?;
+            return Ok(LockGuard::new(hold));
+        };
+        let slot = SlotUse {
+            slot: inner.slot(&owner, &keys.name),
+            inner,
+            owner_id: owner.shared_id(),
+            name: Arc::clone(&keys.name),
+        };
+        let slot = &slot.slot;
+        let _gate = slot.gate.lock().await;
+        let existing = locked(&slot.hold).upgrade().filter(|h| h.is_live());
+        if let Some(hold) = existing {
+            return reenter(hold).await;
+        }
+        let on_drop = {
+            let (inner, owner_id, name) =
+                (Arc::clone(inner), owner.shared_id(), Arc::clone(&keys.name));
+            OnDrop::new(move || inner.forget_slot_if_idle(&owner_id, &name, 0))
+        };
+        let hold = acquisition
+            .fresh(keys, owner, lease, renew, self.wait, on_drop)
+            .await?;
+        *locked(&slot.hold) = Arc::downgrade(&hold);
+        Ok(LockGuard::new(hold))
+    }
+}
+
+/// An acquisition's use of its slot: when the acquisition ends, however it
+/// ends (including by being dropped), a slot left without a hold is removed.
+struct SlotUse<'a> {
+    inner: &'a Arc<Inner>,
+    slot: Arc<Slot>,
+    owner_id: Arc<str>,
+    name: Arc<str>,
+}
+
+impl Drop for SlotUse<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .forget_slot_if_idle(&self.owner_id, &self.name, 1);
+    }
+}
+
+impl LockManager {
+    /// Starts building a manager.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+
+    pub(crate) fn from_parts(
+        config: Config,
+        nodes: Vec<Arc<dyn NodeOps>>,
+        unreachable: Vec<NodeFailure>,
+    ) -> Self {
+        let clients: Vec<redis::Client> = nodes.iter().filter_map(|n| n.pubsub_client()).collect();
+        let notifier = Notifier::start(nodes.len(), clients, config.required);
+        let nodes = Arc::new(Nodes::new(config, nodes, new_client_id()));
+        let inner = Arc::new(Inner {
+            notifier,
+            watchdog: Watchdog::new(&nodes),
+            nodes,
+            slots: Mutex::new(HashMap::new()),
+            unreachable,
+        });
+        Self { inner }
+    }
+
+    /// The validated configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.inner.nodes.config
+    }
+
+    /// The node addresses, in the builder's order, without credentials.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<String> {
+        self.inner
+            .nodes
+            .all()
+            .iter()
+            .map(|n| n.addr().to_owned())
+            .collect()
+    }
+
+    /// The nodes that could not be reached when the manager was built with
+    /// [`allow_unreachable`](LockManagerBuilder::allow_unreachable); they
+    /// are connected on first use. Empty otherwise.
+    #[must_use]
+    pub fn unreachable_at_build(&self) -> &[NodeFailure] {
+        &self.inner.unreachable
+    }
+
+    /// A new explicit owner, to share a lock between tasks.
+    #[must_use]
+    pub fn new_owner(&self) -> Owner {
+        Owner::explicit(&self.inner.nodes.client_id)
+    }
+
+    /// The owner of the enclosing [`Owner::scope`] (or
+    /// [`LockGuard::run`]), if any: acquisitions that name no owner act as
+    /// it. Outside a scope, each acquisition is an owner of its own.
+    #[must_use]
+    pub fn current_owner(&self) -> Option<Owner> {
+        Owner::scoped(&self.inner.nodes.client_id)
+    }
+
+    /// A configurable acquisition of `name`.
+    pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest {
+            manager: self,
+            name: name.into(),
+            owner: None,
+            lease: None,
+            wait: Wait::Forever,
+        }
+    }
+
+    /// Waits until `name` is held, then keeps it renewed until released.
+    ///
+    /// # Errors
+    ///
+    /// See [`LockRequest::acquire`]; contention and outages are retried, so
+    /// this returns errors only for bad input, wrong-type keys and re-entry of
+    /// a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard, Error> {
+        self.request(name).acquire().await
+    }
+
+    /// Tries to take `name`, waiting at most `wait`; renewed while held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] (with the holder's smallest PTTL) or
+    /// [`Error::Unavailable`] once `wait` has passed; see
+    /// [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn try_lock(&self, name: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.request(name).wait(wait).acquire().await
+    }
+
+    /// Waits until `name` is held for a fixed `lease`, which is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero lease or one not above the drift;
+    /// see [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock_with_lease(&self, name: &str, lease: Duration) -> Result<LockGuard, Error> {
+        self.request(name).lease(lease).acquire().await
+    }
+
+    /// Deletes `name` on every node, whoever holds it, and wakes its waiters.
+    /// Returns on how many nodes a lock was deleted.
+    ///
+    /// An administrative break. The holder's watchdog finds the keys gone
+    /// at its next renewal and declares the hold lost (it never re-creates
+    /// keys missing on so many nodes that no quorum confirms the hold); a
+    /// fixed-lease holder is not told before its lease ends.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name; [`Error::Unavailable`] when a
+    /// node could not be reached (the lock may survive there until its TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock deleted on some nodes only.
+    pub async fn force_unlock(&self, name: &str) -> Result<usize, Error> {
+        let nodes = &self.inner.nodes;
+        let keys = Keys::checked(&nodes.config.key_prefix, name)?;
+        nodes.force_release(&keys).await
+    }
+
+    /// What every node holds for `name`: holder, hold count, PTTL and fence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name. Node failures are reported per
+    /// node inside the status, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
+        let nodes = &self.inner.nodes;
+        let keys = Keys::checked(&nodes.config.key_prefix, name)?;
+        Ok(LockStatus {
+            name: name.to_owned(),
+            required: nodes.required(),
+            nodes: nodes.status(&keys).await,
+        })
+    }
+
+    /// Waits until the background work started so far has finished: releases
+    /// of dropped guards, rollbacks of cancelled acquisitions, and calls to
+    /// nodes that answered after the outcome was decided. Each piece is
+    /// bounded by the node timeout. Call it before the process exits, so
+    /// that nothing is left on the nodes to expire with its lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the work goes on in the background.
+    pub async fn flush(&self) {
+        self.inner.nodes.idle().await;
+    }
+
+    /// Counters of the waiters' pub/sub connections.
+    #[must_use]
+    pub fn pubsub_stats(&self) -> PubSubStats {
+        self.inner.notifier.stats()
+    }
+
+    /// Watchdog counters since the manager was built.
+    #[must_use]
+    pub fn watchdog_stats(&self) -> WatchdogStats {
+        self.inner.watchdog.stats()
+    }
+}
+
+impl Inner {
+    fn acquisition(&self) -> Acquisition<'_> {
+        Acquisition {
+            nodes: &self.nodes,
+            notifier: &self.notifier,
+            watchdog: &self.watchdog,
+        }
+    }
+
+    fn slot(&self, owner: &Owner, name: &Arc<str>) -> Arc<Slot> {
+        let mut slots = locked(&self.slots);
+        Arc::clone(
+            slots
+                .entry((owner.shared_id(), Arc::clone(name)))
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        gate: tokio::sync::Mutex::new(()),
+                        hold: Mutex::new(Weak::new()),
+                    })
+                }),
+        )
+    }
+
+    /// How many (owner, name) slots are tracked.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        locked(&self.slots).len()
+    }
+
+    /// Drops the slot of (`owner`, `name`) if nobody uses it any more
+    /// besides the map and the caller's `own` references.
+    fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>, own: usize) {
+        let mut slots = locked(&self.slots);
+        let key = (Arc::clone(owner), Arc::clone(name));
+        let idle = slots.get(&key).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1 + own && locked(&slot.hold).strong_count() == 0
+        });
+        if idle {
+            slots.remove(&key);
+        }
+    }
+}

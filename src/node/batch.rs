@@ -1,0 +1,92 @@
+//! The locks one watchdog tick renews (or repairs), built into one pipeline
+//! per tick, shared by every node.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::keys::Keys;
+use crate::scripts;
+
+use super::redis_node::ms;
+
+/// One lock of a renewal batch.
+#[derive(Debug, Clone)]
+pub(crate) struct RenewItem {
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+}
+
+/// Locks per script call in a renewal batch; one pipeline carries them all.
+pub(crate) const RENEW_CHUNK: usize = 1_000;
+
+/// The locks one watchdog tick renews, the same on every node, or the
+/// locks it repairs on one node.
+pub(crate) struct RenewBatch {
+    pub(crate) items: Vec<RenewItem>,
+    /// Renew (extend only) or repair (re-create missing keys).
+    repair: bool,
+    /// The pipeline, built once per tick by the first node that needs it.
+    pipeline: OnceLock<redis::Pipeline>,
+}
+
+impl RenewBatch {
+    pub(crate) fn new(items: Vec<RenewItem>) -> Self {
+        Self {
+            items,
+            repair: false,
+            pipeline: OnceLock::new(),
+        }
+    }
+
+    /// A batch that re-creates the missing keys of `items`.
+    pub(crate) fn repair(items: Vec<RenewItem>) -> Self {
+        Self {
+            items,
+            repair: true,
+            pipeline: OnceLock::new(),
+        }
+    }
+
+    /// Builds the pipeline now, so its cost is counted as the watchdog's work.
+    pub(crate) fn prepare(&self) {
+        let _ = self.pipeline();
+    }
+
+    pub(super) fn script(&self) -> &'static redis::Script {
+        if self.repair {
+            &scripts::REPAIR
+        } else {
+            &scripts::RENEW
+        }
+    }
+
+    /// One EVALSHA of the renew (or repair) script per chunk of
+    /// [`RENEW_CHUNK`] locks.
+    pub(super) fn pipeline(&self) -> &redis::Pipeline {
+        self.pipeline.get_or_init(|| {
+            let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
+            for chunk in self.items.chunks(RENEW_CHUNK) {
+                let fence = chunk.first().map(|i| i.keys.fence.as_str());
+                let keys = chunk.len() + usize::from(self.repair);
+                let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
+                for item in chunk {
+                    cmd.arg(&item.keys.lock);
+                }
+                if self.repair {
+                    cmd.arg(fence.unwrap_or_default());
+                }
+                for item in chunk {
+                    cmd.arg(&*item.owner).arg(item.count);
+                    if self.repair {
+                        cmd.arg(item.token);
+                    }
+                    cmd.arg(ms(item.lease));
+                }
+            }
+            pipe
+        })
+    }
+}

@@ -1,0 +1,129 @@
+//! One Redis master as the coordinator sees it: the calls it makes (the
+//! private [`NodeOps`] trait, so that it can be tested against fakes that
+//! stall, fail or grant partially) and what a node answers.
+//!
+//! - `batch`: the locks of one watchdog tick, sent as one pipeline;
+//! - `redis_node`: a real master behind a connection manager;
+//! - `spec`: a node as given to the builder, before connecting.
+
+mod batch;
+mod redis_node;
+mod spec;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redis::Client;
+
+use crate::error::NodeError;
+use crate::keys::Keys;
+
+pub(crate) use self::batch::{RenewBatch, RenewItem};
+pub(crate) use self::redis_node::RedisNode;
+pub(crate) use self::spec::{redact, NodeSpec};
+
+/// How a node answered an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Granted; carries the fence counter the node returned.
+    Granted(u64),
+    /// Another owner holds it, with its PTTL.
+    Taken(Option<Duration>),
+}
+
+/// How a node answered a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Deleted, and waiters notified.
+    Deleted,
+    /// The hold count was lowered; the lock stays.
+    Lowered,
+    /// No key: expired, or the node lost it.
+    Missing,
+    /// Another owner holds it.
+    OtherOwner,
+}
+
+/// How a node answered one lock of a renewal batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Our owner held it; extended.
+    Extended,
+    /// The key was missing and has been re-created for us (repair only).
+    Repaired,
+    /// The key is missing (renewal only; nothing was created).
+    Missing,
+    /// Another owner holds it.
+    Conflict,
+    /// The key holds another type.
+    WrongType,
+}
+
+/// What one node holds for one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeLockState {
+    /// The owner id holding the lock, if any.
+    pub holder: Option<String>,
+    /// The holder's hold count (0 when free).
+    pub hold_count: u32,
+    /// Remaining time of the lock key; `None` when free or without TTL.
+    pub pttl: Option<Duration>,
+    /// The lock's fence counter on this node (the last token it issued).
+    pub fence: u64,
+}
+
+/// Calls to one node. Every future is `'static` so that calls still in
+/// flight can outlive the caller that started them.
+pub(crate) trait NodeOps: Send + Sync + 'static {
+    fn addr(&self) -> &str;
+
+    /// The node's `maxmemory-policy` as last read (at connect, when a lazily
+    /// connected node first answered, and by each status call); `None` when
+    /// the node would not say (`CONFIG` refused or renamed) or never answered.
+    fn maxmemory_policy(&self) -> Option<String> {
+        None
+    }
+
+    /// A client for the node's pub/sub connection, if it has one.
+    fn pubsub_client(&self) -> Option<Client> {
+        None
+    }
+
+    fn acquire(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+
+    fn release(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        count: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>>;
+
+    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+
+    /// Re-creates the missing keys of a batch (built with
+    /// [`RenewBatch::repair`]) and raises the fence counter to each token.
+    fn repair(&self, batch: Arc<RenewBatch>)
+        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+
+    /// Raises the node's fence counter to at least `token`; returns the
+    /// counter after the call.
+    fn raise_fence(
+        &self,
+        keys: &Arc<Keys>,
+        token: u64,
+    ) -> BoxFuture<'static, Result<u64, NodeError>>;
+
+    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
+
+    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>>;
+}

@@ -1,0 +1,165 @@
+//! What an acquisition leaves behind on the nodes: the rollback of grants
+//! it did not keep, and the grants that land after it was decided.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tracing::{debug, warn};
+
+use crate::error::NodeError;
+use crate::hold::Hold;
+use crate::keys::Keys;
+use crate::node::{Grant, Released};
+use crate::nodes::Nodes;
+use crate::quorum::Stragglers;
+use crate::sync::locked;
+
+/// Calls still in flight when the quorum was reached: late grants are
+/// recorded on the hold. A release goes to every node, and on each node's
+/// connection it runs after the acquire, so a late grant is released with
+/// the lock even if it lands after the hold is gone.
+pub(crate) struct LateGrants {
+    pub(crate) rest: Stragglers<Grant>,
+}
+
+impl LateGrants {
+    pub(crate) fn finish(self, hold: &Arc<Hold>) {
+        if self.rest.is_empty() {
+            return;
+        }
+        let weak = Arc::downgrade(hold);
+        hold.nodes.spawn(self.rest.for_each(move |i, r| {
+            if let (Ok(Grant::Granted(_)), Some(hold)) = (r, weak.upgrade()) {
+                debug!(node = i, "late grant");
+                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
+                    *g = true;
+                }
+            }
+        }));
+    }
+}
+
+/// Undoes the grants of an acquisition that failed or was dropped.
+///
+/// Armed from the start of the fan-out: if the acquiring future is dropped,
+/// `Drop` sends the rollback in the background. A node that answered "taken"
+/// holds nothing of ours and is skipped; every other node, including those
+/// that timed out or are still in flight, gets it. Commands on one node's
+/// connection run in order, so the rollback lands after the acquire.
+pub(crate) struct Rollback {
+    nodes: Arc<Nodes>,
+    keys: Arc<Keys>,
+    holder_id: Arc<str>,
+    /// The hold count to restore: 0 for a fresh acquisition, the previous
+    /// count for a re-entry.
+    restore: u32,
+    lease: Duration,
+    armed: bool,
+}
+
+type Call = (usize, BoxFuture<'static, Result<Released, NodeError>>);
+
+impl Rollback {
+    pub(crate) fn new(
+        nodes: &Arc<Nodes>,
+        keys: &Arc<Keys>,
+        holder_id: &Arc<str>,
+        restore: u32,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            nodes: Arc::clone(nodes),
+            keys: Arc::clone(keys),
+            holder_id: Arc::clone(holder_id),
+            restore,
+            lease,
+            armed: true,
+        }
+    }
+
+    /// The grants are kept: nothing to undo.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn calls(&self, skip: &[bool]) -> Vec<Call> {
+        (0..self.nodes.len())
+            .filter(|i| !skip.get(*i).copied().unwrap_or(false))
+            .map(|i| {
+                let call = self.nodes.node(i).release(
+                    &self.keys,
+                    &self.holder_id,
+                    self.restore,
+                    self.lease,
+                    0,
+                );
+                (i, call)
+            })
+            .collect()
+    }
+
+    /// Rolls back and waits for it (each node for at most the node
+    /// timeout): a node that answered "taken" holds nothing of ours and is
+    /// skipped. Waiting keeps a retry from finding this attempt's grants
+    /// still in place and mistaking them for another holder's; a failed
+    /// last attempt therefore returns up to one node timeout after its wait.
+    pub(crate) async fn run(mut self, replies: &[Option<Result<Grant, NodeError>>]) {
+        // Armed until every call is answered: dropped halfway, `Drop` sends
+        // the rollback again in the background.
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            self.armed = false;
+            return;
+        }
+        let skip: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
+            .collect();
+        send_all(self.calls(&skip), self.nodes.config.node_timeout).await;
+        self.armed = false;
+    }
+
+    /// Sends the release to every node, as background work.
+    fn send(&self) {
+        #[cfg(test)]
+        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+            return;
+        }
+        let calls = self.calls(&[]);
+        let timeout = self.nodes.config.node_timeout;
+        let name = Arc::clone(&self.keys.name);
+        let spawned = self.nodes.spawn(async move {
+            send_all(calls, timeout).await;
+            debug!(lock = %name, "rolled back a cancelled acquisition");
+        });
+        if !spawned {
+            warn!(lock = %self.keys.name, "no runtime to roll back on; grants expire with the lease");
+        }
+    }
+}
+
+/// Runs the calls in parallel, each under `timeout`; failures are traced.
+async fn send_all(calls: Vec<Call>, timeout: Duration) {
+    let results = futures::future::join_all(
+        calls
+            .into_iter()
+            .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
+    )
+    .await;
+    for (i, r) in results {
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
+            Err(_) => debug!(node = i, "rollback timed out"),
+        }
+    }
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        if self.armed {
+            self.send();
+        }
+    }
+}

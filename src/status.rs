@@ -1,0 +1,53 @@
+//! What the nodes hold for one lock, as [`LockManager::status`](crate::LockManager::status) reports it.
+
+use std::collections::HashMap;
+
+use crate::error::NodeFailure;
+use crate::node::NodeLockState;
+
+/// What every node holds for one lock; see [`LockManager::status`](crate::LockManager::status).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock name.
+    pub name: String,
+    /// Grants a holder needs.
+    pub required: usize,
+    /// One entry per node, in the builder's order.
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl LockStatus {
+    /// The owner holding the lock on at least `required` nodes, if any.
+    #[must_use]
+    pub fn holder(&self) -> Option<&str> {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for s in &self.nodes {
+            if let Ok(NodeLockState {
+                holder: Some(h), ..
+            }) = &s.state
+            {
+                *counts.entry(h.as_str()).or_default() += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .find(|(_, c)| *c >= self.required)
+            .map(|(h, _)| h)
+    }
+}
+
+/// One node's view of a lock.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeStatus {
+    /// Index of the node.
+    pub node: usize,
+    /// Address, without credentials.
+    pub addr: String,
+    /// What it holds, or why it could not tell.
+    pub state: Result<NodeLockState, NodeFailure>,
+    /// The node's `maxmemory-policy`; anything but `noeviction` can evict a
+    /// held lock. `None` when the node would not say.
+    pub maxmemory_policy: Option<String>,
+}

@@ -1,0 +1,9 @@
+//! Unit tests of the coordinator against in-memory nodes, as tokio keeps
+//! `sync/tests/`: the fake node, and the tests that drive the real manager,
+//! acquisition, hold and watchdog code over it.
+
+pub(crate) mod fake;
+
+mod coordinator;
+mod limits;
+mod safety;
