@@ -166,7 +166,7 @@ async fn fence_quorum(
         return Ok(());
     }
     #[cfg(test)]
-    if crate::sim::mutation::active(crate::sim::mutation::Mutation::SingleTryFence) {
+    if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
         let calls: Vec<_> = (0..nodes.len())
             .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
             .map(|i| nodes.node(i).raise_fence(keys, token))

@@ -53,6 +53,13 @@ impl std::fmt::Debug for LockManagerBuilder {
     }
 }
 
+impl LockManager {
+    /// Starts building a manager.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+}
+
 impl Default for LockManagerBuilder {
     fn default() -> Self {
         Self {

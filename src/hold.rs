@@ -309,7 +309,7 @@ pub(crate) fn lapses(valid_until: Instant) -> Instant {
 /// tests).
 pub(crate) fn renew_lapsed() -> bool {
     #[cfg(test)]
-    return crate::sim::mutation::active(crate::sim::mutation::Mutation::RenewLapsed);
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::RenewLapsed);
     #[cfg(not(test))]
     false
 }

@@ -33,6 +33,8 @@ mod builder;
 mod manager;
 
 #[cfg(test)]
+mod hooks;
+#[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::acquire::{reenter, Acquisition, Wait};
-use crate::builder::LockManagerBuilder;
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
 use crate::guard::LockGuard;
@@ -180,11 +179,6 @@ impl Drop for SlotUse<'_> {
 }
 
 impl LockManager {
-    /// Starts building a manager.
-    pub fn builder() -> LockManagerBuilder {
-        LockManagerBuilder::default()
-    }
-
     pub(crate) fn from_parts(
         config: Config,
         nodes: Vec<Arc<dyn NodeOps>>,
@@ -221,7 +215,7 @@ impl LockManager {
     }
 
     /// The nodes that could not be reached when the manager was built with
-    /// [`allow_unreachable`](LockManagerBuilder::allow_unreachable); they
+    /// [`allow_unreachable`](crate::LockManagerBuilder::allow_unreachable); they
     /// are connected on first use. Empty otherwise.
     #[must_use]
     pub fn unreachable_at_build(&self) -> &[NodeFailure] {

@@ -108,7 +108,7 @@ impl Rollback {
         // Armed until every call is answered: dropped halfway, `Drop` sends
         // the rollback again in the background.
         #[cfg(test)]
-        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+        if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::NoRollback) {
             self.armed = false;
             return;
         }
@@ -123,7 +123,7 @@ impl Rollback {
     /// Sends the release to every node, as background work.
     fn send(&self) {
         #[cfg(test)]
-        if crate::sim::mutation::active(crate::sim::mutation::Mutation::NoRollback) {
+        if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::NoRollback) {
             return;
         }
         let calls = self.calls(&[]);

@@ -199,7 +199,7 @@ async fn run(watchdog: Weak<Watchdog>) {
             let Some(id) = watchdog.upgrade().map(|w| w.nodes.client_id.clone()) else {
                 return;
             };
-            crate::sim::pause::wait(&id).await;
+            crate::hooks::pause::wait(&id).await;
         }
         let Some(watchdog) = watchdog.upgrade() else {
             return;

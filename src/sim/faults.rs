@@ -168,7 +168,7 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
                 // The watchdog resumes just after the links, as a process
                 // that wakes up finds its sockets working.
-                super::pause::pause(
+                crate::hooks::pause::pause(
                     &ctx.procs[proc].client_id,
                     now + d + Duration::from_millis(1),
                 );

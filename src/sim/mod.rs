@@ -38,9 +38,7 @@
 mod checker;
 mod clients;
 mod faults;
-pub(crate) mod mutation;
 mod node;
-pub(crate) mod pause;
 mod tests;
 
 use std::sync::{Arc, Mutex};
@@ -135,7 +133,7 @@ pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
         .expect("a current-thread runtime");
     let mut out = rt.block_on(world(mode, trace));
     drop(rt);
-    pause::clear();
+    crate::hooks::pause::clear();
     // Tasks of the crate that panicked (tokio swallows those panics).
     let panics = PANICS.with(std::cell::Cell::get);
     if panics > 0 {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
-use super::mutation::{self, Mutation};
 use super::{run, run_traced, Mode};
+use crate::hooks::mutation::{self, Mutation};
 
 /// Safe-mode seeds per `cargo test`.
 const CI_SEEDS: u64 = 2_000;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockManager, LockManagerBuilder, NodeFailure, Quorum};
+use quorumlock::{Error, LockManager, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
 use crate::exit::{Failure, UNAVAILABLE};
@@ -18,22 +18,18 @@ pub enum Need {
 
 /// A manager over the nodes, and which of them were down at the start.
 ///
-/// `LockManagerBuilder::build` fails when any node cannot be reached. To take
-/// a lock, the manager is rebuilt with `allow_unreachable`, over every node:
-/// the ones that are down join when they answer. To inspect or break a lock,
-/// it is rebuilt over the reachable nodes only, with the quorum computed for
-/// all N (`Quorum::AtLeast(required)`): exactly as safe, since a holder
-/// still needs `required` grants among the same N nodes.
+/// The manager is built once with `allow_unreachable`, over every node: the
+/// ones that are down (as `build()` reports them) join when they answer, so
+/// the watchdog tops a held lock up on them. Taking a lock needs a quorum
+/// of reachable nodes at the start; inspecting or breaking one needs one.
 pub struct Cluster {
-    /// The manager over the reachable nodes.
+    /// The manager over every node, in the `--nodes` order.
     pub manager: LockManager,
-    /// For each node of `manager`, its index in the `--nodes` list.
-    index: Vec<usize>,
     /// How many nodes were given.
     pub total: usize,
     /// Grants a holder needs, out of `total`.
     pub required: usize,
-    /// The nodes that could not be reached, by their `--nodes` index.
+    /// The nodes that could not be reached at the start.
     pub down: Vec<NodeFailure>,
 }
 
@@ -58,83 +54,46 @@ impl Cluster {
         }
         let total = urls.len();
         let required = global.quorum.required(total)?;
-        let builder = |quorum: Quorum| {
-            let b = LockManager::builder()
-                .quorum(quorum)
-                .key_prefix(global.key_prefix.clone());
-            match lease {
-                Some(lease) => b.lease(lease),
-                None => b,
-            }
+        let (quorum, needed) = match need {
+            Need::Quorum => (global.quorum, required),
+            // The manager's own quorum only decides how many nodes `build()`
+            // wants reachable here: status and force unlock count nothing.
+            Need::Any => (Quorum::AtLeast(1), 1),
         };
-        let failures = match with_urls(builder(global.quorum), &urls).build().await {
+        let mut builder = LockManager::builder()
+            .nodes(urls)
+            .quorum(quorum)
+            .key_prefix(global.key_prefix.clone())
+            .allow_unreachable(true);
+        if let Some(lease) = lease {
+            builder = builder.lease(lease);
+        }
+        match builder.build().await {
             Ok(manager) => {
-                return Ok(Self {
+                let down = manager.unreachable_at_build().to_vec();
+                Ok(Self {
                     manager,
-                    index: (0..total).collect(),
                     total,
                     required,
-                    down: Vec::new(),
+                    down,
                 })
             }
-            Err(Error::Connect { failures }) => failures,
-            Err(e) => return Err(e.into()),
-        };
-        let index: Vec<usize> = (0..total)
-            .filter(|i| !failures.iter().any(|f| f.node == *i))
-            .collect();
-        let needed = match need {
-            Need::Quorum => required,
-            Need::Any => 1,
-        };
-        if index.len() < needed {
-            return Err(Failure::new(
+            Err(Error::Connect { failures }) => Err(Failure::new(
                 UNAVAILABLE,
                 format!(
                     "reached {} of {total} node(s), {needed} needed: {}",
-                    index.len(),
+                    total.saturating_sub(failures.len()),
                     join(&failures)
                 ),
-            ));
+            )),
+            Err(e) => Err(e.into()),
         }
-        if need == Need::Quorum {
-            // Taking a lock: keep every node in the manager. The ones that
-            // are down join as soon as they answer, and the watchdog then
-            // tops the lock up on them, so a long run does not stay on a
-            // bare quorum.
-            let manager = with_urls(builder(global.quorum), &urls)
-                .allow_unreachable(true)
-                .build()
-                .await
-                .map_err(|e| Failure::new(UNAVAILABLE, e.to_string()))?;
-            return Ok(Self {
-                manager,
-                index: (0..total).collect(),
-                total,
-                required,
-                down: failures,
-            });
-        }
-        // Inspecting or breaking a lock: the reachable nodes are enough.
-        let up: Vec<String> = index.iter().map(|&i| urls[i].clone()).collect();
-        // The first attempt validated everything; a failure now is a node
-        // that went down in between.
-        let manager = with_urls(builder(Quorum::AtLeast(required.min(up.len()))), &up)
-            .build()
-            .await
-            .map_err(|e| Failure::new(UNAVAILABLE, e.to_string()))?;
-        Ok(Self {
-            manager,
-            index,
-            total,
-            required,
-            down: failures,
-        })
     }
 
-    /// The `--nodes` index of node `i` of the manager.
-    pub fn original(&self, i: usize) -> usize {
-        self.index.get(i).copied().unwrap_or(i)
+    /// Whether node `i` could not be reached at the start (its status is
+    /// reported from that failure).
+    pub fn is_down(&self, i: usize) -> bool {
+        self.down.iter().any(|f| f.node == i)
     }
 
     /// One line naming the nodes that are down, if any.
@@ -156,10 +115,6 @@ impl Cluster {
     pub async fn settle(&self) {
         self.manager.flush().await;
     }
-}
-
-fn with_urls(builder: LockManagerBuilder, urls: &[String]) -> LockManagerBuilder {
-    builder.nodes(urls.iter().cloned())
 }
 
 /// Node failures on one line.

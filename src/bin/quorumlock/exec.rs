@@ -123,7 +123,7 @@ fn not_acquired(cluster: &Cluster, name: &str, wait: Option<Duration>, e: Error)
         } => {
             let nodes = taken
                 .iter()
-                .map(|t| format!("#{} {}", cluster.original(t.node), t.addr))
+                .map(|t| format!("#{} {}", t.node, t.addr))
                 .collect::<Vec<_>>()
                 .join(", ");
             let pttl = min_pttl.map_or_else(|| "none".to_owned(), human);

@@ -68,8 +68,9 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
     let mut nodes: Vec<Row> = status
         .nodes
         .into_iter()
+        .filter(|n| !cluster.is_down(n.node))
         .map(|n| {
-            let node = cluster.original(n.node);
+            let node = n.node;
             let policy = n.maxmemory_policy;
             match n.state {
                 Ok(s) => Row {
@@ -88,7 +89,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
                 },
                 Err(f) => Row {
                     maxmemory_policy: policy,
-                    ..unreachable_row(NodeFailure { node, ..f })
+                    ..unreachable_row(f)
                 },
             }
         })

@@ -54,10 +54,7 @@ pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8, Failure> {
             granted,
             failures
                 .into_iter()
-                .map(|f| quorumlock::NodeFailure {
-                    node: cluster.original(f.node),
-                    ..f
-                })
+                .filter(|f| !cluster.is_down(f.node))
                 .collect(),
         ),
         Err(e) => return Err(e.into()),

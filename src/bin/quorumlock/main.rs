@@ -3,20 +3,12 @@
 //!
 //! See `quorumlock --help` for the commands, examples and exit statuses.
 
-// The modules live in src/bin/quorumlock/, beside this file.
-#[path = "quorumlock/cli.rs"]
 mod cli;
-#[path = "quorumlock/cluster.rs"]
 mod cluster;
-#[path = "quorumlock/exec.rs"]
 mod exec;
-#[path = "quorumlock/exit.rs"]
 mod exit;
-#[path = "quorumlock/progress.rs"]
 mod progress;
-#[path = "quorumlock/status.rs"]
 mod status;
-#[path = "quorumlock/unlock.rs"]
 mod unlock;
 
 use std::process::ExitCode;
