@@ -15,6 +15,18 @@ use crate::error::Error;
 /// Mutual exclusion needs any two quorums to share a node: `2k > N`. The
 /// builder accepts smaller `k` (useful for availability experiments) but
 /// [`Quorum::is_exclusive`] tells whether the choice is safe.
+///
+/// # Examples
+///
+/// ```
+/// use quorumlock::Quorum;
+///
+/// assert_eq!(Quorum::Majority.required(5)?, 3);
+/// assert_eq!(Quorum::All.required(5)?, 5);
+/// assert!(!Quorum::AtLeast(2).is_exclusive(5)); // two quorums need not overlap
+/// assert_eq!("majority".parse::<Quorum>()?, Quorum::Majority);
+/// # Ok::<(), quorumlock::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Quorum {

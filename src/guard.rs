@@ -19,6 +19,23 @@ use crate::sync::locked;
 /// [`hold_count`](Self::hold_count). Release each with
 /// [`release`](Self::release). Dropping a guard without releasing it
 /// releases its level in the background.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+/// let guard = locks.lock("stock:sku-9").await?;
+/// let token = guard.fencing_token(); // hand it to the storage you write to
+/// tokio::select! {
+///     () = guard.lost() => eprintln!("lock lost: stop writing"),
+///     () = write_with(token) => {}
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// # async fn write_with(_token: u64) {}
+/// # fn main() { let _ = demo; }
+/// ```
 #[must_use = "dropping the guard releases the lock in the background at once"]
 pub struct LockGuard {
     hold: Arc<Hold>,
@@ -223,6 +240,28 @@ impl LockGuard {
     }
 
     /// Runs `f` while holding the lock, then releases it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let guard = locks.lock("migrations").await?;
+    /// let applied = guard
+    ///     .run(|lost| async move {
+    ///         for step in 0..3 {
+    ///             if lost.is_fired() {
+    ///                 return step;
+    ///             }
+    ///             // ... apply migration `step` ...
+    ///         }
+    ///         3
+    ///     })
+    ///     .await?;
+    /// assert_eq!(applied, 3);
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
     ///
     /// `f` gets a token that fires if the lock is lost (or stops being
     /// renewed at `max_hold`); stop touching the resource when it fires. If

@@ -25,6 +25,29 @@ use crate::watchdog::{Watchdog, WatchdogStats};
 /// Build one with [`LockManager::builder`]. Every lock taken through it is
 /// renewed by one background watchdog, which stops when the last clone of the
 /// manager and the last guard are gone.
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock::{LockManager, Quorum};
+///
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// let locks = LockManager::builder()
+///     .nodes([
+///         "redis://127.0.0.1:7001",
+///         "redis://127.0.0.1:7002",
+///         "redis://127.0.0.1:7003",
+///     ])
+///     .quorum(Quorum::Majority)
+///     .build()
+///     .await?;
+/// let guard = locks.lock("invoice:42").await?;
+/// // ... work on invoice 42, passing guard.fencing_token() along ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// # fn main() { let _ = demo; }
+/// ```
 #[derive(Clone)]
 pub struct LockManager {
     pub(crate) inner: Arc<Inner>,
@@ -57,6 +80,26 @@ impl fmt::Debug for LockManager {
 }
 
 /// One acquisition, configured step by step; see [`LockManager::request`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+/// let owner = locks.new_owner();
+/// let guard = locks
+///     .request("report:daily")
+///     .owner(&owner)
+///     .lease(Duration::from_secs(60)) // fixed: not renewed
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// # fn main() { let _ = demo; }
+/// ```
 #[derive(Debug)]
 #[must_use = "a request does nothing until `acquire` is awaited"]
 pub struct LockRequest<'a> {
@@ -236,7 +279,8 @@ impl LockManager {
         Owner::scoped(&self.inner.nodes.client_id)
     }
 
-    /// A configurable acquisition of `name`.
+    /// A configurable acquisition of `name`: owner, fixed lease, wait. See
+    /// [`LockRequest`] for an example.
     pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
         LockRequest {
             manager: self,
@@ -248,6 +292,18 @@ impl LockManager {
     }
 
     /// Waits until `name` is held, then keeps it renewed until released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let guard = locks.lock("account:7").await?;
+    /// assert!(guard.is_held());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
     ///
     /// # Errors
     ///
@@ -263,6 +319,22 @@ impl LockManager {
     }
 
     /// Tries to take `name`, waiting at most `wait`; renewed while held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// match locks.try_lock("cron:cleanup", Duration::ZERO).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(e) if e.is_contended() => println!("another instance runs it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
     ///
     /// # Errors
     ///
