@@ -21,6 +21,8 @@ mod fake;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]
+mod node_cases_tests;
+#[cfg(test)]
 mod safety_tests;
 #[cfg(test)]
 mod sim;
