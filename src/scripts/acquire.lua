@@ -9,16 +9,21 @@
 -- Returns {1, token}  the lock was free: granted, and the fence counter was INCRed;
 --         {2, fence}  our holder already holds it: the count is set to ARGV[3] (re-entry);
 --         {0, pttl}   another holder holds it; pttl is its remaining time in ms.
--- A lock key that is not a hash raises WRONGTYPE, which the caller reports as such.
+-- A lock key that is not a hash, or a fence counter that is not a string,
+-- raises WRONGTYPE, which the caller reports as such. The counter is read
+-- (or INCRed) before anything is written: a script stopped by an error keeps
+-- the writes it made, and an error reply must not leave a grant behind.
 local pttl = redis.call('pttl', KEYS[1])
 if pttl == -2 then
+  local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], ARGV[3])
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, token}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  local fence = tonumber(redis.call('get', KEYS[2]) or '0')
   redis.call('hset', KEYS[1], ARGV[1], ARGV[3])
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+  return {2, fence}
 end
 return {0, pttl}

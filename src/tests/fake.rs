@@ -1,7 +1,7 @@
 //! An in-memory node for unit tests: same semantics as the Lua scripts, plus
 //! switches to stall, fail or slow down.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +35,9 @@ struct Entry {
 struct State {
     locks: HashMap<String, Entry>,
     fences: HashMap<String, u64>,
+    /// Keys holding a value of another type (a string at a lock key, a
+    /// hash at the fence key): what the scripts meet as `WRONGTYPE`.
+    foreign: HashSet<String>,
 }
 
 pub(crate) struct FakeNode {
@@ -92,6 +95,16 @@ impl FakeNode {
         let mut s = locked(&self.state);
         s.locks.clear();
         s.fences.clear();
+        s.foreign.clear();
+    }
+
+    /// Puts a value of another type at `key` (a lock key or the fence
+    /// counter), as an operator or another program could.
+    pub(crate) fn put_foreign(&self, key: &str) {
+        let mut s = locked(&self.state);
+        s.locks.remove(key);
+        s.fences.remove(key);
+        s.foreign.insert(key.to_owned());
     }
 
     /// Steps this node's clock forward by `by`: every key expires `by`
@@ -123,6 +136,14 @@ impl FakeNode {
         &self,
         f: impl FnOnce(&mut State) -> T + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
+        self.try_run(move |s| Ok(f(s)))
+    }
+
+    /// As [`run`](Self::run), for a call that can answer with an error reply.
+    fn try_run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<T, NodeError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, NodeError>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         {
             let mut left = locked(&self.fail_after);
@@ -148,11 +169,11 @@ impl FakeNode {
             match (mode, applied) {
                 (Mode::Slow(d), Some(r)) => {
                     tokio::time::sleep(d).await;
-                    Ok(r)
+                    r
                 }
                 (_, Some(r)) => {
                     tokio::task::yield_now().await;
-                    Ok(r)
+                    r
                 }
                 (Mode::Fail, None) => Err(NodeError::new(NodeErrorKind::Connection, "refused")),
                 (_, None) => {
@@ -164,6 +185,14 @@ impl FakeNode {
     }
 }
 
+/// The `WRONGTYPE` error of a script that met a foreign key.
+fn wrong_type(key: &str) -> NodeError {
+    NodeError::new(
+        NodeErrorKind::WrongType,
+        format!("WRONGTYPE {key} holds a value of another type"),
+    )
+}
+
 /// `renew.lua` (extend, report missing keys) or, with `repair`,
 /// `repair.lua` (also re-create missing keys and raise the fence).
 fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renewed> {
@@ -172,6 +201,9 @@ fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renew
         .iter()
         .map(|item| {
             let expires = Instant::now() + item.lease;
+            if s.foreign.contains(&item.keys.lock) {
+                return Renewed::WrongType;
+            }
             match s.locks.get_mut(&item.keys.lock) {
                 Some(e) if *e.owner == *item.owner => {
                     e.count = item.count;
@@ -180,6 +212,7 @@ fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renew
                 }
                 Some(_) => Renewed::Conflict,
                 None if !repair => Renewed::Missing,
+                None if s.foreign.contains(&item.keys.fence) => Renewed::WrongType,
                 None => {
                     s.locks.insert(
                         item.keys.lock.clone(),
@@ -216,10 +249,19 @@ impl NodeOps for FakeNode {
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
         let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.run(move |s| {
+        self.try_run(move |s| {
             let expires = Instant::now() + lease;
-            match s.locks.get_mut(&keys.lock) {
+            if s.foreign.contains(&keys.lock) {
+                return Err(wrong_type(&keys.lock));
+            }
+            let fence_ok = if s.foreign.contains(&keys.fence) {
+                Err(wrong_type(&keys.fence))
+            } else {
+                Ok(())
+            };
+            Ok(match s.locks.get_mut(&keys.lock) {
                 None => {
+                    fence_ok?;
                     s.locks.insert(
                         keys.lock.clone(),
                         Entry {
@@ -233,12 +275,13 @@ impl NodeOps for FakeNode {
                     Grant::Granted(*f)
                 }
                 Some(e) if *e.owner == *owner => {
+                    fence_ok?;
                     e.count = count;
                     e.expires = expires;
                     Grant::Granted(s.fences.get(&keys.fence).copied().unwrap_or(0))
                 }
                 Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now()))),
-            }
+            })
         })
     }
 
@@ -251,20 +294,22 @@ impl NodeOps for FakeNode {
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
         let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.run(move |s| match s.locks.get_mut(&keys.lock) {
-            None => Released::Missing,
-            Some(e) if *e.owner != *owner => Released::OtherOwner,
+        self.try_run(move |s| match s.locks.get_mut(&keys.lock) {
+            None if s.foreign.contains(&keys.lock) => Err(wrong_type(&keys.lock)),
+            None => Ok(Released::Missing),
+            Some(e) if *e.owner != *owner => Ok(Released::OtherOwner),
+            Some(_) if token > 0 && s.foreign.contains(&keys.fence) => Err(wrong_type(&keys.fence)),
             Some(e) => {
                 let f = s.fences.entry(keys.fence.clone()).or_insert(0);
                 *f = (*f).max(token);
-                if count > 0 {
+                Ok(if count > 0 {
                     e.count = count;
                     e.expires = Instant::now() + lease;
                     Released::Lowered
                 } else {
                     s.locks.remove(&keys.lock);
                     Released::Deleted
-                }
+                })
             }
         })
     }
@@ -286,28 +331,36 @@ impl NodeOps for FakeNode {
         token: u64,
     ) -> BoxFuture<'static, Result<u64, NodeError>> {
         let keys = Arc::clone(keys);
-        self.run(move |s| {
+        self.try_run(move |s| {
+            if s.foreign.contains(&keys.fence) {
+                return Err(wrong_type(&keys.fence));
+            }
             let f = s.fences.entry(keys.fence.clone()).or_insert(0);
             *f = (*f).max(token);
-            *f
+            Ok(*f)
         })
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
         let keys = Arc::clone(keys);
-        self.run(move |s| s.locks.remove(&keys.lock).is_some())
+        self.run(move |s| s.locks.remove(&keys.lock).is_some() | s.foreign.remove(&keys.lock))
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
         let keys = Arc::clone(keys);
-        self.run(move |s| {
+        self.try_run(move |s| {
+            for key in [&keys.lock, &keys.fence] {
+                if s.foreign.contains(key) {
+                    return Err(wrong_type(key));
+                }
+            }
             let e = s.locks.get(&keys.lock);
-            NodeLockState {
+            Ok(NodeLockState {
                 holder: e.map(|e| e.owner.clone()),
                 hold_count: e.map_or(0, |e| e.count),
                 pttl: e.map(|e| e.expires.saturating_duration_since(Instant::now())),
                 fence: s.fences.get(&keys.fence).copied().unwrap_or(0),
-            }
+            })
         })
     }
 }

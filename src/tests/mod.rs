@@ -6,4 +6,5 @@ pub(crate) mod fake;
 
 mod coordinator;
 mod limits;
+mod node_cases;
 mod safety;
