@@ -1,9 +1,10 @@
 //! One watchdog per manager: renews every held lock on every node with one
-//! round trip per node per tick, repairs nodes that lost a key while a
-//! quorum of the others confirms the hold, and signals locks that can no
-//! longer show a quorum.
+//! round trip per node per tick for each wave of up to [`WAVE`] locks, on a
+//! connection of its own, repairs nodes that lost a key while a quorum of
+//! the others confirms the hold, and signals locks that can no longer show
+//! a quorum.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock;
 use crate::config::Config;
+use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{lapses, renew_lapsed, Hold, HoldState};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::nodes::Nodes;
@@ -44,6 +46,9 @@ pub struct WatchdogStats {
     /// Time spent in the watchdog's own work (building batches and reading
     /// replies, not waiting on the network), summed over ticks, in µs.
     pub busy_micros: u64,
+    /// Ticks that took longer than the renew interval: the lease is too
+    /// short for the number of locks held (each is logged as a warning).
+    pub overruns: u64,
 }
 
 #[derive(Default)]
@@ -58,6 +63,7 @@ struct Counters {
     max_hold_stops: AtomicU64,
     locks_renewed: AtomicU64,
     busy_micros: AtomicU64,
+    overruns: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -66,6 +72,8 @@ fn add(c: &AtomicU64, n: u64) {
 
 pub(crate) struct Watchdog {
     nodes: Arc<Nodes>,
+    /// Locks per wave: [`WAVE`], smaller in tests.
+    wave: AtomicUsize,
     holds: Mutex<Vec<Weak<Hold>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     counters: Counters,
@@ -75,10 +83,17 @@ impl Watchdog {
     pub(crate) fn new(nodes: &Arc<Nodes>) -> Arc<Self> {
         Arc::new(Self {
             nodes: Arc::clone(nodes),
+            wave: AtomicUsize::new(WAVE),
             holds: Mutex::new(Vec::new()),
             task: Mutex::new(None),
             counters: Counters::default(),
         })
+    }
+
+    /// Sets the locks per wave (tests: many waves without many locks).
+    #[cfg(test)]
+    pub(crate) fn set_wave(&self, locks: usize) {
+        self.wave.store(locks.max(1), Ordering::Relaxed);
     }
 
     fn interval(&self) -> Duration {
@@ -99,6 +114,7 @@ impl Watchdog {
             max_hold_stops: get(&c.max_hold_stops),
             locks_renewed: get(&c.locks_renewed),
             busy_micros: get(&c.busy_micros),
+            overruns: get(&c.overruns),
         }
     }
 
@@ -116,39 +132,20 @@ impl Watchdog {
         }
     }
 
-    /// The holds due for renewal, each marked as renewing (with the instant
-    /// by which this tick's renewal and repair end at the latest, which a
-    /// release waits for). Holds that were
-    /// released, lost or dropped leave the registry here; holds past their
-    /// `max_hold` stop here.
-    /// Holds whose validity already ran out are returned apart: they are
-    /// lost, never renewed (a renewal would repair keys that may since have
-    /// been taken and released by someone else).
-    fn due(&self, now: Instant) -> (Vec<Arc<Hold>>, Vec<Arc<Hold>>) {
-        let mut due = Vec::new();
-        let mut lapsed = Vec::new();
-        let mut holds = locked(&self.holds);
-        let config = &self.nodes.config;
-        let limit = renew_timeout(config, holds.len())
-            .saturating_mul(2)
-            .saturating_add(config.node_timeout);
-        let until = quorum::deadline_after(Instant::now(), limit);
-        holds.retain(|weak| {
+    /// The holds to renew this tick. Holds that were released, lost or
+    /// dropped leave the registry here; holds past their `max_hold` stop
+    /// here.
+    fn live(&self, now: Instant) -> Vec<Arc<Hold>> {
+        let mut live = Vec::new();
+        locked(&self.holds).retain(|weak| {
             let Some(hold) = weak.upgrade() else {
                 return false;
             };
-            let mut s = locked(&hold.record);
             if hold.stored_phase() != HoldState::Held {
-                return false;
-            }
-            if lapses(s.valid_until) <= now && !renew_lapsed() {
-                drop(s);
-                lapsed.push(hold);
                 return false;
             }
             if let Some(max) = hold.max_hold {
                 if now.saturating_duration_since(hold.acquired_at) >= max {
-                    drop(s);
                     hold.max_hold_reached.store(true, Ordering::Release);
                     if hold.transition(HoldState::MaxHoldReached) {
                         add(&self.counters.max_hold_stops, 1);
@@ -157,12 +154,10 @@ impl Watchdog {
                     return false;
                 }
             }
-            s.renewing = Some(until);
-            drop(s);
-            due.push(hold);
+            live.push(hold);
             true
         });
-        (due, lapsed)
+        live
     }
 }
 
@@ -219,13 +214,65 @@ fn lose(wd: &Watchdog, hold: &Arc<Hold>, why: &str) {
     let _ = hold.release_in_background(0);
 }
 
-/// One renewal round: one pipeline per node, all nodes in parallel.
+/// Locks per wave: a tick renews its holds in waves, one after another,
+/// each one pipeline per node (of [`RENEW_CHUNK`](crate::node::RENEW_CHUNK)
+/// locks per script). A wave's validity is counted from its own start, its
+/// pipeline is the only one in memory, and a release waits at most for the
+/// wave of its own hold.
+pub(crate) const WAVE: usize = 10_000;
+
+/// One renewal round: every registered hold, wave by wave. A node that
+/// fails a wave (an error or no answer in time) is not asked again this
+/// tick: its answers count as failures, so a dead node costs one timeout
+/// per tick, not one per wave.
 pub(crate) async fn tick(wd: &Watchdog) {
+    let began = Instant::now();
+    let holds = wd.live(clock::now());
+    if holds.is_empty() {
+        return;
+    }
+    let mut down = vec![false; wd.nodes.len()];
+    let wave = wd.wave.load(Ordering::Relaxed).max(1);
+    for wave in holds.chunks(wave) {
+        renew_wave(wd, wave, &mut down).await;
+    }
+    add(&wd.counters.ticks, 1);
+    let took = began.elapsed();
+    if took > wd.interval() {
+        add(&wd.counters.overruns, 1);
+        warn!(locks = holds.len(), ?took, interval = ?wd.interval(), "a renewal tick took longer than the renew interval: the lease is short for this many locks");
+    }
+}
+
+/// Renews one wave of holds: marks each as renewing (a release of it then
+/// waits for this wave), sends one pipeline per node, tallies per hold,
+/// repairs nodes that lost keys, and declares losses.
+async fn renew_wave(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
     let nodes = &wd.nodes;
     let start = clock::now();
-    let (due, lapsed) = wd.due(start);
-    for hold in &lapsed {
-        lose(wd, hold, "its validity ran out before it could be renewed");
+    let timeout = renew_timeout(&nodes.config, holds.len());
+    let until = quorum::deadline_after(
+        Instant::now(),
+        timeout
+            .saturating_mul(2)
+            .saturating_add(nodes.config.node_timeout),
+    );
+    let mut due = Vec::with_capacity(holds.len());
+    for hold in holds {
+        let mut r = locked(&hold.record);
+        if hold.stored_phase() != HoldState::Held {
+            continue;
+        }
+        if lapses(r.valid_until) <= start && !renew_lapsed() {
+            // Lost, never renewed: a renewal would repair keys that may
+            // since have been taken and released by someone else.
+            drop(r);
+            lose(wd, hold, "its validity ran out before it could be renewed");
+            continue;
+        }
+        r.renewing = Some(until);
+        drop(r);
+        due.push(Arc::clone(hold));
     }
     if due.is_empty() {
         return;
@@ -233,20 +280,47 @@ pub(crate) async fn tick(wd: &Watchdog) {
     let batch = Arc::new(RenewBatch::new(due.iter().map(|h| renew_item(h)).collect()));
     batch.prepare();
     let n = nodes.len();
-    let timeout = renew_timeout(&nodes.config, due.len());
     let built = start.elapsed();
-    let mut fan = FanOut::start(n, timeout, |i| nodes.node(i).renew(Arc::clone(&batch)));
+    let mut fan = FanOut::start(n, timeout, |i| {
+        if down[i] {
+            Box::pin(std::future::ready(Err(NodeError::new(
+                NodeErrorKind::Timeout,
+                "failed an earlier wave of this tick",
+            ))))
+        } else {
+            nodes.node(i).renew(Arc::clone(&batch))
+        }
+    });
     fan.until(|_| false).await;
     let work = Instant::now();
     let now = clock::now();
-    add(&wd.counters.ticks, 1);
-    add(&wd.counters.round_trips, n as u64);
+    add(
+        &wd.counters.round_trips,
+        down.iter().filter(|d| !**d).count() as u64,
+    );
     add(&wd.counters.locks_renewed, due.len() as u64);
 
     for (i, r) in fan.replies().iter().enumerate() {
-        if let Some(Err(e)) = r {
-            add(&wd.counters.node_errors, due.len() as u64);
-            warn!(node = i, addr = nodes.node(i).addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
+        match r {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                add(&wd.counters.node_errors, due.len() as u64);
+                if !down[i] {
+                    warn!(node = i, addr = nodes.node(i).addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
+                }
+                down[i] = true;
+            }
+            None => {
+                add(&wd.counters.node_errors, due.len() as u64);
+                warn!(
+                    node = i,
+                    addr = nodes.node(i).addr(),
+                    ?timeout,
+                    locks = due.len(),
+                    "renewal timed out on node"
+                );
+                down[i] = true;
+            }
         }
     }
     let required = nodes.required();
@@ -337,7 +411,7 @@ pub(crate) async fn tick(wd: &Watchdog) {
         extended,
         repaired,
         ?busy,
-        "watchdog tick"
+        "watchdog wave"
     );
 }
 

@@ -20,7 +20,7 @@ pub(crate) struct RenewItem {
 }
 
 /// Locks per script call in a renewal batch; one pipeline carries them all.
-pub(crate) const RENEW_CHUNK: usize = 1_000;
+pub(crate) const RENEW_CHUNK: usize = 100;
 
 /// The locks one watchdog tick renews, the same on every node, or the
 /// locks it repairs on one node.

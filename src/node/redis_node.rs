@@ -21,6 +21,10 @@ use super::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
 pub(crate) struct RedisNode {
     addr: String,
     conn: ConnectionManager,
+    /// A second connection for the watchdog's renewal and repair pipelines,
+    /// so that acquisitions and releases never queue behind a long batch on
+    /// the client side; the server serves both connections in turn.
+    renew_conn: ConnectionManager,
     client: Client,
     /// Set when a node connected lazily was refused when it first answered:
     /// not a master, the same server as another node, or evicting while
@@ -61,16 +65,18 @@ impl RedisNode {
         let failure = |e: NodeError| Error::Connect {
             failures: vec![e.at(index, &spec.addr)],
         };
-        let mut conn = tokio::time::timeout(
-            connect_timeout,
+        let open = || {
             ConnectionManager::new_with_config(
                 spec.client.clone(),
                 Self::manager_config(connect_timeout),
-            ),
-        )
-        .await
-        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-        .map_err(|e| failure(NodeError::from_redis(&e)))?;
+            )
+        };
+        let (conn, renew_conn) =
+            tokio::time::timeout(connect_timeout, futures::future::try_join(open(), open()))
+                .await
+                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+                .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let mut conn = conn;
         let role = tokio::time::timeout(connect_timeout, role(&mut conn))
             .await
             .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "ROLE timed out")))?
@@ -86,6 +92,7 @@ impl RedisNode {
         Ok(Self {
             addr: spec.addr,
             conn,
+            renew_conn,
             client: spec.client,
             refused: Arc::default(),
             run_id: info.run_id,
@@ -115,13 +122,16 @@ impl RedisNode {
         connect_timeout: Duration,
         admission: Arc<Admission>,
     ) -> Result<Self, Error> {
-        let conn = ConnectionManager::new_lazy_with_config(
-            spec.client.clone(),
-            Self::manager_config(connect_timeout),
-        )
-        .map_err(|e| Error::Connect {
-            failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
-        })?;
+        let open = || {
+            ConnectionManager::new_lazy_with_config(
+                spec.client.clone(),
+                Self::manager_config(connect_timeout),
+            )
+            .map_err(|e| Error::Connect {
+                failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
+            })
+        };
+        let (conn, renew_conn) = (open()?, open()?);
         let refused: Arc<OnceLock<NodeError>> = Arc::default();
         let policy: Arc<Mutex<Option<String>>> = Arc::default();
         let probe = Arc::downgrade(&refused);
@@ -166,6 +176,7 @@ impl RedisNode {
         Ok(Self {
             addr: spec.addr,
             conn,
+            renew_conn,
             client: spec.client,
             refused,
             run_id: None,
@@ -176,9 +187,13 @@ impl RedisNode {
 
     /// The connection, unless the node was found not to be a master.
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
+        self.checked_conn(&self.conn)
+    }
+
+    fn checked_conn(&self, conn: &ConnectionManager) -> Result<ConnectionManager, NodeError> {
         match self.refused.get() {
             Some(why) => Err(why.clone()),
-            None => Ok(self.conn.clone()),
+            None => Ok(conn.clone()),
         }
     }
 }
@@ -247,9 +262,10 @@ impl RedisNode {
         })
     }
 
-    /// Sends a renew or repair batch: one pipeline, one round trip.
+    /// Sends a renew or repair batch on the renewal connection: one
+    /// pipeline, one round trip.
     fn batch(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        let conn = self.checked();
+        let conn = self.checked_conn(&self.renew_conn);
         let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;

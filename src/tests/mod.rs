@@ -8,3 +8,4 @@ mod coordinator;
 mod limits;
 mod node_cases;
 mod safety;
+mod scale;
