@@ -14,6 +14,8 @@
 //! | `s6` | safe | kill + start (AOF) one of the holder's nodes, 20 rounds | never two holders |
 //! | `s6b` | fast | delayed empty restart | never two holders, but a fencing token repeats |
 //! | `s7` | safe | seeded random kills, pauses, partitions, restarts; 8 clients | clean history |
+//! | `s8` | fast | clock jumps smaller than the drift allowance; 4 clients with fixed leases | clean history |
+//! | `s8b` | fast | the clocks of 2 of the holder's 3 nodes jump past the lease | the checker sees two holders |
 //!
 //! Every scenario takes [`exclusive`]: the binary's own serial lock (so that
 //! scenarios on the two profiles do not disturb each other's timings on a
@@ -29,6 +31,12 @@
 //! - `QUORUMLOCK_CHAOS_MAX_FAULTS`: nodes faulted at once (default 3: a
 //!   majority may fail, so holds are lost and acquisitions refused, which
 //!   must still be safe; 2 keeps every fault within a minority);
+//!
+//! Clock jumps: every node runs redis-server with the clock shim of
+//! `docker/clockshim.c` (built with gcc at test time) in `LD_PRELOAD`, and
+//! `Cluster::jump_clock` moves one node's wall clock, by which it expires
+//! keys; `the_clock_shim_expires_a_60s_key_when_its_node_jumps_120s` shows
+//! that it does.
 //!
 //! There is no Docker engine? The harness panics with a clear message: the
 //! suite never skips silently.
@@ -55,16 +63,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clients::{critical_section, enter, sum_stats, while_holding, ClientStats};
+use clients::{
+    critical_section, enter, fixed_lease_section, sum_stats, while_holding, ClientStats,
+};
 use cluster::{
     block, block_3_4, build, builder, exclusive, lag_fences_of_3_4, unblock, unblock_3_4,
 };
-use containers::{Profile, NODES};
+use containers::{Cluster, Profile, NODES};
 use history::History;
 use quorumlock::{Error, HoldState, LockGuard, LockManager, NodeErrorKind, Quorum};
 use rng::{env_u64, Rng};
-use support::masters::{has_key, holders_on};
-use support::{eventually, unique, Nodes};
+use support::masters::{has_key, holders_on, raw, take_by_hand};
+use support::{eventually, key, unique, Nodes};
 
 // ---------------------------------------------------------------------------
 // 1. One node of five killed during a long hold
@@ -1014,6 +1024,218 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
     );
     assert!(total_faults >= secs as usize / 6, "{injected:?}");
     drop(managers);
+}
+
+// ---------------------------------------------------------------------------
+// 8. Clock jumps on real servers (the clock shim, docker/clockshim.c)
+
+/// The shim moves the clock by which a real redis-server expires keys: a
+/// key with 60 s to live vanishes when its node's clock jumps 120 s ahead,
+/// and only on that node; a clock set back lengthens what was set meanwhile.
+#[tokio::test]
+async fn the_clock_shim_expires_a_60s_key_when_its_node_jumps_120s() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let name = unique("clock-shim");
+    const TTL: Duration = Duration::from_secs(60);
+    for n in [0, 1] {
+        take_by_hand(&cluster, n, &name, "probe", TTL).await;
+    }
+    assert!(pttl(&cluster, 0, &name).await > 59_000);
+    cluster.jump_clock(0, Duration::from_secs(120)).await;
+    assert!(
+        !has_key(&cluster, 0, &name).await,
+        "a 60 s key should vanish when its node's clock jumps 120 s ahead"
+    );
+    let untouched = pttl(&cluster, 1, &name).await;
+    assert!(untouched > 58_000, "node 1 kept the true time: {untouched}");
+    // Set on the jumped clock, then the clock goes back 120 s.
+    take_by_hand(&cluster, 0, &name, "probe", TTL).await;
+    assert!(pttl(&cluster, 0, &name).await > 59_000);
+    cluster.jump_clock(0, Duration::ZERO).await;
+    let longer = pttl(&cluster, 0, &name).await;
+    assert!(
+        (170_000..=180_000).contains(&longer),
+        "set back 120 s, the key should have about 180 s to live: {longer}"
+    );
+    cluster.restore().await;
+}
+
+/// The remaining time to live of `name` on node `i`, in ms (-2: no key).
+async fn pttl(cluster: &Cluster, i: usize, name: &str) -> i64 {
+    let mut c = raw(cluster, i).await;
+    redis::cmd("PTTL")
+        .arg(key(name))
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("PTTL on node {i}: {e}"))
+}
+
+/// Clock jumps smaller than the drift allowance keep mutual exclusion, even
+/// for clients that hold fixed leases to the last moment of their validity
+/// (a rival gets in as soon as the keys expire): four clients contend while
+/// the nodes' clocks jump ahead, one node every 500 ms, by three quarters of
+/// the drift each time, so that no key lives through two jumps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8_clock_jumps_within_the_drift_allowance_keep_mutual_exclusion() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
+    const CLIENTS: usize = 4;
+    const LEASE: Duration = Duration::from_millis(1500);
+    const JUMPS: usize = 10;
+    const EVERY: Duration = Duration::from_millis(500);
+    let history = History::new();
+    let name = unique("chaos-clock-small");
+    let mut managers = Vec::new();
+    for _ in 0..CLIENTS {
+        managers.push(build(builder(&cluster).drift_factor(0.1)).await);
+    }
+    let drift = managers[0].config().drift(LEASE);
+    let jump = drift * 3 / 4;
+    // Each node jumps at most once in any span of NODES * EVERY > LEASE.
+    assert!(EVERY * NODES as u32 > LEASE);
+    let clients_end = Instant::now() + EVERY * (JUMPS as u32 + 1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, m) in managers.iter().enumerate() {
+        let (m, name, history) = (m.clone(), name.clone(), Arc::clone(&history));
+        tasks.spawn(async move {
+            let client = format!("client-{c}");
+            let mut stats = ClientStats::default();
+            while Instant::now() < clients_end {
+                // Work past the validity: the hold ends when it lapses.
+                fixed_lease_section(
+                    &m,
+                    &name,
+                    &client,
+                    &history,
+                    LEASE,
+                    LEASE * 2,
+                    LEASE,
+                    &mut stats,
+                )
+                .await;
+            }
+            stats
+        });
+    }
+    let mut ahead = [Duration::ZERO; NODES];
+    for j in 0..JUMPS {
+        tokio::time::sleep(EVERY).await;
+        let n = j % NODES;
+        ahead[n] += jump;
+        history.note(
+            "fault",
+            format!("node {n} clock +{jump:?} (now {:?} ahead)", ahead[n]),
+        );
+        cluster.jump_clock(n, ahead[n]).await;
+    }
+    let mut stats = ClientStats::default();
+    while let Some(r) = tasks.join_next().await {
+        stats.add(&r.expect("client task"));
+    }
+    let verdict = history.check();
+    eprintln!(
+        "scenario 8: {JUMPS} clock jumps of {jump:?} (drift allowance {drift:?}, lease \
+         {LEASE:?}); {} acquisitions, {} lapses, {} contended; took {:.1?}",
+        stats.acquisitions,
+        stats.lapses,
+        stats.contended,
+        t0.elapsed()
+    );
+    verdict.assert_clean("8 clock jumps within the drift");
+    assert!(
+        stats.acquisitions >= 3 && stats.losses + stats.lapses >= 3,
+        "the holds should run to the end of their validity: {stats:?}"
+    );
+    cluster.restore().await;
+}
+
+/// The RedLock clock hazard on real servers: A holds a fixed lease on nodes
+/// 0, 1, 2; the clocks of 1 and 2 jump ahead by more than the lease, so
+/// A's keys there expire at once while A still believes it holds the lock;
+/// three rivals then take 1, 2 and 3 (a majority) while A works. The
+/// checker must find the double hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8b_a_clock_jump_past_the_lease_lets_a_rival_in_and_the_checker_sees_it() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
+    const LEASE: Duration = Duration::from_secs(10);
+    let history = History::new();
+    let name = unique("chaos-clock-large");
+    let a = build(builder(&cluster)).await;
+    block_3_4(&cluster, &name).await;
+    let ga = a
+        .lock_with_lease(&name, LEASE)
+        .await
+        .expect("A gets 0, 1, 2");
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let mut hold_a = enter(&history, "A", &ga);
+    history.note("fault", "clocks of nodes 1, 2 jump 2 leases ahead");
+    tokio::join!(
+        cluster.jump_clock(1, LEASE * 2),
+        cluster.jump_clock(2, LEASE * 2)
+    );
+    for n in [1, 2] {
+        assert!(
+            !has_key(&cluster, n, &name).await,
+            "A's key expired on node {n}"
+        );
+    }
+    assert!(has_key(&cluster, 0, &name).await, "node 0 kept A's key");
+    unblock(&cluster, 3, &name).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..3 {
+        let (m, name, history) = (
+            build(builder(&cluster)).await,
+            name.clone(),
+            Arc::clone(&history),
+        );
+        tasks.spawn(async move {
+            let client = format!("rival-{c}");
+            let mut stats = ClientStats::default();
+            for _ in 0..2 {
+                fixed_lease_section(
+                    &m,
+                    &name,
+                    &client,
+                    &history,
+                    Duration::from_secs(1),
+                    Duration::from_secs(3),
+                    Duration::from_millis(50),
+                    &mut stats,
+                )
+                .await;
+            }
+            stats
+        });
+    }
+    let mut stats = ClientStats::default();
+    while let Some(r) = while_holding(&mut hold_a, &ga, tasks.join_next()).await {
+        stats.add(&r.expect("rival task"));
+    }
+    assert!(ga.is_held(), "A still believes it holds the lock: {ga:?}");
+    hold_a.exit(ga.valid_until());
+    let _ = ga.release().await;
+    unblock(&cluster, 4, &name).await;
+    let verdict = history.check().print("8b clock jump past the lease");
+    assert_eq!(stats.acquisitions, 6, "every rival got in: {stats:?}");
+    assert!(
+        verdict.overlaps >= 1,
+        "the checker must detect the double hold:\n{verdict}"
+    );
+    let (x, y) = verdict.first_overlap.clone().expect("the overlap");
+    assert!(
+        x.client == "A" || y.client == "A",
+        "the overlap is A's with a rival: {x} / {y}"
+    );
+    eprintln!(
+        "scenario 8b: clocks of 2 of A's 3 nodes jumped {:?}; {} rival holds inside A's \
+         validity, {} overlaps found; took {:.1?}",
+        LEASE * 2,
+        stats.acquisitions,
+        verdict.overlaps,
+        t0.elapsed()
+    );
+    cluster.restore().await;
 }
 
 // ---------------------------------------------------------------------------
