@@ -69,12 +69,12 @@ use clients::{
 use cluster::{
     block, block_3_4, build, builder, exclusive, lag_fences_of_3_4, unblock, unblock_3_4,
 };
-use containers::{Cluster, Profile, NODES};
+use containers::{Profile, NODES};
 use history::History;
 use quorumlock::{Error, HoldState, LockGuard, LockManager, NodeErrorKind, Quorum};
 use rng::{env_u64, Rng};
-use support::masters::{has_key, holders_on, raw, take_by_hand};
-use support::{eventually, key, unique, Nodes};
+use support::masters::{has_key, holders_on, pttl, take_by_hand};
+use support::{eventually, unique, Nodes};
 
 // ---------------------------------------------------------------------------
 // 1. One node of five killed during a long hold
@@ -1058,16 +1058,6 @@ async fn the_clock_shim_expires_a_60s_key_when_its_node_jumps_120s() {
         "set back 120 s, the key should have about 180 s to live: {longer}"
     );
     cluster.restore().await;
-}
-
-/// The remaining time to live of `name` on node `i`, in ms (-2: no key).
-async fn pttl(cluster: &Cluster, i: usize, name: &str) -> i64 {
-    let mut c = raw(cluster, i).await;
-    redis::cmd("PTTL")
-        .arg(key(name))
-        .query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("PTTL on node {i}: {e}"))
 }
 
 /// Clock jumps smaller than the drift allowance keep mutual exclusion, even

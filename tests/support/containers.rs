@@ -81,6 +81,18 @@
 //! when it restarts. (If that range is unusable, falls back to binding
 //! `127.0.0.1:0`.)
 //!
+//! # Clocks
+//!
+//! Every node runs redis-server with the clock shim `docker/clockshim.c` in
+//! `LD_PRELOAD`: it adds an offset, read from `/quorumlock-clock/offset` in
+//! the container, to the wall clock (`CLOCK_REALTIME`, `gettimeofday`,
+//! `time`), by which Redis expires keys. The shim is compiled with gcc into
+//! `target/quorumlock-clockshim/` on first use and added to a derived image
+//! (`quorumlock-redis-clockshim:<hash>`, made with `docker create`, `docker
+//! cp` and `docker commit` from the base image; it needs only the libc the
+//! image has). [`Cluster::jump_clock`] writes the offset with `docker cp`
+//! and waits until the node's `TIME` shows it.
+//!
 //! # Failures
 //!
 //! This is test code: a missing Docker engine, a failing build or a node that

@@ -74,6 +74,17 @@ pub async fn nodes_with_key(nodes: &impl Nodes, name: &str) -> Vec<usize> {
     with
 }
 
+/// The remaining time to live of the lock key of `name` on node `i`, in ms
+/// (-2: no key, -1: no expiry).
+pub async fn pttl(nodes: &impl Nodes, i: usize, name: &str) -> i64 {
+    let mut c = raw(nodes, i).await;
+    redis::cmd("PTTL")
+        .arg(key(name))
+        .query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("PTTL on node {i}: {e}"))
+}
+
 /// The owners in the lock hash of `name` on node `i`.
 pub async fn holders_on(nodes: &impl Nodes, i: usize, name: &str) -> Vec<String> {
     let mut c = raw(nodes, i).await;

@@ -1,5 +1,21 @@
 //! The shared harness of the integration tests: five local masters started
 //! once per test binary, raw connections to inspect them, and helpers.
+//!
+//! Modules of every test binary:
+//!
+//! - `local`: local `redis-server` processes ([`LocalNodes`]);
+//! - `masters`: the [`Nodes`] trait that local processes and containers
+//!   share, and raw Redis helpers written once against it.
+//!
+//! Modules that only `tests/chaos.rs` includes (with `#[path]`), so that the
+//! others do not build them:
+//!
+//! - `containers.rs`: five masters in Docker with fault injection and clock
+//!   jumps (`Cluster`);
+//! - `cluster.rs`: managers over the cluster, exclusive use, hand-made holds;
+//! - `history.rs`: who believed they held a lock, and its checker;
+//! - `clients.rs`: contending clients' critical sections and counters;
+//! - `rng.rs`: the seeded randomness of fault schedules, env knobs.
 
 #![allow(dead_code)]
 
