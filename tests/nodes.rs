@@ -17,6 +17,17 @@ fn start(n: usize) -> LocalNodes {
     LocalNodes::start(n).expect("start local redis-server masters")
 }
 
+/// A manager that needs every one of `nodes`, with `node_timeout`.
+async fn all_of(nodes: &LocalNodes, node_timeout: Duration) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .node_timeout(node_timeout)
+        .build()
+        .await
+        .expect("build")
+}
+
 /// Takes and releases `name` once, so that every node is known to have the
 /// acquire and release scripts (the next calls go out as `EVALSHA`).
 async fn warm_up(m: &LockManager, name: &str) {
@@ -30,13 +41,7 @@ async fn warm_up(m: &LockManager, name: &str) {
 #[tokio::test]
 async fn a_node_answering_after_600ms_grants_under_a_2s_node_timeout() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(2)).await;
     // Node 1 stops answering for ~600 ms: longer than redis-rs's default
     // response timeout (500 ms), well within ours.
     let mut c = raw(&nodes, 1).await;
@@ -64,13 +69,7 @@ async fn a_node_answering_after_600ms_grants_under_a_2s_node_timeout() {
 #[tokio::test]
 async fn a_release_after_script_flush_deletes_the_key_on_every_node() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(1)).await;
     warm_up(&m, "flushed").await;
     let g = m.try_lock("flushed", Duration::ZERO).await.expect("lock");
     assert_eq!(nodes_with_key(&nodes, "flushed").await, vec![0, 1, 2]);
@@ -103,13 +102,7 @@ async fn a_release_after_script_flush_deletes_the_key_on_every_node() {
 #[tokio::test]
 async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(1)).await;
     warm_up(&m, "restarted").await;
     let g = m.try_lock("restarted", Duration::ZERO).await.expect("lock");
     nodes.restart(1).expect("restart node 1");
