@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -64,9 +65,29 @@ static clock_gettime_fn real(void) {
     return f;
 }
 
+/* The path, looked up once and copied: getenv() is not safe against a
+ * setenv() in another thread, and redis-server overwrites its original
+ * environment block with the process title (setproctitle). */
+static char offset_path[512];
+static _Atomic int offset_path_set;
+
 static const char *offset_file(void) {
-    const char *path = getenv("QUORUMLOCK_CLOCK_OFFSET_FILE");
-    return (path != NULL && path[0] != '\0') ? path : DEFAULT_FILE;
+    if (!atomic_load_explicit(&offset_path_set, memory_order_acquire)) {
+        const char *path = getenv("QUORUMLOCK_CLOCK_OFFSET_FILE");
+        if (path == NULL || path[0] == '\0' || strlen(path) >= sizeof offset_path) {
+            path = DEFAULT_FILE;
+        }
+        /* Every thread that gets here writes the same bytes. */
+        memcpy(offset_path, path, strlen(path) + 1);
+        atomic_store_explicit(&offset_path_set, 1, memory_order_release);
+    }
+    return offset_path;
+}
+
+/* Resolve both at load time, before the process starts threads. */
+__attribute__((constructor)) static void clockshim_init(void) {
+    (void)real();
+    (void)offset_file();
 }
 
 /* Parses "[+-]digits" (surrounding white space allowed) into *out. */
