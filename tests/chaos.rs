@@ -14,6 +14,8 @@
 //! | `s6` | safe | kill + start (AOF) one of the holder's nodes, 20 rounds | never two holders |
 //! | `s6b` | fast | delayed empty restart | never two holders, but a fencing token repeats |
 //! | `s7` | safe | seeded random kills, pauses, partitions, restarts; 8 clients | clean history |
+//! | `s8` | fast | clock jumps smaller than the drift allowance; 4 clients with fixed leases | clean history |
+//! | `s8b` | fast | the clocks of 2 of the holder's 3 nodes jump past the lease | the checker sees two holders |
 //!
 //! Every scenario takes [`exclusive`]: the binary's own serial lock (so that
 //! scenarios on the two profiles do not disturb each other's timings on a
@@ -30,6 +32,12 @@
 //!   majority may fail, so holds are lost and acquisitions refused, which
 //!   must still be safe; 2 keeps every fault within a minority);
 //!
+//! Clock jumps: every node runs redis-server with the clock shim of
+//! `docker/clockshim.c` (built with gcc at test time) in `LD_PRELOAD`, and
+//! `Cluster::jump_clock` moves one node's wall clock, by which it expires
+//! keys; `the_clock_shim_expires_a_60s_key_when_its_node_jumps_120s` shows
+//! that it does.
+//!
 //! There is no Docker engine? The harness panics with a clear message: the
 //! suite never skips silently.
 
@@ -37,325 +45,36 @@
 #![allow(clippy::panic)]
 
 mod support;
-// The container harness and the history checker serve this binary only, so
-// they (and the checker's own unit tests) are not compiled into the others.
+// The container harness, the history checker and the helpers of contending
+// clients serve this binary only, so they (and the checker's own unit
+// tests) are not compiled into the others.
+#[path = "support/clients.rs"]
+mod clients;
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/containers.rs"]
 mod containers;
 #[path = "support/history.rs"]
 mod history;
+#[path = "support/rng.rs"]
+mod rng;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use containers::{Cluster, ClusterGuard, Profile, NODES};
-use history::{History, Hold};
-use quorumlock::{
-    Error, HoldState, LockGuard, LockManager, LockManagerBuilder, NodeErrorKind, Quorum,
-    WatchdogStats,
+use clients::{
+    critical_section, enter, fixed_lease_section, sum_stats, while_holding, ClientStats,
 };
-use support::{key, unique};
-
-// ---------------------------------------------------------------------------
-// Helpers
-
-/// Exclusive use of the `profile` cluster, serialised with every other
-/// scenario of this binary (whatever their profile).
-async fn exclusive(profile: Profile) -> (tokio::sync::MutexGuard<'static, ()>, ClusterGuard) {
-    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let serial = SERIAL.lock().await;
-    let cluster = Cluster::exclusive(profile).await;
-    (serial, cluster)
-}
-
-/// A builder over the cluster's five nodes (quorum: majority).
-fn builder(cluster: &Cluster) -> LockManagerBuilder {
-    LockManager::builder()
-        .nodes(cluster.urls())
-        .quorum(Quorum::Majority)
-        .node_timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_secs(2))
-}
-
-async fn build(b: LockManagerBuilder) -> LockManager {
-    b.build().await.expect("build a manager over the cluster")
-}
-
-/// A raw connection to node `i`, independent of quorumlock.
-async fn raw(cluster: &Cluster, i: usize) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(cluster.url(i)).expect("node url");
-    tokio::time::timeout(
-        Duration::from_secs(3),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("raw connection to node {i}: timed out"))
-    .unwrap_or_else(|e| panic!("raw connection to node {i}: {e}"))
-}
-
-/// Whether node `i` holds the lock key of `name`.
-async fn has_key(cluster: &Cluster, i: usize, name: &str) -> bool {
-    let mut c = raw(cluster, i).await;
-    redis::cmd("EXISTS")
-        .arg(key(name))
-        .query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("EXISTS on node {i}: {e}"))
-}
-
-/// The owners in the lock hash of `name` on node `i`.
-async fn holders_on(cluster: &Cluster, i: usize, name: &str) -> Vec<String> {
-    let mut c = raw(cluster, i).await;
-    redis::cmd("HKEYS")
-        .arg(key(name))
-        .query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("HKEYS on node {i}: {e}"))
-}
-
-const BLOCKER: &str = "chaos-blocker";
-
-/// A third owner takes `name` on node `i` by hand (HSET + PEXPIRE), so that
-/// quorumlock clients find it taken there.
-async fn block(cluster: &Cluster, i: usize, name: &str, ttl: Duration) {
-    let mut c = raw(cluster, i).await;
-    let ms = u64::try_from(ttl.as_millis()).expect("ttl in ms");
-    let (): () = redis::pipe()
-        .cmd("HSET")
-        .arg(key(name))
-        .arg(BLOCKER)
-        .arg(1)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(key(name))
-        .arg(ms)
-        .ignore()
-        .query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("blocking {name} on node {i}: {e}"));
-}
-
-/// Removes the third owner's hold of `name` on node `i` (an emptied hash
-/// disappears).
-async fn unblock(cluster: &Cluster, i: usize, name: &str) {
-    let mut c = raw(cluster, i).await;
-    let removed: u64 = redis::cmd("HDEL")
-        .arg(key(name))
-        .arg(BLOCKER)
-        .query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("unblocking {name} on node {i}: {e}"));
-    assert_eq!(removed, 1, "node {i} should still be held by the blocker");
-}
-
-/// Polls `f` every 20 ms until it returns true or `within` passes.
-async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if f().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Records that `client` entered the critical section with `guard`.
-fn enter(history: &Arc<History>, client: &str, guard: &LockGuard) -> Hold {
-    history.enter(
-        client,
-        guard.holder_id(),
-        guard.fencing_token(),
-        guard.valid_until(),
-    )
-}
-
-/// Runs `fut` while the holder of `guard` keeps working: it reads its
-/// validity every 50 ms (a holder that stopped looking would see a stale
-/// validity lapse). Panics if the validity lapses or the lock is lost.
-async fn while_holding<F: std::future::Future>(
-    hold: &mut Hold,
-    guard: &LockGuard,
-    fut: F,
-) -> F::Output {
-    tokio::pin!(fut);
-    loop {
-        assert!(
-            hold.observe(guard.valid_until()) && !guard.is_lost(),
-            "the hold should stay valid: {guard:?}"
-        );
-        tokio::select! {
-            out = &mut fut => return out,
-            () = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
-    }
-}
-
-/// Counters of one contending client.
-#[derive(Debug, Default, Clone, Copy)]
-struct ClientStats {
-    attempts: u64,
-    acquisitions: u64,
-    losses: u64,
-    lapses: u64,
-    contended: u64,
-    unavailable: u64,
-    exhausted: u64,
-    release_errors: u64,
-    /// Of which: the lock had been lost / had expired / was held by another
-    /// owner / too many nodes failed to confirm.
-    release_lost: u64,
-    release_expired: u64,
-    release_not_held: u64,
-    release_unavailable: u64,
-}
-
-impl ClientStats {
-    fn add(&mut self, o: &ClientStats) {
-        self.attempts += o.attempts;
-        self.acquisitions += o.acquisitions;
-        self.losses += o.losses;
-        self.lapses += o.lapses;
-        self.contended += o.contended;
-        self.unavailable += o.unavailable;
-        self.exhausted += o.exhausted;
-        self.release_errors += o.release_errors;
-        self.release_lost += o.release_lost;
-        self.release_expired += o.release_expired;
-        self.release_not_held += o.release_not_held;
-        self.release_unavailable += o.release_unavailable;
-    }
-}
-
-/// One pass of a contending client: takes `name` (waiting at most `wait`),
-/// works in the critical section for `work` while watching its validity and
-/// the loss signal, records all of it in `history`, leaves, releases.
-/// Returns whether it got the lock.
-async fn critical_section(
-    manager: &LockManager,
-    name: &str,
-    client: &str,
-    history: &Arc<History>,
-    wait: Duration,
-    work: Duration,
-    stats: &mut ClientStats,
-) -> bool {
-    stats.attempts += 1;
-    let guard = match manager.try_lock(name, wait).await {
-        Ok(guard) => guard,
-        Err(e) if e.is_contended() => {
-            stats.contended += 1;
-            return false;
-        }
-        Err(e) if e.is_unavailable() => {
-            stats.unavailable += 1;
-            return false;
-        }
-        Err(e) if e.is_validity_exhausted() => {
-            stats.exhausted += 1;
-            return false;
-        }
-        Err(e) => panic!("{client}: unexpected acquisition error: {e}"),
-    };
-    stats.acquisitions += 1;
-    let mut hold = enter(history, client, &guard);
-    let done = Instant::now() + work;
-    loop {
-        if !hold.observe(guard.valid_until()) {
-            if !hold.is_lost() {
-                stats.lapses += 1;
-            }
-            break;
-        }
-        let now = Instant::now();
-        if now >= done {
-            break;
-        }
-        tokio::select! {
-            biased;
-            () = guard.lost() => {
-                hold.lost_now();
-                stats.losses += 1;
-                break;
-            }
-            () = tokio::time::sleep((done - now).min(Duration::from_millis(10))) => {}
-        }
-    }
-    hold.exit(guard.valid_until());
-    let released = guard.release().await;
-    if let Err(e) = released {
-        stats.release_errors += 1;
-        if e.is_lost() {
-            stats.release_lost += 1;
-        } else if e.is_expired() {
-            stats.release_expired += 1;
-        } else if e.is_not_held() {
-            stats.release_not_held += 1;
-        } else if e.is_unavailable() {
-            stats.release_unavailable += 1;
-        } else {
-            panic!("{client}: unexpected release error: {e}");
-        }
-    }
-    true
-}
-
-/// Sums watchdog counters.
-fn sum_stats(managers: &[LockManager]) -> WatchdogStats {
-    let mut t = WatchdogStats::default();
-    for m in managers {
-        let s = m.watchdog_stats();
-        t.ticks += s.ticks;
-        t.extended += s.extended;
-        t.repairs += s.repairs;
-        t.conflicts += s.conflicts;
-        t.node_errors += s.node_errors;
-        t.losses += s.losses;
-    }
-    t
-}
-
-/// A small deterministic generator (SplitMix64) for the fault schedule.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..hi` milliseconds.
-    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.next() % (hi - lo).max(1))
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-    )
-}
+use cluster::{
+    block, block_3_4, build, builder, exclusive, lag_fences_of_3_4, unblock, unblock_3_4,
+};
+use containers::{Profile, NODES};
+use history::History;
+use quorumlock::{Error, HoldState, LockGuard, LockManager, NodeErrorKind, Quorum};
+use rng::{env_u64, Rng};
+use support::masters::{has_key, holders_on, pttl, take_by_hand};
+use support::{eventually, unique, Nodes};
 
 // ---------------------------------------------------------------------------
 // 1. One node of five killed during a long hold
@@ -787,34 +506,6 @@ async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
 
 // ---------------------------------------------------------------------------
 // 5. An immediate empty restart: the RedLock hazard, and the watchdog
-
-/// Blocks nodes 3 and 4 for a third owner, so that the next grant lands on
-/// exactly nodes 0, 1, 2.
-async fn block_3_4(cluster: &Cluster, name: &str) {
-    for n in [3, 4] {
-        block(cluster, n, name, Duration::from_secs(60)).await;
-    }
-}
-
-/// Nodes 0, 1, 2 have granted many locks that 3 and 4 did not see (one
-/// fence counter per node serves every lock): 3 and 4 lag far behind.
-async fn lag_fences_of_3_4(cluster: &Cluster) {
-    for i in 0..3 {
-        let mut c = raw(cluster, i).await;
-        let _: u64 = redis::cmd("INCRBY")
-            .arg("quorumlock:fence")
-            .arg(1_000_000)
-            .query_async(&mut c)
-            .await
-            .expect("INCRBY the fence counter");
-    }
-}
-
-async fn unblock_3_4(cluster: &Cluster, name: &str) {
-    for n in [3, 4] {
-        unblock(cluster, n, name).await;
-    }
-}
 
 #[tokio::test]
 async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_sees_it() {
@@ -1333,6 +1024,208 @@ async fn s7_randomized_chaos_on_the_safe_profile_has_no_violations() {
     );
     assert!(total_faults >= secs as usize / 6, "{injected:?}");
     drop(managers);
+}
+
+// ---------------------------------------------------------------------------
+// 8. Clock jumps on real servers (the clock shim, docker/clockshim.c)
+
+/// The shim moves the clock by which a real redis-server expires keys: a
+/// key with 60 s to live vanishes when its node's clock jumps 120 s ahead,
+/// and only on that node; a clock set back lengthens what was set meanwhile.
+#[tokio::test]
+async fn the_clock_shim_expires_a_60s_key_when_its_node_jumps_120s() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let name = unique("clock-shim");
+    const TTL: Duration = Duration::from_secs(60);
+    for n in [0, 1] {
+        take_by_hand(&cluster, n, &name, "probe", TTL).await;
+    }
+    assert!(pttl(&cluster, 0, &name).await > 59_000);
+    cluster.jump_clock(0, Duration::from_secs(120)).await;
+    assert!(
+        !has_key(&cluster, 0, &name).await,
+        "a 60 s key should vanish when its node's clock jumps 120 s ahead"
+    );
+    let untouched = pttl(&cluster, 1, &name).await;
+    assert!(untouched > 58_000, "node 1 kept the true time: {untouched}");
+    // Set on the jumped clock, then the clock goes back 120 s.
+    take_by_hand(&cluster, 0, &name, "probe", TTL).await;
+    assert!(pttl(&cluster, 0, &name).await > 59_000);
+    cluster.jump_clock(0, Duration::ZERO).await;
+    let longer = pttl(&cluster, 0, &name).await;
+    assert!(
+        (170_000..=180_000).contains(&longer),
+        "set back 120 s, the key should have about 180 s to live: {longer}"
+    );
+    cluster.restore().await;
+}
+
+/// Clock jumps smaller than the drift allowance keep mutual exclusion, even
+/// for clients that hold fixed leases to the last moment of their validity
+/// (a rival gets in as soon as the keys expire): four clients contend while
+/// the nodes' clocks jump ahead, one node every 500 ms, by three quarters of
+/// the drift each time, so that no key lives through two jumps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8_clock_jumps_within_the_drift_allowance_keep_mutual_exclusion() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
+    const CLIENTS: usize = 4;
+    const LEASE: Duration = Duration::from_millis(1500);
+    const JUMPS: usize = 10;
+    const EVERY: Duration = Duration::from_millis(500);
+    let history = History::new();
+    let name = unique("chaos-clock-small");
+    let mut managers = Vec::new();
+    for _ in 0..CLIENTS {
+        managers.push(build(builder(&cluster).drift_factor(0.1)).await);
+    }
+    let drift = managers[0].config().drift(LEASE);
+    let jump = drift * 3 / 4;
+    // Each node jumps at most once in any span of NODES * EVERY > LEASE.
+    assert!(EVERY * NODES as u32 > LEASE);
+    let clients_end = Instant::now() + EVERY * (JUMPS as u32 + 1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, m) in managers.iter().enumerate() {
+        let (m, name, history) = (m.clone(), name.clone(), Arc::clone(&history));
+        tasks.spawn(async move {
+            let client = format!("client-{c}");
+            let mut stats = ClientStats::default();
+            while Instant::now() < clients_end {
+                // Work past the validity: the hold ends when it lapses.
+                fixed_lease_section(
+                    &m,
+                    &name,
+                    &client,
+                    &history,
+                    LEASE,
+                    LEASE * 2,
+                    LEASE,
+                    &mut stats,
+                )
+                .await;
+            }
+            stats
+        });
+    }
+    let mut ahead = [Duration::ZERO; NODES];
+    for j in 0..JUMPS {
+        tokio::time::sleep(EVERY).await;
+        let n = j % NODES;
+        ahead[n] += jump;
+        history.note(
+            "fault",
+            format!("node {n} clock +{jump:?} (now {:?} ahead)", ahead[n]),
+        );
+        cluster.jump_clock(n, ahead[n]).await;
+    }
+    let mut stats = ClientStats::default();
+    while let Some(r) = tasks.join_next().await {
+        stats.add(&r.expect("client task"));
+    }
+    let verdict = history.check();
+    eprintln!(
+        "scenario 8: {JUMPS} clock jumps of {jump:?} (drift allowance {drift:?}, lease \
+         {LEASE:?}); {} acquisitions, {} lapses, {} contended; took {:.1?}",
+        stats.acquisitions,
+        stats.lapses,
+        stats.contended,
+        t0.elapsed()
+    );
+    verdict.assert_clean("8 clock jumps within the drift");
+    assert!(
+        stats.acquisitions >= 3 && stats.losses + stats.lapses >= 3,
+        "the holds should run to the end of their validity: {stats:?}"
+    );
+    cluster.restore().await;
+}
+
+/// The RedLock clock hazard on real servers: A holds a fixed lease on nodes
+/// 0, 1, 2; the clocks of 1 and 2 jump ahead by more than the lease, so
+/// A's keys there expire at once while A still believes it holds the lock;
+/// three rivals then take 1, 2 and 3 (a majority) while A works. The
+/// checker must find the double hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8b_a_clock_jump_past_the_lease_lets_a_rival_in_and_the_checker_sees_it() {
+    let (_serial, cluster) = exclusive(Profile::Fast).await;
+    let t0 = Instant::now();
+    const LEASE: Duration = Duration::from_secs(10);
+    let history = History::new();
+    let name = unique("chaos-clock-large");
+    let a = build(builder(&cluster)).await;
+    block_3_4(&cluster, &name).await;
+    let ga = a
+        .lock_with_lease(&name, LEASE)
+        .await
+        .expect("A gets 0, 1, 2");
+    assert_eq!(ga.granted_nodes(), vec![0, 1, 2]);
+    let mut hold_a = enter(&history, "A", &ga);
+    history.note("fault", "clocks of nodes 1, 2 jump 2 leases ahead");
+    tokio::join!(
+        cluster.jump_clock(1, LEASE * 2),
+        cluster.jump_clock(2, LEASE * 2)
+    );
+    for n in [1, 2] {
+        assert!(
+            !has_key(&cluster, n, &name).await,
+            "A's key expired on node {n}"
+        );
+    }
+    assert!(has_key(&cluster, 0, &name).await, "node 0 kept A's key");
+    unblock(&cluster, 3, &name).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..3 {
+        let (m, name, history) = (
+            build(builder(&cluster)).await,
+            name.clone(),
+            Arc::clone(&history),
+        );
+        tasks.spawn(async move {
+            let client = format!("rival-{c}");
+            let mut stats = ClientStats::default();
+            for _ in 0..2 {
+                fixed_lease_section(
+                    &m,
+                    &name,
+                    &client,
+                    &history,
+                    Duration::from_secs(1),
+                    Duration::from_secs(3),
+                    Duration::from_millis(50),
+                    &mut stats,
+                )
+                .await;
+            }
+            stats
+        });
+    }
+    let mut stats = ClientStats::default();
+    while let Some(r) = while_holding(&mut hold_a, &ga, tasks.join_next()).await {
+        stats.add(&r.expect("rival task"));
+    }
+    assert!(ga.is_held(), "A still believes it holds the lock: {ga:?}");
+    hold_a.exit(ga.valid_until());
+    let _ = ga.release().await;
+    unblock(&cluster, 4, &name).await;
+    let verdict = history.check().print("8b clock jump past the lease");
+    assert_eq!(stats.acquisitions, 6, "every rival got in: {stats:?}");
+    assert!(
+        verdict.overlaps >= 1,
+        "the checker must detect the double hold:\n{verdict}"
+    );
+    let (x, y) = verdict.first_overlap.clone().expect("the overlap");
+    assert!(
+        x.client == "A" || y.client == "A",
+        "the overlap is A's with a rival: {x} / {y}"
+    );
+    eprintln!(
+        "scenario 8b: clocks of 2 of A's 3 nodes jumped {:?}; {} rival holds inside A's \
+         validity, {} overlaps found; took {:.1?}",
+        LEASE * 2,
+        stats.acquisitions,
+        verdict.overlaps,
+        t0.elapsed()
+    );
+    cluster.restore().await;
 }
 
 // ---------------------------------------------------------------------------

@@ -10,37 +10,22 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::{LockManager, Quorum};
+use support::masters::{has_key, nodes_with_key, raw};
 use support::{key, LocalNodes};
 
 fn start(n: usize) -> LocalNodes {
     LocalNodes::start(n).expect("start local redis-server masters")
 }
 
-async fn raw_to(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(nodes.url(i))
-        .expect("node url")
-        .get_multiplexed_async_connection()
+/// A manager that needs every one of `nodes`, with `node_timeout`.
+async fn all_of(nodes: &LocalNodes, node_timeout: Duration) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.urls())
+        .quorum(Quorum::All)
+        .node_timeout(node_timeout)
+        .build()
         .await
-        .expect("raw connection")
-}
-
-async fn has_key(nodes: &LocalNodes, i: usize, name: &str) -> bool {
-    let mut c = raw_to(nodes, i).await;
-    redis::cmd("EXISTS")
-        .arg(key(name))
-        .query_async(&mut c)
-        .await
-        .expect("EXISTS")
-}
-
-async fn keys_left(nodes: &LocalNodes, name: &str) -> Vec<usize> {
-    let mut left = Vec::new();
-    for i in 0..nodes.len() {
-        if has_key(nodes, i, name).await {
-            left.push(i);
-        }
-    }
-    left
+        .expect("build")
 }
 
 /// Takes and releases `name` once, so that every node is known to have the
@@ -56,16 +41,10 @@ async fn warm_up(m: &LockManager, name: &str) {
 #[tokio::test]
 async fn a_node_answering_after_600ms_grants_under_a_2s_node_timeout() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(2)).await;
     // Node 1 stops answering for ~600 ms: longer than redis-rs's default
     // response timeout (500 ms), well within ours.
-    let mut c = raw_to(&nodes, 1).await;
+    let mut c = raw(&nodes, 1).await;
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(600)
@@ -90,27 +69,21 @@ async fn a_node_answering_after_600ms_grants_under_a_2s_node_timeout() {
 #[tokio::test]
 async fn a_release_after_script_flush_deletes_the_key_on_every_node() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(1)).await;
     warm_up(&m, "flushed").await;
     let g = m.try_lock("flushed", Duration::ZERO).await.expect("lock");
-    assert_eq!(keys_left(&nodes, "flushed").await, vec![0, 1, 2]);
-    let mut c = raw_to(&nodes, 1).await;
+    assert_eq!(nodes_with_key(&nodes, "flushed").await, vec![0, 1, 2]);
+    let mut c = raw(&nodes, 1).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut c)
         .await
         .expect("SCRIPT FLUSH");
     g.release().await.expect("release after SCRIPT FLUSH");
-    assert_eq!(keys_left(&nodes, "flushed").await, Vec::<usize>::new());
+    assert_eq!(nodes_with_key(&nodes, "flushed").await, Vec::<usize>::new());
     // And the next acquire, also sent as EVALSHA first, still works there.
     let g = m.try_lock("flushed", Duration::ZERO).await.expect("relock");
-    let mut c = raw_to(&nodes, 2).await;
+    let mut c = raw(&nodes, 2).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut c)
@@ -123,19 +96,13 @@ async fn a_release_after_script_flush_deletes_the_key_on_every_node() {
         .expect("acquire after SCRIPT FLUSH");
     assert_eq!(g.granted_nodes(), vec![0, 1, 2]);
     g.release().await.expect("release");
-    assert_eq!(keys_left(&nodes, "flushed").await, Vec::<usize>::new());
+    assert_eq!(nodes_with_key(&nodes, "flushed").await, Vec::<usize>::new());
 }
 
 #[tokio::test]
 async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
     let nodes = start(3);
-    let m = LockManager::builder()
-        .nodes(nodes.urls())
-        .quorum(Quorum::All)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("build");
+    let m = all_of(&nodes, Duration::from_secs(1)).await;
     warm_up(&m, "restarted").await;
     let g = m.try_lock("restarted", Duration::ZERO).await.expect("lock");
     nodes.restart(1).expect("restart node 1");
@@ -151,7 +118,7 @@ async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
         "status never reached the restarted node"
     );
     // The key as the watchdog's repair would re-create it on the empty node.
-    let mut c = raw_to(&nodes, 1).await;
+    let mut c = raw(&nodes, 1).await;
     let _: () = redis::pipe()
         .cmd("HSET")
         .arg(key("restarted"))
@@ -164,10 +131,13 @@ async fn a_release_after_a_restart_seen_by_status_deletes_the_key_there() {
         .await
         .expect("re-create the key");
     g.release().await.expect("release");
-    assert_eq!(keys_left(&nodes, "restarted").await, Vec::<usize>::new());
+    assert_eq!(
+        nodes_with_key(&nodes, "restarted").await,
+        Vec::<usize>::new()
+    );
     // Status met the dead connection first and made every script travel
     // again: the release went out as EVAL, never meeting NOSCRIPT.
-    let mut c = raw_to(&nodes, 1).await;
+    let mut c = raw(&nodes, 1).await;
     let errors: String = redis::cmd("INFO")
         .arg("errorstats")
         .query_async(&mut c)
@@ -200,7 +170,10 @@ async fn a_release_after_a_restart_repaired_by_the_watchdog_deletes_the_key_ther
         "the watchdog did not repair the restarted node"
     );
     g.release().await.expect("release");
-    assert_eq!(keys_left(&nodes, "repaired").await, Vec::<usize>::new());
+    assert_eq!(
+        nodes_with_key(&nodes, "repaired").await,
+        Vec::<usize>::new()
+    );
 }
 
 #[tokio::test]
@@ -304,7 +277,7 @@ async fn an_evicting_node_is_shown_by_status_and_refused_on_request() {
         vec![Some("noeviction"), Some("noeviction"), Some("allkeys-lru")]
     );
     // A policy changed at run time shows in the next status.
-    let mut c = raw_to(&plain, 1).await;
+    let mut c = raw(&plain, 1).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory-policy")

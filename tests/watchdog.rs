@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::{HoldState, LockManager, Quorum};
-use support::{builder, key, nodes, nodes_with_key, raw, serial, unique};
+use support::{builder, has_key, nodes, nodes_with_key, raw, serial, unique};
 
 const LEASE: Duration = Duration::from_millis(900);
 const PERIOD: Duration = Duration::from_millis(300);
@@ -22,15 +22,6 @@ async fn watchdog_manager(quorum: Quorum) -> LockManager {
         .build()
         .await
         .expect("build")
-}
-
-async fn has_key(i: usize, name: &str) -> bool {
-    let mut c = raw(i).await;
-    redis::cmd("EXISTS")
-        .arg(key(name))
-        .query_async(&mut c)
-        .await
-        .unwrap_or(false)
 }
 
 /// Restarts every stopped node, so the next test finds all five up.

@@ -81,6 +81,18 @@
 //! when it restarts. (If that range is unusable, falls back to binding
 //! `127.0.0.1:0`.)
 //!
+//! # Clocks
+//!
+//! Every node runs redis-server with the clock shim `docker/clockshim.c` in
+//! `LD_PRELOAD`: it adds an offset, read from `/quorumlock-clock/offset` in
+//! the container, to the wall clock (`CLOCK_REALTIME`, `gettimeofday`,
+//! `time`), by which Redis expires keys. The shim is compiled with gcc into
+//! `target/quorumlock-clockshim/` on first use and added to a derived image
+//! (`quorumlock-redis-clockshim:<hash>`, made with `docker create`, `docker
+//! cp` and `docker commit` from the base image; it needs only the libc the
+//! image has). [`Cluster::jump_clock`] writes the offset with `docker cp`
+//! and waits until the node's `TIME` shows it.
+//!
 //! # Failures
 //!
 //! This is test code: a missing Docker engine, a failing build or a node that
@@ -107,6 +119,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{Mutex, MutexGuard, OnceCell};
 use tokio::task::JoinHandle;
 
+use crate::support::Nodes;
+
 /// Number of Redis masters in a [`Cluster`].
 pub const NODES: usize = 5;
 
@@ -116,6 +130,11 @@ pub const DEFAULT_IMAGE: &str = "quorumlock-redis:local";
 /// How long [`Cluster::wait_ready`] (and every operation that waits for a node)
 /// waits for `PING` to succeed before panicking.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The clock shim's directory, library and offset file in every container.
+const SHIM_DIR: &str = "quorumlock-clock";
+const SHIM_LIB: &str = "/quorumlock-clock/clockshim.so";
+const SHIM_OFFSET: &str = "/quorumlock-clock/offset";
 
 /// Port Redis listens on inside every container.
 const REDIS_PORT: u16 = 6379;
@@ -260,6 +279,8 @@ struct NodeState {
     container: Option<ContainerAsync<GenericImage>>,
     /// Disconnected from the Docker network by `partition`.
     partitioned: bool,
+    /// How far ahead of the true time `jump_clock` set the node's clock.
+    clock_ahead: Duration,
 }
 
 static CLUSTERS: [OnceCell<Cluster>; 2] = [OnceCell::const_new(), OnceCell::const_new()];
@@ -319,22 +340,6 @@ impl Cluster {
     /// How long starting the cluster took (containers up and answering PING).
     pub fn startup_time(&self) -> Duration {
         self.startup
-    }
-
-    /// `redis://127.0.0.1:PORT` of every node, in node order. Fixed for the
-    /// life of the process.
-    pub fn urls(&self) -> Vec<String> {
-        (0..NODES).map(|i| self.url(i)).collect()
-    }
-
-    /// `redis://127.0.0.1:PORT` of node `i`.
-    pub fn url(&self, i: usize) -> String {
-        format!("redis://127.0.0.1:{}", self.port(i))
-    }
-
-    /// Host port (on 127.0.0.1) of node `i`.
-    pub fn port(&self, i: usize) -> u16 {
-        self.node(i).port
     }
 
     /// Docker container name of node `i` (stable across re-creation), for
@@ -499,6 +504,28 @@ impl Cluster {
         .await
     }
 
+    /// Set node `i`'s wall clock `ahead` of the true time, from now on
+    /// (replacing any earlier offset; `Duration::ZERO` puts it back), and
+    /// wait until its `TIME` shows it. Keys there expire by that clock: a
+    /// jump of more than a key's remaining TTL makes it vanish at once.
+    ///
+    /// Method: every node runs redis-server with the clock shim
+    /// (`docker/clockshim.c`) in `LD_PRELOAD`; this writes the shim's offset
+    /// file in the container with `docker cp`, and the shim reads it within
+    /// a few ms. The offset survives `kill`/`start`; a re-created node
+    /// (`restart_empty`, `restart_delayed`) and [`Cluster::restore`] put the
+    /// clock back to the true time.
+    pub async fn jump_clock(&self, i: usize, ahead: Duration) {
+        let node = self.node(i).clone();
+        on_harness(async move {
+            let mut state = node.state.lock().await;
+            node.require_container(&state);
+            node.set_clock(ahead).await;
+            state.clock_ahead = ahead;
+        })
+        .await
+    }
+
     /// Wait until node `i` answers `PING` on its URL; panics (with the
     /// container's last log lines) after [`READY_TIMEOUT`].
     pub async fn wait_ready(&self, i: usize) {
@@ -577,6 +604,7 @@ impl Cluster {
                         state: Arc::new(Mutex::new(NodeState {
                             container: None,
                             partitioned: false,
+                            clock_ahead: Duration::ZERO,
                         })),
                     };
                     match node.create().await {
@@ -609,6 +637,35 @@ impl Cluster {
             nodes,
             startup: t0.elapsed(),
         }
+    }
+}
+
+/// URLs are `redis://127.0.0.1:PORT`, fixed for the life of the process.
+impl Nodes for Cluster {
+    fn len(&self) -> usize {
+        NODES
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.node(i).port
+    }
+
+    fn url(&self, i: usize) -> String {
+        self.node(i).url()
+    }
+}
+
+impl Nodes for ClusterGuard {
+    fn len(&self) -> usize {
+        self.cluster.len()
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.cluster.port(i)
+    }
+
+    fn url(&self, i: usize) -> String {
+        self.cluster.url(i)
     }
 }
 
@@ -647,6 +704,8 @@ impl Node {
             .with_exposed_port(REDIS_PORT.tcp())
             .with_wait_for(WaitFor::Nothing)
             .with_cmd(self.profile.redis_args())
+            .with_env_var("LD_PRELOAD", SHIM_LIB)
+            .with_env_var("QUORUMLOCK_CLOCK_OFFSET_FILE", SHIM_OFFSET)
             .with_container_name(self.name.clone())
             .with_labels(labels)
             .with_startup_timeout(Duration::from_secs(60))
@@ -698,6 +757,8 @@ impl Node {
                 Ok(container) => {
                     state.container = Some(container);
                     state.partitioned = false;
+                    // A new container starts from the image's offset file: 0.
+                    state.clock_ahead = Duration::ZERO;
                     return;
                 }
                 Err(e) => {
@@ -775,6 +836,57 @@ impl Node {
             state.partitioned = false;
         }
         self.wait_ready().await;
+        if state.clock_ahead != Duration::ZERO {
+            self.set_clock(Duration::ZERO).await;
+            state.clock_ahead = Duration::ZERO;
+        }
+    }
+
+    /// Writes the offset file of the clock shim in the container (`docker
+    /// cp`: a `FROM scratch` image has no shell to `docker exec`), then, if
+    /// the node answers, waits until its `TIME` shows the new clock.
+    async fn set_clock(&self, ahead: Duration) {
+        let dir =
+            std::env::temp_dir().join(format!("quorumlock-clock-{}-n{}", session_id(), self.index));
+        let file = dir.join("offset");
+        let ms = ahead.as_millis().to_string();
+        let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, &ms));
+        if let Err(e) = written {
+            panic!("could not write the clock offset {}: {e}", file.display());
+        }
+        let host_file = file.to_string_lossy().into_owned();
+        let target = format!("{}:{SHIM_OFFSET}", self.name);
+        docker_ok(&["cp", &host_file, &target]).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        if ping(self.port, Duration::from_millis(300)).await.is_ok() {
+            self.wait_clock(ahead).await;
+        }
+    }
+
+    /// Waits until the node's `TIME` is `ahead` of this host's clock (the
+    /// containers share its kernel clock, so a few ms of slack suffice).
+    async fn wait_clock(&self, ahead: Duration) {
+        const SLACK: Duration = Duration::from_millis(25);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let before = std::time::SystemTime::now() + ahead;
+            match node_time(self.port).await {
+                Ok(t) => {
+                    let after = std::time::SystemTime::now() + ahead;
+                    if t + SLACK >= before && t <= after + SLACK {
+                        return;
+                    }
+                    last = format!("{t:?}, expected {before:?}..{after:?}");
+                }
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!(
+            "node {} ({}): its clock did not move {ahead:?} ahead within 5 s: {last}",
+            self.index, self.name
+        );
     }
 }
 
@@ -834,7 +946,7 @@ async fn prepare() -> &'static str {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
             ensure_image(&image).await;
-            image
+            with_clock_shim(&image).await
         })
         .await
         .as_str()
@@ -891,6 +1003,129 @@ async fn ensure_image(image: &str) {
             script.display()
         );
     }
+}
+
+/// FNV-1a: a hash that stays the same across builds, for cache names.
+fn fnv64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in *part {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Compiles `docker/clockshim.c` with gcc into
+/// `target/quorumlock-clockshim/<hash of the source>/`, once: later runs
+/// reuse it. Returns that directory (it holds `quorumlock-clock/`, laid
+/// out as in the containers) and the hash.
+async fn build_clock_shim() -> (std::path::PathBuf, u64) {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = manifest.join("docker/clockshim.c");
+    let code = std::fs::read(&source)
+        .unwrap_or_else(|e| panic!("cannot read the clock shim {}: {e}", source.display()));
+    let hash = fnv64(&[&code]);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| manifest.join("target"));
+    let dir = target
+        .join("quorumlock-clockshim")
+        .join(format!("{hash:016x}"));
+    let lib = dir.join(SHIM_DIR).join("clockshim.so");
+    if lib.is_file() {
+        return (dir, hash);
+    }
+    let made = std::fs::create_dir_all(dir.join(SHIM_DIR))
+        .and_then(|()| std::fs::write(dir.join(SHIM_DIR).join("offset"), "0"));
+    if let Err(e) = made {
+        panic!("cannot prepare {}: {e}", dir.display());
+    }
+    // Built under a name of its own, then renamed: concurrent test
+    // binaries never see half a library.
+    let tmp = dir.join(format!("clockshim-{}.so", session_id()));
+    let out = tokio::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-shared", "-fPIC", "-o"])
+        .arg(&tmp)
+        .arg(&source)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run gcc to build the clock shim (install gcc): {e}"));
+    if !out.status.success() {
+        panic!(
+            "gcc failed on {} ({}):\n{}",
+            source.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if let Err(e) = std::fs::rename(&tmp, &lib) {
+        panic!("cannot move the clock shim to {}: {e}", lib.display());
+    }
+    (dir, hash)
+}
+
+/// `image` with the clock shim added under `/quorumlock-clock/` (offset
+/// file at 0): a derived image, tagged by the hashes of the base image and
+/// of the shim, made once with `docker create` + `docker cp` + `docker
+/// commit` (no build, no registry). The containers enable the shim through
+/// `LD_PRELOAD`; it needs only the libc that the image already has.
+async fn with_clock_shim(image: &str) -> String {
+    let (dir, shim_hash) = build_clock_shim().await;
+    let base_id = docker_ok(&["image", "inspect", "--format", "{{.Id}}", image]).await;
+    let tag = format!(
+        "quorumlock-redis-clockshim:{:016x}",
+        fnv64(&[base_id.trim().as_bytes(), &shim_hash.to_le_bytes()])
+    );
+    if docker(&["image", "inspect", &tag]).await.is_ok() {
+        return tag;
+    }
+    let scratch = format!("quorumlock-clockshim-{}", session_id());
+    let labels = [
+        format!("{LABEL_ROOT}=1"),
+        format!("{LABEL_SESSION}={}", session_id()),
+        format!("{LABEL_PID}={}", std::process::id()),
+        format!("{LABEL_HOST}={}", host_name()),
+    ];
+    let mut create = vec!["create", "--name", &scratch];
+    for l in &labels {
+        create.extend(["--label", l.as_str()]);
+    }
+    create.push(image);
+    docker_ok(&create).await;
+    let from = dir.join(SHIM_DIR).to_string_lossy().into_owned();
+    let made = match docker(&["cp", &from, &format!("{scratch}:/")]).await {
+        Ok(_) => docker(&["commit", &scratch, &tag]).await,
+        Err(e) => Err(e),
+    };
+    let _ = docker(&["rm", "-f", &scratch]).await;
+    if let Err(e) = made {
+        panic!("could not add the clock shim to {image}: {e}");
+    }
+    tag
+}
+
+/// The wall clock of the server on 127.0.0.1:port, by its `TIME`.
+async fn node_time(port: u16) -> Result<std::time::SystemTime, String> {
+    let ask = async {
+        let client =
+            redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+        let mut c = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut c)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask)
+        .await
+        .unwrap_or_else(|_| Err("TIME: no reply within 1 s".to_owned()))
 }
 
 /// Remove harness containers of this host whose owning process is gone.

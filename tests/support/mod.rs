@@ -1,9 +1,26 @@
 //! The shared harness of the integration tests: five local masters started
 //! once per test binary, raw connections to inspect them, and helpers.
+//!
+//! Modules of every test binary:
+//!
+//! - `local`: local `redis-server` processes ([`LocalNodes`]);
+//! - `masters`: the [`Nodes`] trait that local processes and containers
+//!   share, and raw Redis helpers written once against it.
+//!
+//! Modules that only `tests/chaos.rs` includes (with `#[path]`), so that the
+//! others do not build them:
+//!
+//! - `containers.rs`: five masters in Docker with fault injection and clock
+//!   jumps (`Cluster`);
+//! - `cluster.rs`: managers over the cluster, exclusive use, hand-made holds;
+//! - `history.rs`: who believed they held a lock, and its checker;
+//! - `clients.rs`: contending clients' critical sections and counters;
+//! - `rng.rs`: the seeded randomness of fault schedules, env knobs.
 
 #![allow(dead_code)]
 
 pub mod local;
+pub mod masters;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -11,6 +28,8 @@ use std::time::Duration;
 use quorumlock::{LockManager, LockManagerBuilder, Quorum};
 
 pub use local::LocalNodes;
+#[allow(unused_imports)]
+pub use masters::{key, Nodes};
 
 /// Five masters shared by every test of this binary.
 pub fn nodes() -> &'static LocalNodes {
@@ -34,35 +53,15 @@ pub async fn manager(quorum: Quorum) -> LockManager {
         .expect("build a manager over the local nodes")
 }
 
-/// A raw connection to node `i`, independent of quorumlock.
+/// A raw connection to shared node `i`, independent of quorumlock.
 pub async fn raw(i: usize) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(nodes().url(i))
-        .expect("node url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("raw connection")
+    masters::raw(nodes(), i).await
 }
 
-/// The lock key of `name` under the default prefix.
-pub fn key(name: &str) -> String {
-    format!("quorumlock:{{{name}}}")
-}
-
-/// Makes `owner` hold `name` on node `i` for a minute, behind quorumlock's
-/// back, with a raw HSET and PEXPIRE.
+/// Makes `owner` hold `name` on shared node `i` for a minute, behind
+/// quorumlock's back, with a raw HSET and PEXPIRE.
 pub async fn pre_take(i: usize, name: &str, owner: &str) {
-    let mut c = raw(i).await;
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(key(name))
-        .arg(owner)
-        .arg(1)
-        .cmd("PEXPIRE")
-        .arg(key(name))
-        .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .expect("pre-take a node");
+    masters::take_by_hand(nodes(), i, name, owner, Duration::from_secs(60)).await;
 }
 
 /// `name` held through `m` by a fresh explicit owner (not the calling task).
@@ -74,19 +73,15 @@ pub async fn hold_as_new_owner(m: &LockManager, name: &str) -> quorumlock::LockG
         .expect("lock as a new owner")
 }
 
-/// On how many nodes the lock key of `name` exists.
+/// Whether shared node `i` has the lock key of `name`; a node that cannot
+/// say counts as without it.
+pub async fn has_key(i: usize, name: &str) -> bool {
+    masters::exists(nodes(), i, name).await.unwrap_or(false)
+}
+
+/// On how many shared nodes the lock key of `name` exists.
 pub async fn nodes_with_key(name: &str) -> usize {
-    let mut n = 0;
-    for i in 0..nodes().len() {
-        let mut c = raw(i).await;
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(key(name))
-            .query_async(&mut c)
-            .await
-            .unwrap_or(false);
-        n += usize::from(exists);
-    }
-    n
+    masters::nodes_with_key(nodes(), name).await.len()
 }
 
 /// A lock name unique to this test run.
