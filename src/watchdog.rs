@@ -1,8 +1,8 @@
-//! One watchdog per manager: renews every held lock on every node with one
-//! round trip per node per tick for each wave of up to [`WAVE`] locks, on a
-//! connection of its own, repairs nodes that lost a key while a quorum of
-//! the others confirms the hold, and signals locks that can no longer show
-//! a quorum.
+//! One watchdog per manager: renews every held lock on every node, in waves
+//! of 100 to [`WAVE`] locks spread over half the renew interval, one round
+//! trip per node per wave, on a connection of its own; repairs nodes that
+//! lost a key while a quorum of the others confirms the hold; and signals
+//! locks that can no longer show a quorum.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -72,7 +72,7 @@ fn add(c: &AtomicU64, n: u64) {
 
 pub(crate) struct Watchdog {
     nodes: Arc<Nodes>,
-    /// Locks per wave: [`WAVE`], smaller in tests.
+    /// Most locks per wave: [`WAVE`], smaller in tests.
     wave: AtomicUsize,
     holds: Mutex<Vec<Weak<Hold>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -90,7 +90,7 @@ impl Watchdog {
         })
     }
 
-    /// Sets the locks per wave (tests: many waves without many locks).
+    /// Sets the most locks per wave (tests: many waves without many locks).
     #[cfg(test)]
     pub(crate) fn set_wave(&self, locks: usize) {
         self.wave.store(locks.max(1), Ordering::Relaxed);
@@ -214,27 +214,73 @@ fn lose(wd: &Watchdog, hold: &Arc<Hold>, why: &str) {
     let _ = hold.release_in_background(0);
 }
 
-/// Locks per wave: a tick renews its holds in waves, one after another,
-/// each one pipeline per node (of [`RENEW_CHUNK`](crate::node::RENEW_CHUNK)
-/// locks per script). A wave's validity is counted from its own start, its
-/// pipeline is the only one in memory, and a release waits at most for the
-/// wave of its own hold.
+/// Most locks per wave. A tick renews its holds in waves spread over part
+/// of the renew interval, each one pipeline per node (of
+/// [`RENEW_CHUNK`](crate::node::RENEW_CHUNK) locks per script). A wave's
+/// validity is counted from its own start, its pipeline is the only one in
+/// memory, a release waits at most for the wave of its own hold, and the
+/// nodes see a steady trickle of small batches instead of one burst that
+/// would delay every acquisition behind it.
 pub(crate) const WAVE: usize = 10_000;
 
-/// One renewal round: every registered hold, wave by wave. A node that
-/// fails a wave (an error or no answer in time) is not asked again this
-/// tick: its answers count as failures, so a dead node costs one timeout
-/// per tick, not one per wave.
+/// Fewest locks per wave (one script call per node), unless fewer are held.
+const MIN_WAVE: usize = crate::node::RENEW_CHUNK;
+
+/// Shortest time between the starts of two waves.
+const MIN_GAP: Duration = Duration::from_millis(1);
+
+/// How a tick renews `holds` locks: the locks per wave to start with, and
+/// the time the waves are spread over. The spread is at most half the renew
+/// interval, and at most half of what the lease leaves after the interval,
+/// so that a hold is renewed again within `interval + spread`, well inside
+/// its lease. Waves start at least [`MIN_GAP`] apart.
+fn plan(holds: usize, config: &Config, max_wave: usize) -> (usize, Duration) {
+    let interval = config.renew_interval;
+    let spread = (interval / 2).min(config.lease.saturating_sub(interval) / 2);
+    let most_waves = usize::try_from(spread.as_micros() / MIN_GAP.as_micros())
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let max_wave = max_wave.max(1);
+    let waves = holds
+        .div_ceil(MIN_WAVE.min(max_wave))
+        .min(most_waves)
+        .max(holds.div_ceil(max_wave))
+        .max(1);
+    (holds.div_ceil(waves).max(1), spread)
+}
+
+/// `spread × done / total`: when the wave that starts at hold `done` is due.
+fn share(spread: Duration, done: usize, total: usize) -> Duration {
+    let nanos = spread.as_nanos() * done as u128 / total.max(1) as u128;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// One renewal round: every registered hold, wave by wave, the waves paced
+/// evenly over the spread of [`plan`]. A tick that falls behind that pace
+/// (slow nodes, a busy client) doubles its waves, up to [`WAVE`] locks, so
+/// that it still ends in time. A node that fails a wave (an error or no
+/// answer in time) is not asked again this tick: its answers count as
+/// failures, so a dead node costs one timeout per tick, not one per wave.
 pub(crate) async fn tick(wd: &Watchdog) {
     let began = Instant::now();
     let holds = wd.live(clock::now());
     if holds.is_empty() {
         return;
     }
+    let max_wave = wd.wave.load(Ordering::Relaxed).max(1);
+    let (mut size, spread) = plan(holds.len(), &wd.nodes.config, max_wave);
+    let gap = share(spread, size, holds.len());
     let mut down = vec![false; wd.nodes.len()];
-    let wave = wd.wave.load(Ordering::Relaxed).max(1);
-    for wave in holds.chunks(wave) {
-        renew_wave(wd, wave, &mut down).await;
+    let mut done = 0;
+    while done < holds.len() {
+        let due = began + share(spread, done, holds.len());
+        if Instant::now() > due + gap {
+            size = size.saturating_mul(2).min(max_wave);
+        }
+        tokio::time::sleep_until(due).await;
+        let end = done.saturating_add(size).min(holds.len());
+        renew_wave(wd, &holds[done..end], &mut down).await;
+        done = end;
     }
     add(&wd.counters.ticks, 1);
     let took = began.elapsed();

@@ -19,7 +19,7 @@ use redis::Client;
 use crate::error::NodeError;
 use crate::keys::Keys;
 
-pub(crate) use self::batch::{RenewBatch, RenewItem};
+pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 

@@ -1,6 +1,7 @@
 //! The watchdog at scale, against fake nodes on the paused clock: many
-//! holds renew in waves, a dead node costs one timeout per tick (not one
-//! per wave), and a release does not wait for waves other than its own.
+//! holds renew in waves paced over half the renew interval, a tick behind
+//! its pace grows its waves, a dead node costs one timeout per tick (not
+//! one per wave), and a release does not wait for waves other than its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,11 +36,13 @@ async fn holding(n: usize) -> (LockManager, Vec<Arc<FakeNode>>, Vec<LockGuard>) 
 }
 
 #[tokio::test(start_paused = true)]
-async fn many_holds_renew_in_waves_and_a_dead_node_costs_one_timeout_per_tick() {
+async fn many_holds_renew_in_paced_waves_and_a_dead_node_costs_no_wave_a_timeout() {
     let n = 2 * WAVE + 1;
     let (m, fakes, guards) = holding(n).await;
     let s0 = m.watchdog_stats();
+    let began = Instant::now();
     tick(&m.inner.watchdog).await;
+    let healthy = began.elapsed();
     let s1 = m.watchdog_stats();
     assert_eq!(s1.ticks - s0.ticks, 1);
     assert_eq!(s1.locks_renewed - s0.locks_renewed, n as u64);
@@ -49,17 +52,25 @@ async fn many_holds_renew_in_waves_and_a_dead_node_costs_one_timeout_per_tick() 
         "three waves, five nodes"
     );
     assert_eq!(s1.extended - s0.extended, 5 * n as u64);
+    // Spread over half the interval (10 s of a 30 s lease): the last wave
+    // starts two thirds of the way through that half.
+    let interval = m.config().renew_interval;
+    assert!(
+        healthy >= interval / 4 && healthy < interval / 2,
+        "tick took {healthy:?}"
+    );
 
-    // Node 4 black-holes: the first wave waits for it once, the others skip it.
+    // Node 4 black-holes: the first wave waits for it once (within its
+    // slot), the others skip it.
     fakes[4].set_mode(Mode::Stall);
     let began = Instant::now();
     tick(&m.inner.watchdog).await;
-    let took = began.elapsed();
+    let stalled = began.elapsed();
     let s2 = m.watchdog_stats();
     let one = renew_timeout(m.config(), WAVE);
     assert!(
-        took >= one && took < one * 2,
-        "tick took {took:?}, one timeout is {one:?}"
+        stalled < healthy + one,
+        "tick took {stalled:?}, healthy {healthy:?}"
     );
     assert_eq!(s2.round_trips - s1.round_trips, 5 + 4 + 4);
     assert_eq!(s2.losses, 0, "4 of 5 nodes still renew every hold");
@@ -67,10 +78,30 @@ async fn many_holds_renew_in_waves_and_a_dead_node_costs_one_timeout_per_tick() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tick_behind_its_pace_grows_its_waves() {
+    let n = 20 * WAVE;
+    let (m, fakes, _guards) = holding(n).await;
+    // Every call takes 1 s: twenty waves of 100 would take 20 s, twice the
+    // renew interval. Doubling the waves keeps the tick within it.
+    for f in &fakes {
+        f.set_mode(Mode::Slow(Duration::from_secs(1)));
+    }
+    let s0 = m.watchdog_stats();
+    let began = Instant::now();
+    tick(&m.inner.watchdog).await;
+    let took = began.elapsed();
+    let s1 = m.watchdog_stats();
+    assert!(took < m.config().renew_interval, "tick took {took:?}");
+    assert!(s1.round_trips - s0.round_trips < 20 * 5, "waves grew");
+    assert_eq!(s1.losses, 0);
+    assert_eq!(s1.overruns, 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_release_waits_only_for_the_wave_of_its_own_hold() {
     let n = 2 * WAVE;
     let (m, fakes, mut guards) = holding(n).await;
-    // Every call takes 100 ms: a tick is two waves of 100 ms each.
+    // Every call takes 100 ms: a tick is two waves, 5 s apart.
     for f in &fakes {
         f.set_mode(Mode::Slow(Duration::from_millis(100)));
     }
