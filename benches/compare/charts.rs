@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::combinators::BindKeyPoints;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use serde_json::{json, Value};
@@ -93,7 +94,10 @@ fn cdf(path: &Path, samples: &mut [Vec<u64>]) -> Result<(), BoxError> {
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(key_points(lo, hi)),
+            0.0..1.0,
+        )?;
     chart
         .configure_mesh()
         .x_desc("lock + unlock latency (µs, log scale)")
@@ -142,7 +146,10 @@ fn fault_bars(
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(64)
-        .build_cartesian_2d((0..slots).into_segmented(), (lo..hi).log_scale())?;
+        .build_cartesian_2d(
+            (0..slots).into_segmented(),
+            (lo..hi).log_scale().with_key_points(key_points(lo, hi)),
+        )?;
     let names: Vec<&str> = groups.iter().map(|g| g.0).collect();
     chart
         .configure_mesh()
@@ -197,6 +204,22 @@ fn fault_bars(
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// 1-2-5 steps of each decade within `lo..hi`, for log axes.
+fn key_points(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let v = decade * m;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
 }
 
 fn label(v: f64) -> String {
