@@ -1,8 +1,8 @@
 //! SVG charts of a run (plotters, SVG backend only): the fault-free
 //! lock + unlock latency CDF of the three contenders, and the p50 of every
-//! fault case as grouped bars on a log scale. A full run writes them into
-//! `docs/`; a quick one into `target/bench/`, so smoke runs leave the
-//! committed charts alone.
+//! fault case as grouped bars on a log scale. A full run of every case
+//! writes them into `docs/`; a quick or partial one into `target/bench/`,
+//! so such runs leave the committed charts alone.
 
 use std::path::{Path, PathBuf};
 
@@ -24,11 +24,15 @@ const COLORS: [RGBColor; 3] = [
     RGBColor(214, 39, 40),   // rslock
 ];
 
+/// `docs/` for a full run of every case, else `target/bench/`.
 fn out_dir(r: &Run) -> PathBuf {
-    if r.s.quick {
-        target_dir().join("bench")
-    } else {
+    let full = !r.s.quick
+        && r.s.fault_only.is_none()
+        && crate::settings::CASES.iter().all(|c| r.s.runs(c));
+    if full {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs")
+    } else {
+        target_dir().join("bench")
     }
 }
 

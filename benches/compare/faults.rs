@@ -269,6 +269,18 @@ pub(crate) async fn run(r: &Run) -> Result<FaultReport, BoxError> {
     let timeout = r.s.fault_node_timeout;
     let mut cases = Vec::new();
     for case in &FAULT_CASES {
+        let baseline = matches!(case.key, "none" | "proxied");
+        let chosen =
+            r.s.fault_only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|c| c == case.key));
+        if !baseline && !chosen {
+            cases.push(CaseResult {
+                res: Default::default(),
+                error: Some("not selected (QUORUMLOCK_BENCH_FAULT_CASES)".to_owned()),
+            });
+            continue;
+        }
         match run_case(r, case, timeout).await {
             Ok(res) => cases.push(CaseResult { res, error: None }),
             Err(e) => {

@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) fault_secs: Duration,
     /// The per-node timeout every contender gets in the fault cases.
     pub(crate) fault_node_timeout: Duration,
+    /// Fault cases to run besides the two baselines (`None`: all).
+    pub(crate) fault_only: Option<Vec<String>>,
     pub(crate) cases: Vec<String>,
 }
 
@@ -109,6 +111,14 @@ impl Settings {
             // redis-rs's default response timeout, which rslock cannot change
             // (it opens its connections with the default configuration).
             fault_node_timeout: Duration::from_millis(500),
+            fault_only: std::env::var("QUORUMLOCK_BENCH_FAULT_CASES")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| {
+                    v.split(',')
+                        .map(|c| c.trim().to_ascii_lowercase())
+                        .collect()
+                }),
             cases,
         };
         if s.rounds == 0 || s.cycles == 0 || s.watchdog_locks == 0 || s.watchdog_ticks == 0 {
@@ -145,6 +155,7 @@ impl Settings {
             "fault_max_cycles": self.fault_cycles,
             "fault_secs": self.fault_secs.as_secs_f64(),
             "fault_node_timeout_ms": ms(self.fault_node_timeout),
+            "fault_cases": self.fault_only,
             "cases": self.cases,
         })
     }
