@@ -133,12 +133,19 @@ struct WaitRow {
     bytes_per_waiter: f64,
     wakeups_per_handoff: f64,
     worst_wait: Duration,
+    /// Acquisitions or releases that returned an error.
+    failed: usize,
 }
 
 /// `waiters` tasks queue on `locks` locks held by one holder each, then
 /// the holders release and every waiter takes its lock once (lock, then
 /// release at once).
-async fn waiters(urls: &[String], waiters: usize, locks: usize) -> Result<WaitRow, BoxError> {
+async fn waiters(
+    urls: &[String],
+    conns: &[MultiplexedConnection],
+    waiters: usize,
+    locks: usize,
+) -> Result<WaitRow, BoxError> {
     let m = LockManager::builder()
         .nodes(urls.iter().cloned())
         .quorum(Quorum::Majority)
@@ -152,37 +159,47 @@ async fn waiters(urls: &[String], waiters: usize, locks: usize) -> Result<WaitRo
     }
     let rss0 = rss();
     let queued = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
     let worst = Arc::new(AtomicU64::new(0));
     let start = Arc::new(std::sync::OnceLock::<Instant>::new());
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..waiters {
         let (m, name) = (m.clone(), names[w % locks].clone());
         let (queued, worst, start) = (Arc::clone(&queued), Arc::clone(&worst), Arc::clone(&start));
+        let failed = Arc::clone(&failed);
         tasks.spawn(async move {
             queued.fetch_add(1, Ordering::Relaxed);
-            let g = m.lock(&name).await?;
+            let Ok(g) = m.lock(&name).await else {
+                failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
             let waited = start.get().map_or(Duration::ZERO, Instant::elapsed);
             worst.fetch_max(
                 u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
                 Ordering::Relaxed,
             );
-            g.release().await
+            if g.release().await.is_err() {
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
         });
     }
-    // Every waiter has made its first attempt and is asleep on its bell.
+    // Every waiter has made its first attempt and is asleep on its bell:
+    // all tasks started, and the nodes have gone quiet.
     while queued.load(Ordering::Relaxed) < waiters {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500 + (waiters / 100) as u64)).await;
+    settle(conns).await;
     let queued_rss = rss().saturating_sub(rss0);
     let (cpu0, wake0) = (cpu_secs(), m.pubsub_stats().wakeups);
     let began = Instant::now();
     let _ = start.set(began);
     for g in holders {
-        g.release().await?;
+        if g.release().await.is_err() {
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
     }
     while let Some(r) = tasks.join_next().await {
-        r??;
+        r?;
     }
     let elapsed = began.elapsed();
     let cpu = cpu_secs() - cpu0;
@@ -200,22 +217,41 @@ async fn waiters(urls: &[String], waiters: usize, locks: usize) -> Result<WaitRo
         bytes_per_waiter: per(queued_rss as f64, waiters),
         wakeups_per_handoff: per(wakeups as f64, waiters),
         worst_wait: Duration::from_micros(worst.load(Ordering::Relaxed)),
+        failed: failed.load(Ordering::Relaxed),
     })
+}
+
+/// Waits until the nodes have processed no command for 300 ms (at most
+/// 60 s): the waiters' first attempts and subscriptions are all done.
+async fn settle(conns: &[MultiplexedConnection]) {
+    let limit = Instant::now() + Duration::from_secs(60);
+    let mut last = node_sum(conns, "stats", &["total_commands_processed"]).await;
+    while Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // INFO itself is one command per node.
+        let now = node_sum(conns, "stats", &["total_commands_processed"]).await;
+        #[allow(clippy::cast_precision_loss)]
+        if now - last <= 2.0 * conns.len() as f64 {
+            return;
+        }
+        last = now;
+    }
 }
 
 fn wait_table(rows: &[WaitRow]) -> String {
     let mut t = String::from(
-        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) |\n| --- | --- | --- | --- | --- | --- |\n",
+        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) | errors |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} |\n",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {} |\n",
             r.label,
             r.handoffs_per_s,
             r.cpu_us_per_handoff,
             r.bytes_per_waiter,
             r.wakeups_per_handoff,
-            r.worst_wait.as_secs_f64()
+            r.worst_wait.as_secs_f64(),
+            r.failed
         ));
     }
     if let (Some(first), Some(last)) = (
@@ -397,7 +433,8 @@ async fn run() -> Result<(), BoxError> {
     let mut rows = Vec::new();
     for w in sizes {
         eprintln!("waiters: {w} on one lock");
-        rows.push(waiters(&urls, w, 1).await?);
+        rows.push(waiters(&urls, &conns, w, 1).await?);
+        eprint!("{}", wait_table(&rows[rows.len() - 1..]));
     }
     for s in spread {
         let (w, l) = s
@@ -405,7 +442,8 @@ async fn run() -> Result<(), BoxError> {
             .ok_or("QUORUMLOCK_SCALE_SPREAD: waiters/locks")?;
         let (w, l): (usize, usize) = (w.parse()?, l.parse()?);
         eprintln!("waiters: {w} over {l} locks");
-        rows.push(waiters(&urls, w, l.max(1)).await?);
+        rows.push(waiters(&urls, &conns, w, l.max(1)).await?);
+        eprint!("{}", wait_table(&rows[rows.len() - 1..]));
     }
     println!("{}", wait_table(&rows));
     let mut held_rows = Vec::new();
@@ -421,6 +459,7 @@ async fn run() -> Result<(), BoxError> {
             )
             .await?,
         );
+        eprint!("{}", held_table(&held_rows[held_rows.len() - 1..]));
         flushall(&conns).await;
     }
     if std::env::var("QUORUMLOCK_SCALE_MILLION").is_ok_and(|v| v == "1") {

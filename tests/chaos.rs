@@ -558,7 +558,7 @@ async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_see
     // four still confirm A's hold (a quorum), so the watchdog repairs node 2
     // before B tries: B is refused. (On a bare quorum with node 2 missing,
     // no quorum confirms the hold: A is told it lost the lock instead, see
-    // `safety_tests::force_unlock_is_not_undone_by_the_watchdog`.)
+    // `tests::safety::force_unlock_is_not_undone_by_the_watchdog`.)
     let history = History::new();
     let name = unique("chaos-hazard-repair");
     let a = build(

@@ -286,7 +286,7 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
 /// locks, a lagging counter catches up through other locks' grants, and the
 /// repeat needs a lost raise followed by a quorum that avoids the node with
 /// the maximum. The deterministic scenario in
-/// `safety_tests::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
+/// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
 /// catches it; run this one as a soak.
 #[test]
 #[ignore = "not caught within the CI seed budget; see the doc comment"]
