@@ -30,6 +30,45 @@ use redis::aio::MultiplexedConnection;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The system allocator, counting the bytes live at any moment: memory per
+/// queued waiter and per held lock, exact and unaffected by memory the
+/// allocator keeps from an earlier case.
+struct Counting;
+
+static LIVE: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counter is only bookkeeping.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as u64, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes allocated and not yet freed.
+fn live() -> u64 {
+    LIVE.load(Ordering::Relaxed)
+}
+
 fn env_list<T: FromStr>(name: &str, default: &str) -> Result<Vec<T>, BoxError> {
     let raw = std::env::var(name).unwrap_or_else(|_| default.to_owned());
     raw.split(',')
@@ -66,19 +105,6 @@ fn cpu_secs() -> f64 {
         Some((utime + stime) / clk_tck())
     };
     read().unwrap_or(0.0)
-}
-
-/// This process's resident memory, in bytes.
-fn rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// An INFO field of every node, summed.
@@ -157,7 +183,7 @@ async fn waiters(
     for n in &names {
         holders.push(m.lock(n).await?);
     }
-    let rss0 = rss();
+    let live0 = live();
     let queued = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
     let worst = Arc::new(AtomicU64::new(0));
@@ -169,17 +195,24 @@ async fn waiters(
         let failed = Arc::clone(&failed);
         tasks.spawn(async move {
             queued.fetch_add(1, Ordering::Relaxed);
-            let Ok(g) = m.lock(&name).await else {
-                failed.fetch_add(1, Ordering::Relaxed);
-                return;
+            let g = match m.lock(&name).await {
+                Ok(g) => g,
+                Err(e) => {
+                    if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                        eprintln!("first error (lock): {e}");
+                    }
+                    return;
+                }
             };
             let waited = start.get().map_or(Duration::ZERO, Instant::elapsed);
             worst.fetch_max(
                 u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
                 Ordering::Relaxed,
             );
-            if g.release().await.is_err() {
-                failed.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = g.release().await {
+                if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("first error (release): {e}");
+                }
             }
         });
     }
@@ -189,7 +222,7 @@ async fn waiters(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     settle(conns).await;
-    let queued_rss = rss().saturating_sub(rss0);
+    let queued_bytes = live().saturating_sub(live0);
     let (cpu0, wake0) = (cpu_secs(), m.pubsub_stats().wakeups);
     let began = Instant::now();
     let _ = start.set(began);
@@ -214,7 +247,7 @@ async fn waiters(
         waiters,
         handoffs_per_s: waiters as f64 / elapsed.as_secs_f64(),
         cpu_us_per_handoff: per(cpu * 1e6, waiters),
-        bytes_per_waiter: per(queued_rss as f64, waiters),
+        bytes_per_waiter: per(queued_bytes as f64, waiters),
         wakeups_per_handoff: per(wakeups as f64, waiters),
         worst_wait: Duration::from_micros(worst.load(Ordering::Relaxed)),
         failed: failed.load(Ordering::Relaxed),
@@ -320,7 +353,7 @@ async fn held(
         .build()
         .await?;
     let idle = probe(&m, Duration::from_secs(2)).await;
-    let (rss0, node0) = (rss(), node_sum(conns, "memory", &["used_memory"]).await);
+    let (live0, node0) = (live(), node_sum(conns, "memory", &["used_memory"]).await);
     let run = rand::random::<u32>();
     let next = Arc::new(AtomicUsize::new(0));
     let began = Instant::now();
@@ -355,7 +388,7 @@ async fn held(
         worst = worst.max(w);
     }
     let acquire_secs = began.elapsed().as_secs_f64();
-    let client_bytes = rss().saturating_sub(rss0);
+    let client_bytes = live().saturating_sub(live0);
     let node_bytes = node_sum(conns, "memory", &["used_memory"]).await - node0;
     let s0 = m.watchdog_stats();
     let (cpu0, ncpu0) = (
