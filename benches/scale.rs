@@ -288,7 +288,7 @@ fn wait_table(rows: &[WaitRow]) -> String {
         ));
     }
     if let (Some(first), Some(last)) = (
-        rows.first(),
+        rows.iter().find(|r| r.label.ends_with("one lock")),
         rows.iter().rfind(|r| r.label.ends_with("one lock")),
     ) {
         t.push_str(&format!(
@@ -464,11 +464,6 @@ async fn run() -> Result<(), BoxError> {
     let sizes: Vec<usize> = env_list("QUORUMLOCK_SCALE_WAITERS", "1000,10000,100000")?;
     let spread: Vec<String> = env_list("QUORUMLOCK_SCALE_SPREAD", "10000/1000")?;
     let mut rows = Vec::new();
-    for w in sizes {
-        eprintln!("waiters: {w} on one lock");
-        rows.push(waiters(&urls, &conns, w, 1).await?);
-        eprint!("{}", wait_table(&rows[rows.len() - 1..]));
-    }
     for s in spread {
         let (w, l) = s
             .split_once('/')
@@ -476,6 +471,11 @@ async fn run() -> Result<(), BoxError> {
         let (w, l): (usize, usize) = (w.parse()?, l.parse()?);
         eprintln!("waiters: {w} over {l} locks");
         rows.push(waiters(&urls, &conns, w, l.max(1)).await?);
+        eprint!("{}", wait_table(&rows[rows.len() - 1..]));
+    }
+    for w in sizes {
+        eprintln!("waiters: {w} on one lock");
+        rows.push(waiters(&urls, &conns, w, 1).await?);
         eprint!("{}", wait_table(&rows[rows.len() - 1..]));
     }
     println!("{}", wait_table(&rows));
