@@ -264,6 +264,41 @@ async fn renew_extends_and_reports_missing_and_conflicts_and_repair_recreates() 
 }
 
 #[tokio::test]
+async fn repair_with_an_unusable_fence_counter_creates_nothing() {
+    let mut c = raw(0).await;
+    let (first, second) = (keys(), keys());
+    for bad in ["not a number", "hash"] {
+        let _: () = redis::cmd("DEL")
+            .arg(&first.fence)
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
+        if bad == "hash" {
+            let _: () = redis::cmd("HSET")
+                .arg(&first.fence)
+                .arg("f")
+                .arg("v")
+                .query_async(&mut c)
+                .await
+                .expect("HSET");
+        } else {
+            let _: () = redis::cmd("SET")
+                .arg(&first.fence)
+                .arg(bad)
+                .query_async(&mut c)
+                .await
+                .expect("SET");
+        }
+        // Both locks are missing: each needs the counter, so neither is
+        // re-created (not the first one before an error on the second).
+        let codes = repair(&mut c, &first, &[(&first, "a", 1, 5), (&second, "a", 1, 6)]).await;
+        assert_eq!(codes, vec![-2, -2], "{bad}");
+        assert_eq!(hget(&mut c, &first, "a").await, None, "{bad}");
+        assert_eq!(hget(&mut c, &second, "a").await, None, "{bad}");
+    }
+}
+
+#[tokio::test]
 async fn force_release_and_raise_fence() {
     let mut c = raw(0).await;
     let k = keys();

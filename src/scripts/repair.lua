@@ -11,8 +11,17 @@
 --   1 extended: our holder already held it again;
 --   0 conflict: another holder took it meanwhile; nothing is changed;
 --  -2 error: the key or the counter holds a value of the wrong type.
+-- The counter is read once, before anything is written: a counter of the
+-- wrong type (or not a number) fails every lock that would need it, and
+-- nothing is created, rather than an error after some keys were.
 local out = {}
 local fence = KEYS[#KEYS]
+local f = redis.pcall('get', fence)
+local counter = nil
+if type(f) ~= 'table' then
+  counter = tonumber(f or '0')
+end
+local raise = 0
 for i = 1, #KEYS - 1 do
   local lock = KEYS[i]
   local holder, count = ARGV[4 * i - 3], ARGV[4 * i - 2]
@@ -26,18 +35,18 @@ for i = 1, #KEYS - 1 do
     out[i] = 1
   elseif redis.call('exists', lock) == 1 then
     out[i] = 0
+  elseif counter == nil then
+    out[i] = -2
   else
-    local f = redis.pcall('get', fence)
-    if type(f) == 'table' then
-      out[i] = -2
-    else
-      redis.call('hset', lock, holder, count)
-      redis.call('pexpire', lock, lease)
-      if token > 0 and tonumber(f or '0') < token then
-        redis.call('set', fence, token)
-      end
-      out[i] = 2
+    redis.call('hset', lock, holder, count)
+    redis.call('pexpire', lock, lease)
+    if token > raise then
+      raise = token
     end
+    out[i] = 2
   end
+end
+if counter ~= nil and raise > counter then
+  redis.call('set', fence, raise)
 end
 return out
