@@ -228,7 +228,12 @@ impl LockManager {
         unreachable: Vec<NodeFailure>,
     ) -> Self {
         let clients: Vec<redis::Client> = nodes.iter().filter_map(|n| n.pubsub_client()).collect();
-        let notifier = Notifier::start(nodes.len(), clients, config.required);
+        let notifier = Notifier::start(
+            nodes.len(),
+            clients,
+            config.required,
+            config.connect_timeout,
+        );
         let nodes = Arc::new(Nodes::new(config, nodes, new_client_id()));
         let inner = Arc::new(Inner {
             notifier,

@@ -146,9 +146,15 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// Starts one pub/sub task per client on the current runtime. With no
-    /// clients (fake nodes), waiters only ever poll.
-    pub(crate) fn start(n: usize, clients: Vec<redis::Client>, required: usize) -> Self {
+    /// Starts one pub/sub task per client on the current runtime, each
+    /// connecting within `connect_timeout`. With no clients (fake nodes),
+    /// waiters only ever poll.
+    pub(crate) fn start(
+        n: usize,
+        clients: Vec<redis::Client>,
+        required: usize,
+        connect_timeout: Duration,
+    ) -> Self {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             nodes: n,
@@ -163,7 +169,13 @@ impl Notifier {
             let (tx, rx) = mpsc::unbounded_channel();
             senders.push(tx);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                drop(handle.spawn(node_task(i, client, Arc::downgrade(&shared), rx)));
+                drop(handle.spawn(node_task(
+                    i,
+                    client,
+                    connect_timeout,
+                    Arc::downgrade(&shared),
+                    rx,
+                )));
             }
         }
         Self {
@@ -457,13 +469,13 @@ async fn pause(delay: Duration, commands: &mut mpsc::UnboundedReceiver<Command>)
 async fn node_task(
     i: usize,
     client: redis::Client,
+    connect_timeout: Duration,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut delay = Duration::from_millis(50);
     loop {
-        let connected =
-            tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub()).await;
+        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = connected else {
             if !pause(delay, &mut commands).await {
                 return;
