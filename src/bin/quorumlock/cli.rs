@@ -163,6 +163,18 @@ pub struct Global {
         hide_env_values = true
     )]
     pub key_prefix: String,
+
+    /// PEM file of the CA that signed the nodes' certificates, for
+    /// `rediss://` nodes whose certificates the built-in roots do not trust
+    /// (a private CA).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_CA",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 /// The commands.

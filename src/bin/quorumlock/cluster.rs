@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockManager, NodeFailure, Quorum};
+use quorumlock::{redis, Error, LockManager, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
 use crate::exit::{Failure, UNAVAILABLE};
@@ -60,8 +60,18 @@ impl Cluster {
             // wants reachable here: status and force unlock count nothing.
             Need::Any => (Quorum::AtLeast(1), 1),
         };
-        let mut builder = LockManager::builder()
-            .nodes(urls)
+        let mut builder = match &global.tls_ca {
+            None => LockManager::builder().nodes(urls),
+            Some(ca) => {
+                let ca = read_ca(ca)?;
+                let mut b = LockManager::builder();
+                for (i, url) in urls.iter().enumerate() {
+                    b = b.client(tls_client(i, url, &ca)?);
+                }
+                b
+            }
+        };
+        builder = builder
             .quorum(quorum)
             .key_prefix(global.key_prefix.clone())
             .allow_unreachable(true);
@@ -115,6 +125,38 @@ impl Cluster {
     pub async fn settle(&self) {
         self.manager.flush().await;
     }
+}
+
+/// The PEM of the CA given with `--tls-ca`.
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::usage(format!("--tls-ca {}: {e}", path.display())))
+}
+
+/// A client for node `i` at `url` that trusts `ca` for the node's
+/// certificate. Errors name the node by its index: a URL may carry a
+/// password.
+#[cfg(feature = "tls-rustls")]
+fn tls_client(i: usize, url: &str, ca: &[u8]) -> Result<redis::Client, Failure> {
+    if !url.starts_with("rediss://") {
+        return Err(Failure::usage(format!(
+            "--tls-ca is for rediss:// nodes; node {i} is not one"
+        )));
+    }
+    redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca.to_vec()),
+        },
+    )
+    .map_err(|e| Failure::usage(format!("--tls-ca: node {i}: {e}")))
+}
+
+#[cfg(not(feature = "tls-rustls"))]
+fn tls_client(_i: usize, _url: &str, _ca: &[u8]) -> Result<redis::Client, Failure> {
+    Err(Failure::usage(
+        "--tls-ca needs TLS support: build quorumlock with the tls-rustls feature",
+    ))
 }
 
 /// Node failures on one line.
