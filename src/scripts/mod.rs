@@ -3,7 +3,8 @@
 //! Each script is documented in its own `.lua` file; the comments are
 //! stripped before sending.
 //!
-//! Acquire and force-release are never re-sent after an error that may have
+//! Acquire (`acquire`, and `acquire_all` for a set of names) and
+//! force-release are never re-sent after an error that may have
 //! let them run. A call re-sent after such an error (a broken connection, a
 //! timeout) goes behind whatever was queued on the connection meanwhile, and an
 //! acquire re-sent behind its own release would grant a lock nobody holds.
