@@ -573,6 +573,10 @@ impl MultiLockGuard {
             .iter()
             .map(|g| -> Lost<'_> { Box::pin(g.lost()) })
             .collect();
+        if all.is_empty() {
+            // Unreachable: a set has at least one name.
+            return std::future::pending().await;
+        }
         let _ = futures::future::select_all(all).await;
     }
 
