@@ -289,3 +289,50 @@ async fn sets_taken_in_opposite_orders_do_not_deadlock() {
     assert!(done.is_ok(), "deadlocked");
     assert_eq!(held_on(&fakes, "a") + held_on(&fakes, "b"), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn failed_nodes_make_the_set_unavailable_and_leave_no_grant() {
+    let (m, fakes) = cluster(5, Duration::from_secs(10));
+    for f in &fakes[..3] {
+        f.set_mode(Mode::Fail);
+    }
+    let err = m
+        .try_lock_all(["a", "b"], Duration::ZERO)
+        .await
+        .expect_err("3 of 5 fail");
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(held_on(&fakes, "a") + held_on(&fakes, "b"), 0);
+    // One slow node of the quorum: won, and the late grant is recorded.
+    for f in &fakes[..3] {
+        f.set_mode(Mode::Normal);
+    }
+    fakes[4].set_mode(Mode::Slow(30 * MS));
+    let g = m
+        .try_lock_all(["a", "b"], Duration::ZERO)
+        .await
+        .expect("4 of 5 answer at once");
+    tokio::time::sleep(50 * MS).await;
+    for guard in g.guards() {
+        assert_eq!(
+            guard.granted_nodes(),
+            vec![0, 1, 2, 3, 4],
+            "{}",
+            guard.name()
+        );
+    }
+    g.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wrong_type_key_in_the_set_is_an_error_not_a_wait() {
+    let (m, fakes) = cluster(3, Duration::from_secs(10));
+    for f in &fakes {
+        f.put_foreign(&key("w"));
+    }
+    let err = tokio::time::timeout(Duration::from_secs(1), m.lock_all(["a", "w"]))
+        .await
+        .expect("no waiting on a wrong-type key")
+        .expect_err("w is not a lock");
+    assert!(err.is_wrong_type(), "{err}");
+    assert_eq!(held_on(&fakes, "a"), 0);
+}
