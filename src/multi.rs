@@ -6,7 +6,8 @@
 //! validity, same granting nodes, same fencing token), so that renewal,
 //! repair, loss, release and re-entry are those of single locks: the
 //! watchdog renews the names together (they are registered together, so
-//! they ride the same waves and the same per-node batch), and a later
+//! one wave renews them in one pipeline per node; with more than 100 locks
+//! held a set may straddle two waves or two script calls), and a later
 //! `lock(name)` by the same owner re-enters that name's hold.
 //!
 //! Waiting: a set that is taken is retried after the configured backoff (no
