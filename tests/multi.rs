@@ -71,6 +71,48 @@ async fn a_name_taken_on_a_majority_leaves_no_grant_of_the_others() {
     m.force_unlock(&b).await.expect("force unlock");
 }
 
+#[tokio::test]
+async fn the_owner_re_enters_the_set_and_tokens_increase_per_name() {
+    let m = manager().await;
+    let (a, b) = (unique("multi-re-a"), unique("multi-re-b"));
+    let me = m.new_owner();
+    let first = m
+        .request_all([&a, &b])
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("lock_all");
+    let again = tokio::time::timeout(Duration::from_millis(500), me.scope(m.lock_all([&b, &a])))
+        .await
+        .expect("re-entry does not wait")
+        .expect("re-enter the set");
+    assert_eq!(again.guards()[0].hold_count(), 2);
+    let holder = first.guards()[0].holder_id().to_owned();
+    for i in 0..5 {
+        for name in [&a, &b] {
+            let h = hash_on(i, name).await;
+            assert!(
+                h.is_empty() || h == vec![(holder.clone(), 2)],
+                "node {i}: {h:?}"
+            );
+        }
+    }
+    let t1 = first.fencing_token(&a).expect("a");
+    again.release().await.expect("release 2");
+    first.release().await.expect("release 1");
+    assert_eq!(nodes_with_key(&a).await + nodes_with_key(&b).await, 0);
+    // Successive holds of each name, alone or in a set, get larger tokens.
+    let single = m.lock(&a).await.expect("lock a");
+    let t2 = single.fencing_token();
+    assert!(t2 > t1, "{t2} <= {t1}");
+    single.release().await.expect("release a");
+    let set = m.lock_all([&b, &a]).await.expect("lock_all again");
+    let t3 = set.fencing_token(&b).expect("b");
+    assert!(t3 > t2, "{t3} <= {t2}");
+    assert_eq!(set.fencing_token(&a), Some(t3));
+    set.release().await.expect("release");
+}
+
 const ACCOUNTS: usize = 10;
 const TASKS: usize = 16;
 const START_BALANCE: i64 = 1_000;
