@@ -390,6 +390,13 @@ impl MultiLockRequest<'_> {
     /// then acquired together. The owner is the one given, else the
     /// enclosing [`Owner::scope`]'s, else a new owner of its own.
     ///
+    /// A set that is taken is retried after the configured
+    /// [`Backoff`](crate::Backoff) (no longer than the largest PTTL the nodes
+    /// reported); it is not woken by release messages and has no place in
+    /// the queues of single-lock waiters, so under steady contention from
+    /// `lock` calls on the same names it may wait longer than they do. A
+    /// smaller backoff maximum retries sooner.
+    ///
     /// # Errors
     ///
     /// - [`Error::InvalidInput`] for an empty list, more than
