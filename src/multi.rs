@@ -41,7 +41,7 @@ use crate::sync::locked;
 /// key in the acquire script and one more hold renewed by the watchdog.
 pub const MAX_LOCK_ALL_NAMES: usize = 64;
 
-/// The names of one set, checked, deduplicated-checked and sorted.
+/// The names of one set: checked (count, names, no duplicates) and sorted.
 pub(crate) struct Set {
     pub(crate) keys: Arc<[Arc<Keys>]>,
     /// The names joined, for errors and traces.
