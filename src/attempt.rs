@@ -149,7 +149,7 @@ pub(crate) async fn attempt(
 /// lagging nodes raised to it now. Every later quorum then overlaps that
 /// set in a node whose next INCR is above `token`. Returns the failures
 /// when no quorum could be shown within the lease's validity.
-async fn fence_quorum(
+pub(crate) async fn fence_quorum(
     nodes: &Nodes,
     keys: &Arc<Keys>,
     replies: &[Option<Result<Grant, NodeError>>],

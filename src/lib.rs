@@ -32,6 +32,8 @@ mod acquire;
 mod builder;
 mod manager;
 
+mod multi;
+
 #[cfg(test)]
 mod hooks;
 #[cfg(test)]
@@ -46,6 +48,7 @@ pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
 pub use crate::keys::MAX_NAME_LEN;
 pub use crate::manager::{LockManager, LockRequest};
+pub use crate::multi::{MultiLockGuard, MultiLockRequest, MAX_LOCK_ALL_NAMES};
 pub use crate::node::NodeLockState;
 pub use crate::owner::Owner;
 pub use crate::status::{LockStatus, NodeStatus};

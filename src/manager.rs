@@ -65,9 +65,9 @@ pub(crate) struct Inner {
 }
 
 /// Serializes acquisitions of one name by one owner and remembers its hold.
-struct Slot {
-    gate: tokio::sync::Mutex<()>,
-    hold: Mutex<Weak<Hold>>,
+pub(crate) struct Slot {
+    pub(crate) gate: tokio::sync::Mutex<()>,
+    pub(crate) hold: Mutex<Weak<Hold>>,
 }
 
 impl fmt::Debug for LockManager {
@@ -207,11 +207,11 @@ impl LockRequest<'_> {
 
 /// An acquisition's use of its slot: when the acquisition ends, however it
 /// ends (including by being dropped), a slot left without a hold is removed.
-struct SlotUse<'a> {
-    inner: &'a Arc<Inner>,
-    slot: Arc<Slot>,
-    owner_id: Arc<str>,
-    name: Arc<str>,
+pub(crate) struct SlotUse<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) owner_id: Arc<str>,
+    pub(crate) name: Arc<str>,
 }
 
 impl Drop for SlotUse<'_> {
@@ -445,7 +445,7 @@ impl Inner {
         }
     }
 
-    fn slot(&self, owner: &Owner, name: &Arc<str>) -> Arc<Slot> {
+    pub(crate) fn slot(&self, owner: &Owner, name: &Arc<str>) -> Arc<Slot> {
         let mut slots = locked(&self.slots);
         Arc::clone(
             slots
@@ -467,7 +467,7 @@ impl Inner {
 
     /// Drops the slot of (`owner`, `name`) if nobody uses it any more
     /// besides the map and the caller's `own` references.
-    fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>, own: usize) {
+    pub(crate) fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>, own: usize) {
         let mut slots = locked(&self.slots);
         let key = (Arc::clone(owner), Arc::clone(name));
         let idle = slots.get(&key).is_some_and(|slot| {

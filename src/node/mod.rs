@@ -99,6 +99,18 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>>;
 
+    /// Acquires every lock of `keys` (one set, sharing one fence counter)
+    /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with
+    /// the fence counter when every name is ours afterwards, `Taken` with
+    /// the largest PTTL among the names another holder holds.
+    fn acquire_all(
+        &self,
+        keys: &Arc<[Arc<Keys>]>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+
     fn release(
         &self,
         keys: &Arc<Keys>,

@@ -567,4 +567,39 @@ impl NodeOps for RedisNode {
             })
         })
     }
+    fn acquire_all(
+        &self,
+        keys: &Arc<[Arc<Keys>]>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let call = self.script_call();
+        let keys = Arc::clone(keys);
+        let owner = Arc::clone(owner);
+        Box::pin(async move {
+            let fence = keys.first().map(|k| k.fence.as_str()).unwrap_or_default();
+            let names: Vec<&str> = keys
+                .iter()
+                .map(|k| k.lock.as_str())
+                .chain(std::iter::once(fence))
+                .collect();
+            let reply: Vec<Value> = call?
+                .run(&scripts::ACQUIRE_ALL, &names, Resend::Never, |c| {
+                    c.arg(&*owner).arg(ms(lease)).arg(count);
+                })
+                .await?;
+            let code = reply.first().and_then(int);
+            let value = reply.get(1).and_then(int);
+            match (code, value) {
+                (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
+                    Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
+                }
+                (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
+                    u64::try_from(pttl).ok().map(Duration::from_millis),
+                )),
+                _ => Err(NodeError::protocol("acquire_all")),
+            }
+        })
+    }
 }

@@ -3,7 +3,8 @@
 //! Each script is documented in its own `.lua` file; the comments are
 //! stripped before sending.
 //!
-//! Acquire and force-release are never re-sent after an error that may have
+//! Acquire (`acquire`, and `acquire_all` for a set of names) and
+//! force-release are never re-sent after an error that may have
 //! let them run. A call re-sent after such an error (a broken connection, a
 //! timeout) goes behind whatever was queued on the connection meanwhile, and an
 //! acquire re-sent behind its own release would grant a lock nobody holds.
@@ -38,7 +39,7 @@ pub(crate) struct Lua {
 }
 
 /// How many one-shot scripts there are.
-pub(crate) const ONE_SHOT: usize = 4;
+pub(crate) const ONE_SHOT: usize = 5;
 
 impl Lua {
     fn new(id: usize, source: &str) -> Self {
@@ -96,6 +97,11 @@ pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
 pub(crate) static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(3, include_str!("raise_fence.lua")));
 
+/// All-or-none acquire of several names (the multi-lock): grants every
+/// name, re-enters every name, or writes nothing.
+pub(crate) static ACQUIRE_ALL: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(4, include_str!("acquire_all.lua")));
+
 /// Acquire reply code: the lock was free and is now ours.
 pub(crate) const ACQ_GRANTED: i64 = 1;
 /// Acquire reply code: our owner already held it (re-entry).
@@ -134,9 +140,15 @@ mod tests {
             "-- header\nlocal x = 1 -- trailing\n\n  -- indented\nreturn x\n",
         );
         assert_eq!(lua.body, "local x = 1 -- trailing\nreturn x");
-        for (i, script) in [&*ACQUIRE, &*RELEASE, &*FORCE_RELEASE, &*RAISE_FENCE]
-            .into_iter()
-            .enumerate()
+        for (i, script) in [
+            &*ACQUIRE,
+            &*RELEASE,
+            &*FORCE_RELEASE,
+            &*RAISE_FENCE,
+            &*ACQUIRE_ALL,
+        ]
+        .into_iter()
+        .enumerate()
         {
             assert_eq!(script.id, i);
             assert!(!script.body.contains("\n--"));

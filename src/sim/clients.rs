@@ -112,6 +112,13 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
         // (its notifier shards are picked by tokio's unseedable RNG), which
         // would make histories irreproducible.
         let l = t % LOCKS.len();
+        // Sets mode: a third of the sessions take locks `l` and `l + 1`
+        // together. They never wait as local waiters (a set polls), so the
+        // one-waiter-per-lock rule above still holds.
+        if ctx.params.sets && up_to(2) == 0 {
+            set_session(&ctx, who, l).await;
+            continue;
+        }
         match up_to(99) {
             0..=29 => session(&ctx, who, l, Ask::Lock, false).await,
             30..=54 => {
@@ -244,6 +251,93 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     tokio::time::sleep_until(until).await;
     ctx.procs[who.0].gate().await;
     watched.end(ctx, up_to(9) < 7).await;
+}
+
+/// Takes locks `l` and `l + 1` with `try_lock_all`, holds them a while,
+/// then releases or drops each. Every name is a hold of its own for the
+/// checker (numbered by holder id and name: the set shares one holder id).
+async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
+    let m = &ctx.procs[who.0].manager;
+    let ls = [l, (l + 1) % LOCKS.len()];
+    let wait = ctx.ms(0, 300);
+    let start = Instant::now();
+    let since = ctx.log.mark();
+    let stop = if up_to(3) == 0 {
+        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
+    } else {
+        ctx.params.client_end
+    };
+    let r = tokio::select! {
+        biased;
+        r = m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait) => Some(r),
+        () = tokio::time::sleep_until(stop) => None,
+    };
+    let late = start
+        .elapsed()
+        .checked_sub(wait + 2 * ctx.params.node_timeout + MARGIN)
+        .filter(|late| !late.is_zero());
+    let set = match r {
+        None => {
+            ctx.log.push(
+                who,
+                Ev::Cancelled {
+                    lock: ls[0],
+                    op: "try_lock_all",
+                },
+            );
+            return;
+        }
+        Some(Err(e)) => {
+            ctx.log.push(
+                who,
+                Ev::Failed {
+                    lock: ls[0],
+                    op: "try_lock_all",
+                    error: short(&e),
+                    late,
+                },
+            );
+            return;
+        }
+        Some(Ok(set)) => set,
+    };
+    if let Some(late) = late {
+        ctx.log.push(
+            who,
+            Ev::Violation(
+                Invariant::Bounded,
+                format!("try_lock_all took {late:?} past its bound"),
+            ),
+        );
+    }
+    let mut watched = Vec::new();
+    for guard in set.into_guards() {
+        let Some(lock) = LOCKS.iter().position(|n| *n == guard.name()) else {
+            continue;
+        };
+        let hold = ctx.hold_no(&format!("{}#{}", guard.holder_id(), guard.name()));
+        ctx.log.push(
+            who,
+            Ev::Acquired {
+                hold,
+                lock,
+                started: ctx.log.at(start),
+                since,
+                token: guard.fencing_token(),
+                vu: ctx.log.at(Instant::from_std(guard.valid_until())),
+                fixed: false,
+            },
+        );
+        watched.push(Watched::start(ctx, who, guard, hold));
+    }
+    let hold_for = ctx.ms(0, 2 * ctx.params.lease.as_millis() as u64);
+    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
+    tokio::time::sleep_until(until).await;
+    ctx.procs[who.0].gate().await;
+    let release = up_to(9) < 7;
+    for w in watched {
+        w.end(ctx, release).await;
+    }
 }
 
 /// A hold under watch of its monitor.

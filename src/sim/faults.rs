@@ -48,7 +48,7 @@ const SAFE: [Kind; 10] = [
 
 fn pick(mode: Mode) -> Kind {
     let extra = match mode {
-        Mode::Safe => None,
+        Mode::Safe | Mode::Sets => None,
         // Safe faults, half of them process pauses: they lose the
         // background calls a process sends right before it stops.
         Mode::Pauses => Some(Kind::Stall),

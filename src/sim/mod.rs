@@ -11,7 +11,8 @@
 //! - `clients`: processes (one manager each) with several tasks doing
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
 //!   `release`, dropped guards, acquisitions dropped mid-flight and
-//!   `force_unlock`; stalls pause a process's tasks, sockets and watchdog
+//!   `force_unlock`, and (in `Mode::Sets`) `try_lock_all` of two names;
+//!   stalls pause a process's tasks, sockets and watchdog
 //!   (`pause`); a monitor per hold records when it believes itself valid;
 //! - `checker`: the event log and the invariants ([`checker::Invariant`]):
 //!   mutual exclusion, fencing order (also for a hold that comes back after
@@ -64,6 +65,8 @@ pub(crate) enum Mode {
     UnsafeRestart,
     /// Also clock jumps beyond the drift allowance.
     UnsafeClock,
+    /// Safe faults; the clients also take two names at once (`lock_all`).
+    Sets,
 }
 
 /// The shape of one run, drawn from its seed.
@@ -81,6 +84,8 @@ pub(crate) struct Params {
     pub(crate) fault_gap_ms: u64,
     pub(crate) fault_end: Instant,
     pub(crate) client_end: Instant,
+    /// The clients also take sets of names (set from the mode, not drawn).
+    pub(crate) sets: bool,
 }
 
 impl Params {
@@ -106,6 +111,7 @@ impl Params {
             // slowest: an empty restart kept out for the longest lease);
             // keys written before then expire one lease later.
             client_end: fault_end + 2 * longest + Duration::from_millis(300),
+            sets: false,
         }
     }
 }
@@ -163,7 +169,8 @@ fn count_panics() {
 
 async fn world(mode: Mode, trace: bool) -> Outcome {
     let log = Log::new();
-    let params = Params::draw(Instant::now());
+    let mut params = Params::draw(Instant::now());
+    params.sets = mode == Mode::Sets;
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();

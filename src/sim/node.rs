@@ -284,6 +284,17 @@ impl NodeOps for SimNode {
         self.call("acquire", move |n| n.acquire(&k, &o, lease, count))
     }
 
+    fn acquire_all(
+        &self,
+        keys: &Arc<[Arc<Keys>]>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("acquire_all", move |n| n.acquire_all(&k, &o, lease, count))
+    }
+
     fn release(
         &self,
         keys: &Arc<Keys>,

@@ -14,6 +14,9 @@ const CI_SEEDS: u64 = 2_000;
 /// Seeds of the pause-heavy safe mode per `cargo test`.
 const PAUSES_SEEDS: u64 = 500;
 
+/// Seeds of the sets mode (`lock_all` among the clients) per `cargo test`.
+const SETS_SEEDS: u64 = 500;
+
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
 
@@ -38,6 +41,7 @@ fn mode_name(mode: Mode) -> &'static str {
         Mode::Pauses => "pauses",
         Mode::UnsafeRestart => "unsafe-restart",
         Mode::UnsafeClock => "unsafe-clock",
+        Mode::Sets => "sets",
     }
 }
 
@@ -116,6 +120,14 @@ fn safe_mode_keeps_every_invariant() {
     keeps_every_invariant(
         Mode::Safe,
         env_u64("QUORUMLOCK_SIM_SEEDS").unwrap_or(CI_SEEDS),
+    );
+}
+
+#[test]
+fn sets_mode_keeps_every_invariant() {
+    keeps_every_invariant(
+        Mode::Sets,
+        env_u64("QUORUMLOCK_SIM_SETS_SEEDS").unwrap_or(SETS_SEEDS),
     );
 }
 
@@ -245,6 +257,7 @@ fn replay() {
         Ok("unsafe-restart") => Mode::UnsafeRestart,
         Ok("unsafe-clock") => Mode::UnsafeClock,
         Ok("pauses") => Mode::Pauses,
+        Ok("sets") => Mode::Sets,
         _ => Mode::Safe,
     };
     let m = match std::env::var("QUORUMLOCK_SIM_MUTATION").as_deref() {

@@ -231,6 +231,56 @@ fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renew
         .collect()
 }
 
+/// `acquire_all.lua`: reads every name first, then grants all or none.
+fn acquire_all(
+    s: &mut State,
+    keys: &[Arc<Keys>],
+    owner: &str,
+    lease: Duration,
+    count: u32,
+) -> Result<Grant, NodeError> {
+    let now = Instant::now();
+    let (mut free, mut worst) = (false, None::<Duration>);
+    for k in keys {
+        if s.foreign.contains(&k.lock) {
+            return Err(wrong_type(&k.lock));
+        }
+        match s.locks.get(&k.lock) {
+            None => free = true,
+            Some(e) if e.owner == owner => {}
+            Some(e) => {
+                let left = e.expires.saturating_duration_since(now);
+                worst = Some(worst.map_or(left, |w| w.max(left)));
+            }
+        }
+    }
+    if worst.is_some() {
+        return Ok(Grant::Taken(worst));
+    }
+    let Some(fence) = keys.first().map(|k| k.fence.clone()) else {
+        return Ok(Grant::Granted(0));
+    };
+    if s.foreign.contains(&fence) {
+        return Err(wrong_type(&fence));
+    }
+    let f = s.fences.entry(fence).or_insert(0);
+    if free {
+        *f += 1;
+    }
+    let token = *f;
+    for k in keys {
+        s.locks.insert(
+            k.lock.clone(),
+            Entry {
+                owner: owner.to_owned(),
+                count,
+                expires: now + lease,
+            },
+        );
+    }
+    Ok(Grant::Granted(token))
+}
+
 fn expire(s: &mut State) {
     let now = Instant::now();
     s.locks.retain(|_, e| e.expires > now);
@@ -283,6 +333,17 @@ impl NodeOps for FakeNode {
                 Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now()))),
             })
         })
+    }
+
+    fn acquire_all(
+        &self,
+        keys: &Arc<[Arc<Keys>]>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+        self.try_run(move |s| acquire_all(s, &keys, &owner, lease, count))
     }
 
     fn release(

@@ -6,6 +6,7 @@ pub(crate) mod fake;
 
 mod coordinator;
 mod limits;
+mod multi;
 mod node_cases;
 mod safety;
 mod scale;

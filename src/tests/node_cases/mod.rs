@@ -40,6 +40,13 @@ enum Op {
         lease: u64,
         count: u32,
     },
+    /// `acquire_all.lua` over several names.
+    AcquireAll {
+        names: Vec<&'static str>,
+        holder: &'static str,
+        lease: u64,
+        count: u32,
+    },
     Release {
         name: &'static str,
         holder: &'static str,
@@ -183,6 +190,22 @@ impl Side {
                     Grant::Taken(p) => Out::Taken(p),
                 },
             ),
+            Op::AcquireAll {
+                names,
+                holder,
+                lease,
+                count,
+            } => {
+                let set: Arc<[Arc<Keys>]> = names.iter().map(|n| keys(n)).collect();
+                outcome(
+                    n.acquire_all(&set, &Arc::from(*holder), ms(*lease), *count)
+                        .await,
+                    |g| match g {
+                        Grant::Granted(t) => Out::Granted(t),
+                        Grant::Taken(p) => Out::Taken(p),
+                    },
+                )
+            }
             Op::Release {
                 name,
                 holder,

@@ -22,6 +22,15 @@ fn acquire(name: &'static str, holder: &'static str, lease: u64, count: u32) -> 
     }
 }
 
+fn acquire_all(names: &[&'static str], holder: &'static str, lease: u64, count: u32) -> Op {
+    Op::AcquireAll {
+        names: names.to_vec(),
+        holder,
+        lease,
+        count,
+    }
+}
+
 fn release(name: &'static str, holder: &'static str, left: u32, token: u64) -> Op {
     Op::Release {
         name,
@@ -227,6 +236,44 @@ pub(super) fn cases() -> Vec<Case> {
             .step(release("a", H1, 0, 0), Out::Released(Deleted))
             .step(Op::RaiseFence(9), WRONG_TYPE)
             .step(Op::Status("b"), WRONG_TYPE)
+            .step(Op::ForceRelease("b"), Out::Forced(true)),
+        Case::new("acquire all: free names are granted together with one INCR")
+            .step(acquire("x", H2, L, 1), granted(1))
+            .step(acquire_all(&["a", "b", "c"], H1, L, 1), granted(2))
+            .step(Op::Status("a"), held(H1, 1, L, 2))
+            .step(Op::Status("b"), held(H1, 1, L, 2))
+            .step(Op::Status("c"), held(H1, 1, L, 2))
+            .step(acquire("d", H2, L, 1), granted(3)),
+        Case::new("acquire all: one name taken grants none; the largest PTTL comes back")
+            .step(acquire("b", H2, 3_000, 1), granted(1))
+            .step(acquire("c", H2, L, 1), granted(2))
+            .step(acquire_all(&["a", "b", "c"], H1, L, 1), taken(L))
+            .step(acquire_all(&["a", "b"], H1, L, 1), taken(3_000))
+            .step(Op::Status("a"), free(2))
+            .step(Op::Status("b"), held(H2, 1, 3_000, 2))
+            .step(release("b", H2, 0, 0), Out::Released(Deleted))
+            .step(acquire_all(&["a", "b"], H1, L, 1), granted(3)),
+        Case::new("acquire all: our names are re-entered (counter shown), mixed sets granted")
+            .step(acquire_all(&["a", "b"], H1, 1_000, 1), granted(1))
+            .step(acquire("x", H2, L, 1), granted(2))
+            .step(acquire_all(&["a", "b"], H1, L, 2), granted(2))
+            .step(Op::Status("a"), held(H1, 2, L, 2))
+            .step(Op::Status("b"), held(H1, 2, L, 2))
+            .step(release("b", H1, 0, 0), Out::Released(Deleted))
+            .step(acquire_all(&["a", "b"], H1, L, 3), granted(3))
+            .step(Op::Status("a"), held(H1, 3, L, 3))
+            .step(Op::Status("b"), held(H1, 3, L, 3)),
+        Case::new("acquire all: a wrong-type key or counter errors and grants nothing")
+            .act(Op::ForeignLock("w"))
+            .step(acquire_all(&["a", "w"], H1, L, 1), WRONG_TYPE)
+            .step(Op::Status("a"), free(0))
+            .step(acquire("b", H2, L, 1), granted(1))
+            .step(acquire_all(&["a", "b", "w"], H1, L, 1), WRONG_TYPE)
+            .step(Op::ForceRelease("w"), Out::Forced(true))
+            .act(Op::ForeignFence)
+            .step(acquire_all(&["a", "c"], H1, L, 1), WRONG_TYPE)
+            .step(Op::Status("c"), WRONG_TYPE)
+            .step(acquire_all(&["a", "b"], H1, L, 1), taken(L))
             .step(Op::ForceRelease("b"), Out::Forced(true)),
         Case::new("lease expiry: a 50 ms lease lapses and the lock is free")
             .step(acquire("a", H1, 50, 1), granted(1))
