@@ -189,8 +189,8 @@ pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// Longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Longest [`node_timeout`](LockManagerBuilder::node_timeout) and
-/// [`connect_timeout`](LockManagerBuilder::connect_timeout) accepted: one
+/// Longest [`node_timeout`](crate::LockManagerBuilder::node_timeout) and
+/// [`connect_timeout`](crate::LockManagerBuilder::connect_timeout) accepted: one
 /// hour. `build()` refuses a longer one with [`Error::InvalidInput`].
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 

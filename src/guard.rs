@@ -72,7 +72,7 @@ impl LockGuard {
     }
 
     /// The id this hold is written under in the lock hash (and shown by
-    /// [`LockManager::status`]): the owner's id plus a suffix unique to the
+    /// [`LockManager::status`](crate::LockManager::status)): the owner's id plus a suffix unique to the
     /// hold. Re-entries share it; a later hold of the same owner gets another.
     #[must_use]
     pub fn holder_id(&self) -> &str {
@@ -183,7 +183,7 @@ impl LockGuard {
     /// Cancel safe. The local release happens before the first await, and
     /// the node calls of the last level run as background work: dropping the
     /// future at any point still releases on every node (see
-    /// [`LockManager::flush`]). Dropping the release of a nested level may
+    /// [`LockManager::flush`](crate::LockManager::flush)). Dropping the release of a nested level may
     /// leave the nodes' count one level high until the next renewal
     /// converges it; the lock is still deleted by the last release.
     pub async fn release(mut self) -> Result<(), Error> {
