@@ -32,6 +32,11 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
+    /// Whether the process is stalled at `now`.
+    pub(crate) fn stalled(&self, now: Instant) -> bool {
+        locked(&self.stalled_until).is_some_and(|t| t > now)
+    }
+
     /// Waits while the process is stalled.
     async fn gate(&self) {
         let until = *locked(&self.stalled_until);

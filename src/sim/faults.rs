@@ -31,6 +31,9 @@ enum Kind {
     /// A forward clock step beyond it (unsafe).
     BigJump,
     Stall,
+    /// A process pause that starts as the process receives its next grant,
+    /// before it acts on it.
+    StallOnGrant,
 }
 
 const SAFE: [Kind; 10] = [
@@ -49,9 +52,11 @@ const SAFE: [Kind; 10] = [
 fn pick(mode: Mode) -> Kind {
     let extra = match mode {
         Mode::Safe | Mode::Sets => None,
-        // Safe faults, half of them process pauses: they lose the
-        // background calls a process sends right before it stops.
-        Mode::Pauses => Some(Kind::Stall),
+        // Safe faults, half of them process pauses that start as a grant
+        // arrives: the process stops before it sends the calls that follow
+        // the grant (the fence raise, renewals, the release), and its hold
+        // runs out while it sleeps.
+        Mode::Pauses => Some(Kind::StallOnGrant),
         Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
         Mode::UnsafeClock => Some(Kind::BigJump),
     };
@@ -159,37 +164,64 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 });
             }
             Kind::Stall => {
-                if proc_busy[proc] > now {
+                if proc_busy[proc] > now || ctx.procs[proc].stalled(now) {
                     continue;
                 }
                 // Sometimes longer than a lease.
                 let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
-                *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
-                // The watchdog resumes just after the links, as a process
-                // that wakes up finds its sockets working.
-                crate::hooks::pause::pause(
-                    &ctx.procs[proc].client_id,
-                    now + d + Duration::from_millis(1),
-                );
-                ctx.procs[proc].link.set(Cut::Requests);
-                ctx.log
-                    .push(WORLD, Ev::Fault(format!("Stall p{proc} for {d:?}")));
+                stall(&ctx, proc, d);
+            }
+            Kind::StallOnGrant => {
+                // Half a lease to longer than a lease: a hold granted as it
+                // starts usually lapses.
+                let d = p.lease / 2
+                    + Duration::from_millis(up_to(p.lease.as_millis() as u64 / 2 + 200));
                 ctx.log.push(
                     WORLD,
-                    Ev::Paused {
-                        proc,
-                        until: ctx.log.at(now + d + Duration::from_millis(1)),
-                    },
+                    Ev::Fault(format!("Stall p{proc} for {d:?} at its next grant")),
                 );
                 let c = Arc::clone(&ctx);
-                tokio::spawn(async move {
-                    tokio::time::sleep(d).await;
-                    c.procs[proc].link.set(Cut::None);
-                });
+                ctx.procs[proc].link.arm(Some(Box::new(move || {
+                    // Every fault starts within the fault phase.
+                    let now = Instant::now();
+                    if now <= c.params.fault_end && !c.procs[proc].stalled(now) {
+                        stall(&c, proc, d);
+                    }
+                })));
             }
         }
     }
+}
+
+/// Pauses process `proc` (its tasks, sockets and watchdog) for `d` from now.
+fn stall(ctx: &Arc<Ctx>, proc: usize, d: Duration) {
+    let now = Instant::now();
+    *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
+    // The watchdog resumes just after the links, as a process
+    // that wakes up finds its sockets working.
+    crate::hooks::pause::pause(
+        &ctx.procs[proc].client_id,
+        now + d + Duration::from_millis(1),
+    );
+    ctx.procs[proc].link.set(Cut::Requests);
+    ctx.log
+        .push(WORLD, Ev::Fault(format!("Stall p{proc} for {d:?}")));
+    ctx.log.push(
+        WORLD,
+        Ev::Paused {
+            proc,
+            until: ctx.log.at(now + d + Duration::from_millis(1)),
+        },
+    );
+    let c = Arc::clone(ctx);
+    tokio::spawn(async move {
+        tokio::time::sleep(d).await;
+        // Unless a pause that began as this one ended still runs.
+        if !c.procs[proc].stalled(Instant::now()) {
+            c.procs[proc].link.set(Cut::None);
+        }
+    });
 }
 
 fn heal_node(ctx: &Arc<Ctx>, node: usize, after: Duration) {
@@ -211,6 +243,7 @@ pub(crate) fn heal_all(ctx: &Ctx) {
         }
     }
     for p in &ctx.procs {
+        p.link.arm(None);
         p.link.set(Cut::None);
         *locked(&p.stalled_until) = None;
     }

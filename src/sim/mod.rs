@@ -12,8 +12,9 @@
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
 //!   `release`, dropped guards, acquisitions dropped mid-flight and
 //!   `force_unlock`, and (in `Mode::Sets`) `try_lock_all` of two names;
-//!   stalls pause a process's tasks, sockets and watchdog
-//!   (`pause`); a monitor per hold records when it believes itself valid;
+//!   stalls pause a process's tasks, sockets and watchdog (`pause`), in
+//!   pause-heavy mode often from the moment a grant arrives; a monitor per
+//!   hold records when it believes itself valid;
 //! - `checker`: the event log and the invariants ([`checker::Invariant`]):
 //!   mutual exclusion, fencing order (also for a hold that comes back after
 //!   a lapse), `lost()` no later than `valid_until()`, no lock key after
@@ -26,8 +27,8 @@
 //! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds, the
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
-//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed] [QUORUMLOCK_SIM_TRACE=1]
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|unsafe-restart|unsafe-clock]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence] [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
@@ -59,7 +60,8 @@ use crate::{Backoff, LockManager, Quorum};
 pub(crate) enum Mode {
     /// Only faults the protocol claims to survive.
     Safe,
-    /// Safe faults, weighted towards process pauses.
+    /// Safe faults, weighted towards process pauses, many of them starting
+    /// as a grant arrives.
     Pauses,
     /// Also nodes that restart empty and rejoin at once.
     UnsafeRestart,

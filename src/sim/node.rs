@@ -101,10 +101,16 @@ struct Wire {
     queued: Arc<AtomicU64>,
 }
 
+/// A fault that starts when its trigger happens.
+pub(crate) type Armed = Box<dyn FnOnce() + Send>;
+
 /// One client↔node link.
 pub(crate) struct LinkCtl {
     cut: Mutex<Cut>,
     wire: Mutex<Wire>,
+    /// On a process link: a pause that starts as the process receives its
+    /// next grant.
+    on_grant: Mutex<Option<Armed>>,
 }
 
 impl LinkCtl {
@@ -112,6 +118,7 @@ impl LinkCtl {
         Arc::new(Self {
             cut: Mutex::new(Cut::None),
             wire: Mutex::default(),
+            on_grant: Mutex::new(None),
         })
     }
 
@@ -149,6 +156,11 @@ impl LinkCtl {
 
     pub(crate) fn set(&self, cut: Cut) {
         *locked(&self.cut) = cut;
+    }
+
+    /// Arms `f` to run as the next grant arrives (`None` disarms).
+    pub(crate) fn arm(&self, f: Option<Armed>) {
+        *locked(&self.on_grant) = f;
     }
 }
 
@@ -281,7 +293,18 @@ impl NodeOps for SimNode {
         count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
         let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.call("acquire", move |n| n.acquire(&k, &o, lease, count))
+        let reply = self.call("acquire", move |n| n.acquire(&k, &o, lease, count));
+        let process = Arc::clone(&self.process);
+        Box::pin(async move {
+            let r = reply.await;
+            if matches!(r, Ok(Grant::Granted(_))) {
+                let armed = locked(&process.on_grant).take();
+                if let Some(pause) = armed {
+                    pause();
+                }
+            }
+            r
+        })
     }
 
     fn acquire_all(

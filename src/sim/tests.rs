@@ -295,14 +295,15 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
 /// The old lagging-counter raise, tried once in the background and not
 /// waited for, repeats tokens once a raise is lost.
 ///
-/// Not caught within the CI budget: with one counter per node shared by all
-/// locks, a lagging counter catches up through other locks' grants, and the
-/// repeat needs a lost raise followed by a quorum that avoids the node with
-/// the maximum. The deterministic scenario in
+/// With one counter per node shared by all locks, a lagging counter catches
+/// up through other locks' grants; the repeat needs a lost raise, the hold's
+/// keys running out without a release (which raises too), and then a
+/// quorum that avoids the node with the maximum. Pause-heavy mode gets
+/// there through pauses that start as a grant arrives (`StallOnGrant` in
+/// `faults`). The deterministic scenario in
 /// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
-/// catches it; run this one as a soak.
+/// shows it with hand-placed faults.
 #[test]
-#[ignore = "not caught within the CI seed budget; see the doc comment"]
 fn mutation_single_try_fence_raise_is_caught() {
     must_catch(
         Mode::Pauses,
