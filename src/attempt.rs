@@ -60,19 +60,22 @@ pub(crate) async fn attempt(
         let elapsed = clock::now().saturating_duration_since(start);
         let tally = Tally::of(fan.replies());
         let span = tracing::Span::current();
-        span.record("granted", tally.granted);
-        span.record("taken", tally.taken);
-        span.record("failed", tally.failed);
-        span.record(
-            "elapsed_us",
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        );
-        for (i, r) in fan.replies().iter().enumerate() {
-            match r {
-                Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
-                Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
-                None => debug!(node = i, "pending"),
+        // Nothing to record, and no per-node events, when nobody listens.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            span.record("granted", tally.granted);
+            span.record("taken", tally.taken);
+            span.record("failed", tally.failed);
+            span.record(
+                "elapsed_us",
+                u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            );
+            for (i, r) in fan.replies().iter().enumerate() {
+                match r {
+                    Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+                    Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
+                    Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
+                    None => debug!(node = i, "pending"),
+                }
             }
         }
         let decision = tally.decide(required);

@@ -244,7 +244,15 @@ impl Hold {
         self.nodes
             .spawn(async move {
                 hold.wait_renewal_done().await;
-                let _ = tx.send(hold.release_levels(left).await);
+                let (t, rest) = hold
+                    .nodes
+                    .release_quorum(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
+                    .await;
+                let _ = tx.send(t);
+                // The calls the quorum did not wait for run on in this task,
+                // so that every node gets the release (no second task).
+                drop(hold);
+                rest.for_each(|_, _| {}).await;
             })
             .then_some(rx)
     }

@@ -1,6 +1,9 @@
 //! Pure quorum and validity math, and the one fan-out helper that acquire,
 //! release and status share.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -47,8 +50,23 @@ pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 /// Replies by node index; `None` where still pending.
 pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
 
+/// One node's call, tagged with the node's index (no second box around it).
+struct Indexed<T> {
+    node: usize,
+    call: BoxFuture<'static, Result<T, NodeError>>,
+}
+
+impl<T> Future for Indexed<T> {
+    type Output = NodeReply<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let node = self.node;
+        self.call.as_mut().poll(cx).map(|r| (node, r))
+    }
+}
+
 /// Calls still in flight.
-type Pending<T> = FuturesUnordered<BoxFuture<'static, NodeReply<T>>>;
+type Pending<T> = FuturesUnordered<Indexed<T>>;
 
 /// Calls in flight to several nodes, read as they complete, under one
 /// deadline for the whole fan-out (one timer, not one per node).
@@ -66,9 +84,10 @@ impl<T: Send + 'static> FanOut<T> {
     {
         let pending = FuturesUnordered::new();
         for i in 0..nodes {
-            let fut = call(i);
-            pending
-                .push(Box::pin(async move { (i, fut.await) }) as BoxFuture<'static, NodeReply<T>>);
+            pending.push(Indexed {
+                node: i,
+                call: call(i),
+            });
         }
         Self {
             pending,
