@@ -124,6 +124,8 @@ async fn run() -> Result<(), BoxError> {
             LockManager::builder()
                 .nodes(urls.iter().map(String::as_str))
                 .lease(TTL)
+                // valgrind slows the client down many times over.
+                .node_timeout(Duration::from_secs(2))
                 .build()
                 .await?,
         )
