@@ -1,5 +1,6 @@
 //! Case 4: the watchdog renewing many locks, measured over a quiet window
-//! of renewal ticks (round trips, script calls, CPU).
+//! of renewal ticks (waves, which are one round trip per node each; script
+//! calls; CPU).
 
 use std::time::{Duration, Instant};
 
