@@ -181,53 +181,73 @@ async fn fence_quorum(
         });
         return Ok(());
     }
-    let valid_for = quorum::validity(
-        lease,
-        clock::now().saturating_duration_since(start),
-        nodes.drift(lease),
-    )
-    .unwrap_or_default();
-    let timeout = nodes.call_timeout(lease).min(valid_for);
-    let mut fan = FanOut::start(nodes.len(), timeout, |i| {
-        if at_token[i] {
-            Box::pin(std::future::ready(Ok(token)))
-        } else {
-            nodes.node(i).raise_fence(keys, token)
+    // First only the granting nodes below the token: they have just
+    // answered, and once raised they make a quorum with the nodes at it.
+    // The other nodes (taken, failed, still pending) are asked only when
+    // that cannot succeed: one raise per lagging granter, not one per node.
+    let mut at = at_token;
+    let mut failures = Vec::new();
+    for granters in [true, false] {
+        let targets: Vec<bool> = (0..nodes.len())
+            .map(|i| {
+                let granted = matches!(replies[i], Some(Ok(Grant::Granted(_))));
+                !at[i] && granted == granters
+            })
+            .collect();
+        if !targets.contains(&true) {
+            continue;
         }
-    });
-    let raised = |f: &FanOut<u64>| {
-        let (mut done, mut pending) = (0, 0);
-        for r in f.replies() {
+        let valid_for = quorum::validity(
+            lease,
+            clock::now().saturating_duration_since(start),
+            nodes.drift(lease),
+        )
+        .unwrap_or_default();
+        let timeout = nodes.call_timeout(lease).min(valid_for);
+        let mut fan = FanOut::start(nodes.len(), timeout, |i| {
+            if at[i] {
+                Box::pin(std::future::ready(Ok(token)))
+            } else if targets[i] {
+                nodes.node(i).raise_fence(keys, token)
+            } else {
+                // Not asked in this round: neither raised nor pending.
+                Box::pin(std::future::ready(Ok(0)))
+            }
+        });
+        let raised = |f: &FanOut<u64>| {
+            let (mut done, mut pending) = (0, 0);
+            for r in f.replies() {
+                match r {
+                    Some(Ok(c)) if *c >= token => done += 1,
+                    None => pending += 1,
+                    _ => {}
+                }
+            }
+            (done, pending)
+        };
+        fan.until(|f| {
+            let (done, pending) = raised(f);
+            done >= required || done + pending < required
+        })
+        .await;
+        let (done, _) = raised(&fan);
+        let (raised_replies, rest) = fan.into_parts();
+        if !rest.is_empty() {
+            nodes.spawn(rest.for_each(|_, _| {}));
+        }
+        if done >= required {
+            return Ok(());
+        }
+        for (i, r) in raised_replies.iter().enumerate() {
             match r {
-                Some(Ok(c)) if *c >= token => done += 1,
-                None => pending += 1,
+                Some(Ok(c)) if *c >= token => at[i] = true,
+                Some(Err(e)) => failures.push(nodes.failure(i, e)),
                 _ => {}
             }
         }
-        (done, pending)
-    };
-    fan.until(|f| {
-        let (done, pending) = raised(f);
-        done >= required || done + pending < required
-    })
-    .await;
-    let (done, _) = raised(&fan);
-    let (replies, rest) = fan.into_parts();
-    if !rest.is_empty() {
-        nodes.spawn(rest.for_each(|_, _| {}));
     }
-    if done >= required {
-        return Ok(());
-    }
-    debug!(lock = %keys.name, token, done, required, "fence counters could not be raised on a quorum");
-    Err(replies
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match r {
-            Some(Err(e)) => Some(nodes.failure(i, e)),
-            _ => None,
-        })
-        .collect())
+    debug!(lock = %keys.name, token, required, "fence counters could not be raised on a quorum");
+    Err(failures)
 }
 
 fn missed(
