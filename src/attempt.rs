@@ -184,7 +184,17 @@ async fn fence_quorum(
     // First only the granting nodes below the token: they have just
     // answered, and once raised they make a quorum with the nodes at it.
     // The other nodes (taken, failed, still pending) are asked only when
-    // that cannot succeed: one raise per lagging granter, not one per node.
+    // that fails, or has not succeeded within half the time: one raise per
+    // lagging granter, not one per node, and both rounds within the one
+    // timeout a single round had.
+    let valid_for = quorum::validity(
+        lease,
+        clock::now().saturating_duration_since(start),
+        nodes.drift(lease),
+    )
+    .unwrap_or_default();
+    let timeout = nodes.call_timeout(lease).min(valid_for);
+    let deadline = quorum::deadline_after(Instant::now(), timeout);
     let mut at = at_token;
     let mut failures = Vec::new();
     for granters in [true, false] {
@@ -197,14 +207,9 @@ async fn fence_quorum(
         if !targets.contains(&true) {
             continue;
         }
-        let valid_for = quorum::validity(
-            lease,
-            clock::now().saturating_duration_since(start),
-            nodes.drift(lease),
-        )
-        .unwrap_or_default();
-        let timeout = nodes.call_timeout(lease).min(valid_for);
-        let mut fan = FanOut::start(nodes.len(), timeout, |i| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let round = if granters { left / 2 } else { left };
+        let mut fan = FanOut::start(nodes.len(), round, |i| {
             if at[i] {
                 Box::pin(std::future::ready(Ok(token)))
             } else if targets[i] {

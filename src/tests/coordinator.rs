@@ -250,7 +250,11 @@ async fn fencing_tokens_take_the_max_and_raise_lagging_nodes() {
             .await
             .expect("release");
     }
+    // Node 2 answers first, then node 1: the quorum is {2, 1}, and node 2
+    // (at 1) must be raised to the token; node 0 grants late.
     fakes[2].set_mode(Mode::Normal);
+    fakes[1].set_mode(Mode::Slow(MS));
+    fakes[0].set_mode(Mode::Slow(2 * MS));
     let g = m.lock("job").await.expect("lock");
     assert_eq!(g.fencing_token(), 6);
     tokio::time::sleep(MS).await;
