@@ -181,12 +181,13 @@ async fn fence_quorum(
         });
         return Ok(());
     }
-    // First only the granting nodes below the token: they have just
-    // answered, and once raised they make a quorum with the nodes at it.
-    // The other nodes (taken, failed, still pending) are asked only when
-    // that fails, or has not succeeded within half the time: one raise per
-    // lagging granter, not one per node, and both rounds within the one
-    // timeout a single round had.
+    // First the nodes that granted below the token, or have not answered
+    // yet (their grant lands late and will hold the lock too): once raised
+    // they make a quorum with the nodes at the token. The nodes that
+    // answered "taken" or failed are asked only when that fails, or has not
+    // succeeded within half the time: under contention that spares a raise
+    // per node that holds nothing of ours, and both rounds stay within the
+    // one timeout a single round had.
     let valid_for = quorum::validity(
         lease,
         clock::now().saturating_duration_since(start),
@@ -197,18 +198,18 @@ async fn fence_quorum(
     let deadline = quorum::deadline_after(Instant::now(), timeout);
     let mut at = at_token;
     let mut failures = Vec::new();
-    for granters in [true, false] {
+    for first_round in [true, false] {
         let targets: Vec<bool> = (0..nodes.len())
             .map(|i| {
-                let granted = matches!(replies[i], Some(Ok(Grant::Granted(_))));
-                !at[i] && granted == granters
+                let first = matches!(replies[i], None | Some(Ok(Grant::Granted(_))));
+                !at[i] && first == first_round
             })
             .collect();
         if !targets.contains(&true) {
             continue;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        let round = if granters { left / 2 } else { left };
+        let round = if first_round { left / 2 } else { left };
         let mut fan = FanOut::start(nodes.len(), round, |i| {
             if at[i] {
                 Box::pin(std::future::ready(Ok(token)))

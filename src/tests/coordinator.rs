@@ -434,7 +434,7 @@ async fn no_slot_outlives_its_acquisitions() {
 const FENCE: &str = "quorumlock:fence";
 
 #[tokio::test(start_paused = true)]
-async fn the_fence_is_raised_on_the_lagging_granters_only() {
+async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
     let (m, fakes) = cluster(5, Quorum::Majority);
     fakes[0].set_fence(FENCE, 10);
     fakes[3].take(KEY, "other", Duration::from_secs(5));
