@@ -60,19 +60,22 @@ pub(crate) async fn attempt(
         let elapsed = clock::now().saturating_duration_since(start);
         let tally = Tally::of(fan.replies());
         let span = tracing::Span::current();
-        span.record("granted", tally.granted);
-        span.record("taken", tally.taken);
-        span.record("failed", tally.failed);
-        span.record(
-            "elapsed_us",
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        );
-        for (i, r) in fan.replies().iter().enumerate() {
-            match r {
-                Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
-                Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
-                None => debug!(node = i, "pending"),
+        // Nothing to record, and no per-node events, when nobody listens.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            span.record("granted", tally.granted);
+            span.record("taken", tally.taken);
+            span.record("failed", tally.failed);
+            span.record(
+                "elapsed_us",
+                u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            );
+            for (i, r) in fan.replies().iter().enumerate() {
+                match r {
+                    Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+                    Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
+                    Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
+                    None => debug!(node = i, "pending"),
+                }
             }
         }
         let decision = tally.decide(required);
@@ -178,6 +181,13 @@ pub(crate) async fn fence_quorum(
         });
         return Ok(());
     }
+    // First the nodes that granted below the token, or have not answered
+    // yet (their grant lands late and will hold the lock too): once raised
+    // they make a quorum with the nodes at the token. The nodes that
+    // answered "taken" or failed are asked only when that fails, or has not
+    // succeeded within half the time: under contention that spares a raise
+    // per node that holds nothing of ours, and both rounds stay within the
+    // one timeout a single round had.
     let valid_for = quorum::validity(
         lease,
         clock::now().saturating_duration_since(start),
@@ -185,46 +195,65 @@ pub(crate) async fn fence_quorum(
     )
     .unwrap_or_default();
     let timeout = nodes.call_timeout(lease).min(valid_for);
-    let mut fan = FanOut::start(nodes.len(), timeout, |i| {
-        if at_token[i] {
-            Box::pin(std::future::ready(Ok(token)))
-        } else {
-            nodes.node(i).raise_fence(keys, token)
+    let deadline = quorum::deadline_after(Instant::now(), timeout);
+    let mut at = at_token;
+    let mut failures = Vec::new();
+    for first_round in [true, false] {
+        let targets: Vec<bool> = (0..nodes.len())
+            .map(|i| {
+                let first = matches!(replies[i], None | Some(Ok(Grant::Granted(_))));
+                !at[i] && first == first_round
+            })
+            .collect();
+        if !targets.contains(&true) {
+            continue;
         }
-    });
-    let raised = |f: &FanOut<u64>| {
-        let (mut done, mut pending) = (0, 0);
-        for r in f.replies() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let round = if first_round { left / 2 } else { left };
+        let mut fan = FanOut::start(nodes.len(), round, |i| {
+            if at[i] {
+                Box::pin(std::future::ready(Ok(token)))
+            } else if targets[i] {
+                nodes.node(i).raise_fence(keys, token)
+            } else {
+                // Not asked in this round: neither raised nor pending.
+                Box::pin(std::future::ready(Ok(0)))
+            }
+        });
+        let raised = |f: &FanOut<u64>| {
+            let (mut done, mut pending) = (0, 0);
+            for r in f.replies() {
+                match r {
+                    Some(Ok(c)) if *c >= token => done += 1,
+                    None => pending += 1,
+                    _ => {}
+                }
+            }
+            (done, pending)
+        };
+        fan.until(|f| {
+            let (done, pending) = raised(f);
+            done >= required || done + pending < required
+        })
+        .await;
+        let (done, _) = raised(&fan);
+        let (raised_replies, rest) = fan.into_parts();
+        if !rest.is_empty() {
+            nodes.spawn(rest.for_each(|_, _| {}));
+        }
+        if done >= required {
+            return Ok(());
+        }
+        for (i, r) in raised_replies.iter().enumerate() {
             match r {
-                Some(Ok(c)) if *c >= token => done += 1,
-                None => pending += 1,
+                Some(Ok(c)) if *c >= token => at[i] = true,
+                Some(Err(e)) => failures.push(nodes.failure(i, e)),
                 _ => {}
             }
         }
-        (done, pending)
-    };
-    fan.until(|f| {
-        let (done, pending) = raised(f);
-        done >= required || done + pending < required
-    })
-    .await;
-    let (done, _) = raised(&fan);
-    let (replies, rest) = fan.into_parts();
-    if !rest.is_empty() {
-        nodes.spawn(rest.for_each(|_, _| {}));
     }
-    if done >= required {
-        return Ok(());
-    }
-    debug!(lock = %keys.name, token, done, required, "fence counters could not be raised on a quorum");
-    Err(replies
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match r {
-            Some(Err(e)) => Some(nodes.failure(i, e)),
-            _ => None,
-        })
-        .collect())
+    debug!(lock = %keys.name, token, required, "fence counters could not be raised on a quorum");
+    Err(failures)
 }
 
 fn missed(

@@ -180,10 +180,13 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe. The local release happens before the first await, and
-    /// the node calls of the last level run as background work: dropping the
-    /// future at any point still releases on every node (see
-    /// [`LockManager::flush`](crate::LockManager::flush)). Dropping the release of a nested level may
+    /// Cancel safe. The local release happens before the first await. The
+    /// last level's node calls run in this future until a quorum answered,
+    /// then the rest as background work; dropping the future before that
+    /// sends the release to every node again as background work. Either
+    /// way, every node gets it (see
+    /// [`LockManager::flush`](crate::LockManager::flush)). Dropping the
+    /// release of a nested level may
     /// leave the nodes' count one level high until the next renewal
     /// converges it; the lock is still deleted by the last release.
     pub async fn release(mut self) -> Result<(), Error> {
@@ -202,21 +205,19 @@ impl LockGuard {
             }
             return Ok(());
         }
-        // The last level. The node calls run as background work, so that
-        // dropping this future at any point still releases on every node.
-        let rx = hold.release_in_background(0);
+        // The last level.
         if !live {
             // Nothing left to wait for: report now, clean up in the background.
+            let _ = hold.release_in_background(0);
             return Err(hold.gone());
         }
-        let Some(rx) = rx else {
+        if tokio::runtime::Handle::try_current().is_err() {
             // No runtime to release on: the keys expire with the lease.
             return Err(hold.gone());
-        };
-        let Ok(t) = rx.await else {
-            // The runtime is shutting down: the keys expire with the lease.
-            return Err(hold.gone());
-        };
+        }
+        // Run here, not as a task of its own; dropping this future before the
+        // quorum answered sends the release again as background work.
+        let t = hold.release_last().await;
         let name = hold.keys.name.to_string();
         let required = hold.nodes.required();
         if t.released >= required {

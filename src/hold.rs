@@ -244,9 +244,47 @@ impl Hold {
         self.nodes
             .spawn(async move {
                 hold.wait_renewal_done().await;
-                let _ = tx.send(hold.release_levels(left).await);
+                let (t, rest) = hold
+                    .nodes
+                    .release_quorum(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
+                    .await;
+                let _ = tx.send(t);
+                // The calls the quorum did not wait for run on in this task,
+                // so that every node gets the release (no second task).
+                drop(hold);
+                rest.for_each(|_, _| {}).await;
             })
             .then_some(rx)
+    }
+
+    /// Releases the last level on every node, in the caller's future: after
+    /// any renewal of this hold in flight, until the quorum's decision; the
+    /// calls still in flight then go on as background work. Dropped before
+    /// the decision, it sends the whole release again as background work
+    /// ([`Hold::release_in_background`]). Sending it twice is harmless: the
+    /// holder id belongs to this hold alone, so a node that already released
+    /// it finds nothing more of ours to delete.
+    pub(crate) async fn release_last(self: &Arc<Self>) -> ReleaseTally {
+        /// Sends the release in the background unless disarmed.
+        struct Resend<'a>(Option<&'a Arc<Hold>>);
+        impl Drop for Resend<'_> {
+            fn drop(&mut self) {
+                if let Some(hold) = self.0.take() {
+                    let _ = hold.release_in_background(0);
+                }
+            }
+        }
+        let mut resend = Resend(Some(self));
+        self.wait_renewal_done().await;
+        let (t, rest) = self
+            .nodes
+            .release_quorum(&self.keys, &self.holder_id, 0, self.lease, self.token)
+            .await;
+        resend.0 = None;
+        if !rest.is_empty() {
+            self.nodes.spawn(rest.for_each(|_, _| {}));
+        }
+        t
     }
 
     /// The error for an operation on a hold that is no longer live.

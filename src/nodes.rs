@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{NodeOps, Released};
-use crate::quorum::FanOut;
+use crate::quorum::{FanOut, Stragglers};
 use crate::status::NodeStatus;
 use crate::sync::Background;
 
@@ -94,6 +94,24 @@ impl Nodes {
         lease: Duration,
         token: u64,
     ) -> ReleaseTally {
+        let (t, rest) = self.release_quorum(keys, holder, left, lease, token).await;
+        if !rest.is_empty() {
+            self.spawn(rest.for_each(|_, _| {}));
+        }
+        t
+    }
+
+    /// [`Nodes::release`], handing back the calls still in flight when the
+    /// quorum was decided instead of spawning their drain: a caller that
+    /// already runs as background work drains them itself, one task fewer.
+    pub(crate) async fn release_quorum(
+        &self,
+        keys: &Arc<Keys>,
+        holder: &Arc<str>,
+        left: u32,
+        lease: Duration,
+        token: u64,
+    ) -> (ReleaseTally, Stragglers<Released>) {
         let required = self.required();
         let mut fan = FanOut::start(self.len(), self.call_timeout(lease), |i| {
             self.list[i].release(keys, holder, left, lease, token)
@@ -111,9 +129,6 @@ impl Nodes {
         })
         .await;
         let (replies, rest) = fan.into_parts();
-        if !rest.is_empty() {
-            self.spawn(rest.for_each(|_, _| {}));
-        }
         let mut t = ReleaseTally::default();
         for (i, r) in replies.iter().enumerate() {
             match r {
@@ -124,7 +139,7 @@ impl Nodes {
                 None => t.pending += 1,
             }
         }
-        t
+        (t, rest)
     }
 
     /// Deletes the lock on every node, whoever holds it; returns on how many

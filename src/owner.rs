@@ -51,7 +51,7 @@ impl Owner {
     pub(crate) fn explicit(client_id: &str) -> Self {
         let n = NEXT_EXPLICIT.fetch_add(1, Ordering::Relaxed);
         Self {
-            id: format!("{client_id}:owner-{n}").into(),
+            id: suffixed(client_id, ":owner-", n),
         }
     }
 
@@ -95,8 +95,20 @@ impl Owner {
     /// The id of a new hold of this owner: `owner-id:hold-N`.
     pub(crate) fn holder_id(&self) -> Arc<str> {
         let n = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
-        format!("{}:hold-{n}", self.id).into()
+        suffixed(&self.id, ":hold-", n)
     }
+}
+
+/// `{base}{tag}{n}`, built in one buffer of the right size (this runs on
+/// every acquisition and every attempt).
+fn suffixed(base: &str, tag: &str, n: u64) -> Arc<str> {
+    use std::fmt::Write as _;
+    let mut id = String::with_capacity(base.len() + tag.len() + 20);
+    id.push_str(base);
+    id.push_str(tag);
+    // Writing to a String cannot fail.
+    let _ = write!(id, "{n}");
+    id.into()
 }
 
 impl fmt::Debug for Owner {

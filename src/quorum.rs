@@ -1,12 +1,12 @@
 //! Pure quorum and validity math, and the one fan-out helper that acquire,
 //! release and status share.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::NodeError;
 use crate::node::Grant;
@@ -47,8 +47,71 @@ pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 /// Replies by node index; `None` where still pending.
 pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
 
-/// Calls still in flight.
-type Pending<T> = FuturesUnordered<BoxFuture<'static, NodeReply<T>>>;
+/// Calls still in flight, by node index. There are few (one per node), so
+/// a wake-up polls each pending call in turn: no task allocated per call,
+/// as `FuturesUnordered` would.
+struct Pending<T> {
+    calls: Vec<Option<BoxFuture<'static, Result<T, NodeError>>>>,
+    left: usize,
+}
+
+impl<T> Pending<T> {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.left
+    }
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The next reply, of whichever call is ready first; `None` when none is
+    /// left.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<NodeReply<T>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        for (i, slot) in self.calls.iter_mut().enumerate() {
+            if let Some(call) = slot {
+                if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                    *slot = None;
+                    self.left -= 1;
+                    return Poll::Ready(Some((i, r)));
+                }
+            }
+        }
+        Poll::Pending
+    }
+
+    async fn next(&mut self) -> Option<NodeReply<T>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Polls every call in flight (so each is sent at the first poll) and
+    /// stores each reply that is ready into `replies`. Ready once at least
+    /// one reply landed, or when no call is left.
+    fn poll_into(&mut self, cx: &mut Context<'_>, replies: &mut Replies<T>) -> Poll<()> {
+        if self.left == 0 {
+            return Poll::Ready(());
+        }
+        let mut landed = false;
+        for (slot, reply) in self.calls.iter_mut().zip(replies.iter_mut()) {
+            if let Some(call) = slot {
+                if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                    *slot = None;
+                    self.left -= 1;
+                    *reply = Some(r);
+                    landed = true;
+                }
+            }
+        }
+        if landed {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
 
 /// Calls in flight to several nodes, read as they complete, under one
 /// deadline for the whole fan-out (one timer, not one per node).
@@ -64,12 +127,10 @@ impl<T: Send + 'static> FanOut<T> {
     where
         F: FnMut(usize) -> BoxFuture<'static, Result<T, NodeError>>,
     {
-        let pending = FuturesUnordered::new();
-        for i in 0..nodes {
-            let fut = call(i);
-            pending
-                .push(Box::pin(async move { (i, fut.await) }) as BoxFuture<'static, NodeReply<T>>);
-        }
+        let pending = Pending {
+            calls: (0..nodes).map(|i| Some(call(i))).collect(),
+            left: nodes,
+        };
         Self {
             pending,
             replies: (0..nodes).map(|_| None).collect(),
@@ -83,13 +144,15 @@ impl<T: Send + 'static> FanOut<T> {
     pub(crate) async fn until(&mut self, mut decided: impl FnMut(&Self) -> bool) {
         let deadline = tokio::time::sleep_until(self.deadline);
         tokio::pin!(deadline);
+        // Every reply already in is counted before each decision.
         while !decided(self) {
+            if self.pending.is_empty() {
+                break;
+            }
+            let (pending, replies) = (&mut self.pending, &mut self.replies);
             tokio::select! {
                 biased;
-                next = self.pending.next() => match next {
-                    Some((i, r)) => self.replies[i] = Some(r),
-                    None => break,
-                },
+                () = std::future::poll_fn(|cx| pending.poll_into(cx, replies)) => {}
                 () = &mut deadline => {
                     for r in self.replies.iter_mut().filter(|r| r.is_none()) {
                         *r = Some(Err(NodeError::timeout()));

@@ -56,16 +56,16 @@ impl Lua {
     /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
     /// keys; add the arguments to it.
     pub(crate) fn call(&self, send_body: bool, keys: &[&str]) -> redis::Cmd {
-        let mut cmd = if send_body {
-            let mut c = redis::cmd("EVAL");
-            c.arg(&self.body);
-            c
+        let (name, script) = if send_body {
+            ("EVAL", &self.body)
         } else {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(&self.sha);
-            c
+            ("EVALSHA", &self.sha)
         };
-        cmd.arg(keys.len());
+        // Sized once for the name, the script, the keys and a few
+        // arguments, so that building the call does not grow its buffers.
+        let data = name.len() + script.len() + keys.iter().map(|k| k.len()).sum::<usize>() + 96;
+        let mut cmd = redis::Cmd::with_capacity(keys.len() + 8, data);
+        cmd.arg(name).arg(script).arg(keys.len());
         for k in keys {
             cmd.arg(*k);
         }

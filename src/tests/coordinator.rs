@@ -250,7 +250,11 @@ async fn fencing_tokens_take_the_max_and_raise_lagging_nodes() {
             .await
             .expect("release");
     }
+    // Node 2 answers first, then node 1: the quorum is {2, 1}, and node 2
+    // (at 1) must be raised to the token; node 0 grants late.
     fakes[2].set_mode(Mode::Normal);
+    fakes[1].set_mode(Mode::Slow(MS));
+    fakes[0].set_mode(Mode::Slow(2 * MS));
     let g = m.lock("job").await.expect("lock");
     assert_eq!(g.fencing_token(), 6);
     tokio::time::sleep(MS).await;
@@ -425,4 +429,53 @@ async fn no_slot_outlives_its_acquisitions() {
     // The background release holds the hold until it is done.
     tokio::time::sleep(MS).await;
     assert_eq!(m.inner.slot_count(), 0);
+}
+
+const FENCE: &str = "quorumlock:fence";
+
+#[tokio::test(start_paused = true)]
+async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
+    let (m, fakes) = cluster(5, Quorum::Majority);
+    fakes[0].set_fence(FENCE, 10);
+    fakes[3].take(KEY, "other", Duration::from_secs(5));
+    fakes[4].take(KEY, "other", Duration::from_secs(5));
+    let g = m
+        .try_lock("job", Duration::ZERO)
+        .await
+        .expect("3 of 5 grant");
+    assert_eq!(g.fencing_token(), 11);
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    assert_eq!(
+        fences,
+        vec![11, 11, 11, 0, 0],
+        "the taken nodes are not asked"
+    );
+    g.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
+    let (m, fakes) = cluster(5, Quorum::Majority);
+    fakes[0].set_fence(FENCE, 10);
+    fakes[3].take(KEY, "other", Duration::from_secs(5));
+    fakes[4].take(KEY, "other", Duration::from_secs(5));
+    // Node 2 grants, then fails the raise.
+    fakes[2].fail_after(1);
+    let g = m
+        .try_lock("job", Duration::ZERO)
+        .await
+        .expect("fenced on 0, 1, 3, 4");
+    assert_eq!(g.fencing_token(), 11);
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    assert_eq!(fences, vec![11, 11, 1, 11, 11]);
+    // A later holder's token is above it.
+    fakes[2].set_mode(Mode::Fail);
+    drop(g);
+    m.flush().await;
+    for f in &fakes[3..] {
+        f.wipe();
+        f.set_fence(FENCE, 11);
+    }
+    let g = m.try_lock("job", Duration::ZERO).await.expect("free again");
+    assert!(g.fencing_token() > 11);
 }

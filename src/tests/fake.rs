@@ -90,6 +90,16 @@ impl FakeNode {
             .map(|e| (e.owner.clone(), e.count))
     }
 
+    /// Sets the fence counter at `key`.
+    pub(crate) fn set_fence(&self, key: &str, value: u64) {
+        locked(&self.state).fences.insert(key.to_owned(), value);
+    }
+
+    /// The fence counter at `key` (0 when unset).
+    pub(crate) fn fence(&self, key: &str) -> u64 {
+        locked(&self.state).fences.get(key).copied().unwrap_or(0)
+    }
+
     /// Forgets every key, as a node restarted empty.
     pub(crate) fn wipe(&self) {
         let mut s = locked(&self.state);
