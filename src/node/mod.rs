@@ -4,10 +4,13 @@
 //!
 //! - `batch`: the locks of one watchdog tick, sent as one pipeline;
 //! - `redis_node`: a real master behind a connection manager;
+//! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
+//!   may be sent again;
 //! - `spec`: a node as given to the builder, before connecting.
 
 mod batch;
 mod redis_node;
+mod script_call;
 mod spec;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! A Redis master reached through a connection manager: connecting,
 //! refusing what must not be a node, and the script calls.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::scripts;
 
+use super::script_call::{broken, forget_scripts, map_err, no_script, Resend, ScriptCall};
 use super::spec::NodeSpec;
 use super::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
 
@@ -234,26 +235,6 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn map_err(e: &redis::RedisError) -> NodeError {
-    NodeError::from_redis(e)
-}
-
-/// Whether the connection broke, so that the manager reconnects and a second
-/// try may reach the node.
-fn broken(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
-}
-
-/// One script call on one node, as `EVAL` or `EVALSHA` depending on what the
-/// node is known to have. It is sent again only when that cannot reorder it
-/// (see the `scripts` module): once as `EVAL` after `NOSCRIPT`, which means
-/// nothing ran, and, for [`Resend::AfterBrokenConnection`], once after a
-/// broken connection.
-struct ScriptCall {
-    conn: ConnectionManager,
-    loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
-}
-
 impl RedisNode {
     fn script_call(&self) -> Result<ScriptCall, NodeError> {
         Ok(ScriptCall {
@@ -313,80 +294,6 @@ impl RedisNode {
                 })
                 .collect()
         })
-    }
-}
-
-/// Whether a script call may be sent again after the connection broke.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Resend {
-    /// Never: acquire (it could land behind its own release or rollback)
-    /// and force-release (it could delete a lock taken meanwhile).
-    Never,
-    /// Once, on the new connection: release and raise-fence only ever lower
-    /// or delete what this hold owns, or raise a counter, so a late copy is
-    /// harmless; without the second try, the first release to a node that
-    /// restarted would fail on the dead connection and leave the key behind.
-    AfterBrokenConnection,
-}
-
-impl ScriptCall {
-    async fn run<T: redis::FromRedisValue>(
-        mut self,
-        script: &scripts::Lua,
-        keys: &[&str],
-        resend: Resend,
-        args: impl Fn(&mut redis::Cmd),
-    ) -> Result<T, NodeError> {
-        let mut tries = if resend == Resend::Never { 1 } else { 2 };
-        let mut no_script_resent = false;
-        loop {
-            tries -= 1;
-            let loaded = &self.loaded[script.id];
-            let send_body = !loaded.load(Ordering::Acquire);
-            let mut cmd = script.call(send_body, keys);
-            args(&mut cmd);
-            match cmd.query_async(&mut self.conn).await {
-                Ok(v) => {
-                    loaded.store(true, Ordering::Release);
-                    return Ok(v);
-                }
-                Err(e) => {
-                    forget_scripts(&self.loaded, &e);
-                    // NOSCRIPT means nothing ran: sending the same call again
-                    // as EVAL cannot reorder it behind anything, whatever the
-                    // script. The node restarted or its scripts were flushed
-                    // without this connection seeing it.
-                    if no_script(&e) && !send_body && !no_script_resent {
-                        no_script_resent = true;
-                        tries += 1;
-                        continue;
-                    }
-                    if !(broken(&e) && tries > 0) {
-                        return Err(map_err(&e));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Whether the node answered that it does not have the script.
-fn no_script(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}
-
-/// After an error that means the node may have restarted (a broken
-/// connection: the manager reconnects, perhaps to a new server) or lost its
-/// scripts (`NOSCRIPT`), forgets which scripts the node has, so the next
-/// call of each sends its body. Every call on the connection goes through
-/// here, whichever call meets the break first: renewal, status or a script.
-/// A reconnect that no call sees (redis-rs reconnects on its own after a
-/// RESP3 disconnection push) is caught by the `NOSCRIPT` resend instead.
-fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis::RedisError) {
-    if no_script(e) || broken(e) {
-        for l in loaded {
-            l.store(false, Ordering::Release);
-        }
     }
 }
 
