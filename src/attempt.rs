@@ -188,13 +188,15 @@ pub(crate) async fn fence_quorum(
     // succeeded within half the time: under contention that spares a raise
     // per node that holds nothing of ours, and both rounds stay within the
     // one timeout a single round had.
-    let valid_for = quorum::validity(
-        lease,
-        clock::now().saturating_duration_since(start),
-        nodes.drift(lease),
-    )
-    .unwrap_or_default();
-    let timeout = nodes.call_timeout(lease).min(valid_for);
+    // The raise spends what is left of the attempt's own node timeout, so an
+    // attempt (acquire and raise) never takes longer than one node timeout
+    // and a failed one, rolled back, ends within two.
+    let elapsed = clock::now().saturating_duration_since(start);
+    let valid_for = quorum::validity(lease, elapsed, nodes.drift(lease)).unwrap_or_default();
+    let timeout = nodes
+        .call_timeout(lease)
+        .saturating_sub(elapsed)
+        .min(valid_for);
     let deadline = quorum::deadline_after(Instant::now(), timeout);
     let mut at = at_token;
     let mut failures = Vec::new();
