@@ -50,7 +50,7 @@ pub use crate::keys::MAX_NAME_LEN;
 pub use crate::manager::{LockManager, LockRequest};
 pub use crate::multi::{MultiLockGuard, MultiLockRequest, MAX_LOCK_ALL_NAMES};
 pub use crate::node::NodeLockState;
-pub use crate::owner::Owner;
+pub use crate::owner::{HolderInfo, Owner};
 pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;

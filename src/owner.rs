@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 static NEXT_EXPLICIT: AtomicU64 = AtomicU64::new(1);
 static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
@@ -51,7 +52,7 @@ impl Owner {
     pub(crate) fn explicit(client_id: &str) -> Self {
         let n = NEXT_EXPLICIT.fetch_add(1, Ordering::Relaxed);
         Self {
-            id: suffixed(client_id, ":owner-", n),
+            id: suffixed(client_id, ":owner-", n, None),
         }
     }
 
@@ -80,7 +81,7 @@ impl Owner {
         SCOPE.scope(self.clone(), fut).await
     }
 
-    /// The owner's id, `client-uuid:owner`. Each hold of the owner is written
+    /// The owner's id, `host@pid#client:owner-N`. Each hold of the owner is written
     /// into the lock hash under this id plus a suffix unique to the hold (see
     /// [`crate::LockGuard::holder_id`]).
     #[must_use]
@@ -92,23 +93,75 @@ impl Owner {
         Arc::clone(&self.id)
     }
 
-    /// The id of a new hold of this owner: `owner-id:hold-N`.
+    /// The id of a new hold of this owner: `owner-id:hold-N@unix-ms`, the
+    /// suffix telling when the hold was taken (see [`HolderInfo`]).
     pub(crate) fn holder_id(&self) -> Arc<str> {
         let n = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
-        suffixed(&self.id, ":hold-", n)
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        suffixed(&self.id, ":hold-", n, Some(since))
     }
 }
 
-/// `{base}{tag}{n}`, built in one buffer of the right size (this runs on
-/// every acquisition and every attempt).
-fn suffixed(base: &str, tag: &str, n: u64) -> Arc<str> {
+/// `{base}{tag}{n}`, then `@{since}` if given, built in one buffer of the
+/// right size (this runs on every acquisition and every attempt).
+fn suffixed(base: &str, tag: &str, n: u64, since: Option<u64>) -> Arc<str> {
     use std::fmt::Write as _;
-    let mut id = String::with_capacity(base.len() + tag.len() + 20);
+    let mut id = String::with_capacity(base.len() + tag.len() + 42);
     id.push_str(base);
     id.push_str(tag);
     // Writing to a String cannot fail.
     let _ = write!(id, "{n}");
+    if let Some(since) = since {
+        let _ = write!(id, "@{since}");
+    }
     id.into()
+}
+
+/// Where and since when a hold was taken, read from its holder id (as
+/// [`LockStatus::holder`](crate::LockStatus::holder) and
+/// [`LockGuard::holder_id`](crate::LockGuard::holder_id) show it): the
+/// host and process of the manager that took it, and the wall-clock time
+/// of the attempt that won it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the hold was taken, on the holder's wall clock.
+    pub since: SystemTime,
+}
+
+impl HolderInfo {
+    /// Reads a holder id written by this crate (`host@pid#id:owner-N:hold-M@ms`);
+    /// `None` for any other string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use quorumlock::HolderInfo;
+    ///
+    /// let info = HolderInfo::parse("web-3@4242#00ff:owner-1:hold-7@1700000000000").unwrap();
+    /// assert_eq!((info.host.as_str(), info.pid), ("web-3", 4242));
+    /// assert!(HolderInfo::parse("someone-else").is_none());
+    /// ```
+    #[must_use]
+    pub fn parse(holder_id: &str) -> Option<Self> {
+        let (client, rest) = holder_id.split_once('#')?;
+        let (host, pid) = client.rsplit_once('@')?;
+        let (hold, ms) = rest.rsplit_once('@')?;
+        if !hold.contains(":hold-") || host.is_empty() {
+            return None;
+        }
+        Some(Self {
+            host: host.to_owned(),
+            pid: pid.parse().ok()?,
+            since: UNIX_EPOCH.checked_add(Duration::from_millis(ms.parse().ok()?))?,
+        })
+    }
 }
 
 impl fmt::Debug for Owner {
@@ -123,9 +176,39 @@ impl fmt::Display for Owner {
     }
 }
 
-/// A random client id: 128 bits in hex.
+/// A new client id, `host@pid#random`: the host and process let
+/// [`HolderInfo`] tell operators where a holder runs; 64 random bits keep
+/// two managers of one process apart.
 pub(crate) fn new_client_id() -> String {
-    format!("{:032x}", crate::rng::bits128())
+    #[allow(clippy::cast_possible_truncation)]
+    let random = crate::rng::bits128() as u64;
+    format!("{}@{}#{random:016x}", host(), std::process::id())
+}
+
+/// This machine's host name, with the characters a client id uses as
+/// separators replaced, at most 64 bytes; `unknown-host` if it has none.
+fn host() -> String {
+    let name = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let clean: String = name
+        .chars()
+        .filter(|c| !c.is_control())
+        .map(|c| {
+            if matches!(c, '@' | '#' | ':' | ' ') {
+                '-'
+            } else {
+                c
+            }
+        })
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        "unknown-host".to_owned()
+    } else {
+        clean
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +233,27 @@ mod tests {
         let b = Owner::explicit("c");
         assert_ne!(a, b);
         assert_eq!(a.clone(), a);
+    }
+
+    #[test]
+    fn a_holder_id_tells_host_pid_and_since() {
+        let client = new_client_id();
+        let owner = Owner::explicit(&client);
+        let before = SystemTime::now() - Duration::from_millis(1);
+        let holder = owner.holder_id();
+        let info = HolderInfo::parse(&holder).expect("a holder id of this crate");
+        assert_eq!(info.pid, std::process::id());
+        assert!(!info.host.is_empty() && !info.host.contains(['@', '#', ':']));
+        assert!(info.since >= before && info.since <= SystemTime::now());
+        assert_eq!(Owner::scoped(&client), None);
+        for other in [
+            "",
+            "x",
+            "a@b#c",
+            "h@12#id:owner-1:hold-2@notms",
+            "@1#c:hold-1@5",
+        ] {
+            assert_eq!(HolderInfo::parse(other), None, "{other}");
+        }
     }
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use crate::error::NodeFailure;
 use crate::node::NodeLockState;
+use crate::owner::HolderInfo;
 
 /// What every node holds for one lock; see [`LockManager::status`](crate::LockManager::status).
 #[derive(Debug, Clone)]
@@ -18,6 +19,13 @@ pub struct LockStatus {
 }
 
 impl LockStatus {
+    /// Where and since when the holder of [`holder`](Self::holder) took
+    /// the lock: its host, process id and wall-clock time.
+    #[must_use]
+    pub fn holder_info(&self) -> Option<HolderInfo> {
+        self.holder().and_then(HolderInfo::parse)
+    }
+
     /// The owner holding the lock on at least `required` nodes, if any.
     #[must_use]
     pub fn holder(&self) -> Option<&str> {

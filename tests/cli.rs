@@ -330,6 +330,19 @@ async fn status_shows_every_node() {
     assert_eq!(json["name"], name.as_str());
     assert_eq!(json["required"], 3);
     assert_eq!(json["holder"], owner.as_str());
+    // Who holds it: this test process, on this host, since just now.
+    let info = &json["holder_info"];
+    assert_eq!(info["pid"], std::process::id(), "{info}");
+    assert!(
+        info["host"].as_str().is_some_and(|h| !h.is_empty()),
+        "{info}"
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    let since = u128::from(info["since_unix_ms"].as_u64().expect("since"));
+    assert!(since <= now_ms && now_ms - since < 60_000, "{info}");
     let rows = json["nodes"].as_array().expect("nodes array");
     assert_eq!(rows.len(), 5);
     for (i, row) in rows.iter().enumerate() {

@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 
-use quorumlock::{NodeFailure, Quorum};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quorumlock::{HolderInfo, NodeFailure, Quorum};
 use serde::Serialize;
 
 use crate::cli::{Global, StatusArgs};
@@ -20,8 +22,40 @@ pub struct Report {
     pub required: usize,
     /// The owner holding it on at least `required` nodes, if any.
     pub holder: Option<String>,
+    /// Where and since when that holder took it, when its id tells.
+    pub holder_info: Option<Holder>,
     /// One row per node, in `--nodes` order.
     pub nodes: Vec<Row>,
+}
+
+/// Where the holder runs and since when it holds the lock.
+#[derive(Debug, Serialize)]
+pub struct Holder {
+    /// The holder's host name.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When it took the lock, in milliseconds since the Unix epoch.
+    pub since_unix_ms: u64,
+}
+
+impl Holder {
+    fn of(holder_id: &str) -> Option<Self> {
+        let info = HolderInfo::parse(holder_id)?;
+        let since = info.since.duration_since(UNIX_EPOCH).ok()?;
+        Some(Self {
+            host: info.host,
+            pid: info.pid,
+            since_unix_ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// `host web-3, pid 4242, for 12.3s`.
+    fn describe(&self) -> String {
+        let since = UNIX_EPOCH + Duration::from_millis(self.since_unix_ms);
+        let age = SystemTime::now().duration_since(since).unwrap_or_default();
+        format!("host {}, pid {}, for {}", self.host, self.pid, human(age))
+    }
 }
 
 /// One node's view of the lock.
@@ -108,6 +142,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
         name: name.to_owned(),
         quorum: quorum_name(quorum),
         required: cluster.required,
+        holder_info: holder.as_deref().and_then(Holder::of),
         holder,
         nodes,
     })
@@ -147,7 +182,13 @@ pub fn table(report: &Report) -> String {
     let reachable = report.nodes.iter().filter(|r| r.reachable).count();
     let held = report.nodes.iter().filter(|r| r.holder.is_some()).count();
     let state = match &report.holder {
-        Some(h) => format!("held by {h} on {held} of {total} node(s)"),
+        Some(h) => match &report.holder_info {
+            Some(info) => format!(
+                "held by {h} ({}) on {held} of {total} node(s)",
+                info.describe()
+            ),
+            None => format!("held by {h} on {held} of {total} node(s)"),
+        },
         None if held == 0 => "free".to_owned(),
         None => format!("not held by any owner on a quorum (taken on {held} of {total} node(s))"),
     };
