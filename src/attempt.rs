@@ -83,7 +83,7 @@ pub(crate) async fn attempt(
             span.record("outcome", "missed");
             let (replies, _) = fan.into_parts();
             rollback.run(&replies).await;
-            return Err(missed(nodes, keys, &replies, tally));
+            return Err(missed(nodes, &keys.name, &replies, tally));
         }
         let (replies, rest) = fan.into_parts();
         let mut granted = vec![false; replies.len()];
@@ -258,13 +258,16 @@ pub(crate) async fn fence_quorum(
     Err(failures)
 }
 
-fn missed(
+/// The error of an attempt on `name` (a lock name, or a set's label) that
+/// missed the quorum: wrong type if any node said so, else contended if any
+/// node holds it for another owner, else unavailable.
+pub(crate) fn missed(
     nodes: &Nodes,
-    keys: &Keys,
+    name: &str,
     replies: &[Option<Result<Grant, NodeError>>],
     tally: Tally,
 ) -> Error {
-    let name = keys.name.to_string();
+    let name = name.to_owned();
     let mut taken = Vec::new();
     let mut failures = Vec::new();
     for (i, r) in replies.iter().enumerate() {

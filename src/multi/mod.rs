@@ -21,9 +21,9 @@ use std::time::Duration;
 use tracing::debug;
 
 use crate::acquire::Wait;
-use crate::attempt::fence_quorum;
+use crate::attempt::{fence_quorum, missed};
 use crate::clock;
-use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
+use crate::error::{Error, NodeError};
 use crate::hold::{Acquired, Hold, OnDrop};
 use crate::keys::{check_name, Keys};
 use crate::manager::Inner;
@@ -204,56 +204,6 @@ fn finish_late(nodes: &Nodes, late: Stragglers<Grant>, holds: &[Arc<Hold>]) {
             }
         }
     }));
-}
-
-fn missed(
-    nodes: &Nodes,
-    label: &str,
-    replies: &[Option<Result<Grant, NodeError>>],
-    tally: Tally,
-) -> Error {
-    let name = label.to_owned();
-    let mut taken = Vec::new();
-    let mut failures = Vec::new();
-    for (i, r) in replies.iter().enumerate() {
-        match r {
-            Some(Ok(Grant::Taken(pttl))) => taken.push(TakenNode {
-                node: i,
-                addr: nodes.node(i).addr().to_owned(),
-                pttl: *pttl,
-            }),
-            Some(Err(e)) => failures.push(nodes.failure(i, e)),
-            _ => {}
-        }
-    }
-    let wrong: Vec<NodeFailure> = failures
-        .iter()
-        .filter(|f| f.kind == NodeErrorKind::WrongType)
-        .cloned()
-        .collect();
-    if !wrong.is_empty() {
-        return Error::WrongType {
-            name,
-            failures: wrong,
-        };
-    }
-    if taken.is_empty() {
-        return Error::Unavailable {
-            name,
-            failures,
-            required: nodes.required(),
-            granted: tally.granted,
-        };
-    }
-    let min_pttl = taken.iter().filter_map(|t| t.pttl).min();
-    Error::Contended {
-        name,
-        taken,
-        min_pttl,
-        failures,
-        required: nodes.required(),
-        granted: tally.granted,
-    }
 }
 
 /// Takes every name of `set` anew for `owner`, within `wait`: one hold per
