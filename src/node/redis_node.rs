@@ -221,6 +221,22 @@ async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
     })
 }
 
+/// Reads an `acquire` or `acquire_all` reply: `{granted or re-entered,
+/// fence counter}` or `{taken, PTTL}`.
+fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
+    let code = reply.first().and_then(int);
+    let value = reply.get(1).and_then(int);
+    match (code, value) {
+        (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
+            Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
+        }
+        (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+        )),
+        _ => Err(NodeError::protocol(script)),
+    }
+}
+
 pub(super) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -334,17 +350,7 @@ impl NodeOps for RedisNode {
                     },
                 )
                 .await?;
-            let code = reply.first().and_then(int);
-            let value = reply.get(1).and_then(int);
-            match (code, value) {
-                (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
-                    Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
-                }
-                (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
-                    u64::try_from(pttl).ok().map(Duration::from_millis),
-                )),
-                _ => Err(NodeError::protocol("acquire")),
-            }
+            grant(&reply, "acquire")
         })
     }
 
@@ -496,17 +502,7 @@ impl NodeOps for RedisNode {
                     c.arg(&*owner).arg(ms(lease)).arg(count);
                 })
                 .await?;
-            let code = reply.first().and_then(int);
-            let value = reply.get(1).and_then(int);
-            match (code, value) {
-                (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
-                    Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
-                }
-                (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
-                    u64::try_from(pttl).ok().map(Duration::from_millis),
-                )),
-                _ => Err(NodeError::protocol("acquire_all")),
-            }
+            grant(&reply, "acquire_all")
         })
     }
 }
