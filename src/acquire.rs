@@ -15,6 +15,7 @@ use crate::hold::{Hold, OnDrop};
 use crate::keys::Keys;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
+use crate::queue::Spot;
 use crate::sync::locked;
 use crate::wait::{Notifier, Waiter};
 use crate::watchdog::Watchdog;
@@ -26,6 +27,17 @@ pub(crate) enum Wait {
     Up(Duration),
 }
 
+/// What an acquisition asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) lease: Duration,
+    /// Renewed by the watchdog (else held for the fixed `lease`).
+    pub(crate) renew: bool,
+    pub(crate) wait: Wait,
+    /// Granted in queue order only (the fair lock).
+    pub(crate) fair: bool,
+}
+
 /// What an acquisition works with: the nodes, the release channels its
 /// waiters listen on, and the watchdog that renews what it wins.
 pub(crate) struct Acquisition<'a> {
@@ -35,17 +47,26 @@ pub(crate) struct Acquisition<'a> {
 }
 
 impl Acquisition<'_> {
-    /// Takes the lock anew for `owner`, within `wait`. The hold is renewed
-    /// by the watchdog when `renew` is set, and runs `on_drop` when dropped.
+    /// Takes the lock anew for `owner` on `terms`. The hold runs `on_drop`
+    /// when dropped.
+    ///
+    /// A waiter has a place in the lock's queue on the nodes (see the
+    /// `queue` module): a fair request from its first attempt, since it
+    /// may not pass waiters queued before it; a plain one from its first
+    /// miss, so that a release wakes it and not one waiter per process.
     pub(crate) async fn fresh(
         &self,
         keys: Arc<Keys>,
         owner: Owner,
-        lease: Duration,
-        renew: bool,
-        wait: Wait,
+        terms: Terms,
         on_drop: OnDrop,
     ) -> Result<Arc<Hold>, Error> {
+        let Terms {
+            lease,
+            renew,
+            wait,
+            fair,
+        } = terms;
         let config = &self.nodes.config;
         let start = clock::now();
         // A wait too long to represent is a wait without end.
@@ -54,11 +75,18 @@ impl Acquisition<'_> {
             Wait::Up(w) => start.checked_add(w),
         };
         let mut attempt_no: u32 = 0;
+        let mut spot = fair.then(|| Spot::new(self.nodes, &keys, owner.waiter_id(), true));
         let mut waiter: Option<Waiter> = None;
         // Local fairness: while other local waiters are queued for this lock,
-        // a newcomer queues behind them instead of barging in.
-        if wait != Wait::Up(Duration::ZERO) {
+        // a newcomer queues behind them instead of barging in. (A fair
+        // request needs a place of its own on the nodes: it attempts.)
+        if !fair && wait != Wait::Up(Duration::ZERO) {
             waiter = self.notifier.join_if_queued(&keys.channel);
+            if let Some(w) = waiter.as_mut() {
+                let s = Spot::new(self.nodes, &keys, owner.waiter_id(), false);
+                w.name(s.waiter());
+                spot = Some(s);
+            }
         }
         let mut deferred = waiter.as_ref().is_some_and(|w| !w.is_head());
         loop {
@@ -71,7 +99,18 @@ impl Acquisition<'_> {
                 // A holder id per attempt: a late rollback of a failed
                 // attempt can never touch a later one's grants.
                 let holder_id = owner.holder_id();
-                match attempt(self.nodes, &keys, &holder_id, lease, 1, 0, attempt_no).await {
+                let tried = attempt(
+                    self.nodes,
+                    &keys,
+                    &holder_id,
+                    lease,
+                    1,
+                    0,
+                    attempt_no,
+                    spot.as_mut(),
+                )
+                .await;
+                match tried {
                     Ok(won) => {
                         if let Some(w) = waiter.take() {
                             w.acquired(lease);
@@ -90,6 +129,8 @@ impl Acquisition<'_> {
                         if renew {
                             self.watchdog.register(&hold);
                         }
+                        // Leaves the queue where a grant did not take it out.
+                        drop(spot);
                         return Ok(hold);
                     }
                     Err(e) if e.is_retryable() => {
@@ -117,8 +158,12 @@ impl Acquisition<'_> {
             let Some(w) = waiter.as_mut() else {
                 // First miss: subscribe to the release channel, then try once
                 // more, so a release that happened before the subscription
-                // took effect is not missed.
-                let w = self.notifier.waiter(&keys.channel);
+                // took effect is not missed; that try takes a place in the
+                // queue.
+                let mut w = self.notifier.waiter(&keys.channel);
+                let s = spot
+                    .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
+                w.name(s.waiter());
                 if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
                     w.holder_seen(pttl);
                 }
@@ -127,7 +172,13 @@ impl Acquisition<'_> {
                 waiter = Some(w);
                 continue;
             };
-            let delay = match &err {
+            // The nodes put a fair waiter at different tickets: the next
+            // attempt re-files it at the largest on every node, at once, so
+            // that no node orders it differently for long.
+            if spot.as_mut().is_some_and(|s| s.fair() && s.take_settle()) {
+                continue;
+            }
+            let mut delay = match &err {
                 Some(e) => self.fallback(e, attempt_no, w.covered(), remaining),
                 // Queued behind local waiters: our bell rings when our turn
                 // comes; until then, sleep no longer than the holder's key
@@ -139,7 +190,14 @@ impl Acquisition<'_> {
                 }
                 None => config.backoff.delay(attempt_no),
             };
-            let timer_deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+            let mut timer_deadline =
+                remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+            // A fair waiter keeps its place by calling at least this often.
+            if let Some(every) = spot.as_ref().filter(|s| s.fair()).map(Spot::refresh_every) {
+                delay = delay.min(every);
+                let by = tokio::time::Instant::now() + every;
+                timer_deadline = Some(timer_deadline.map_or(by, |d| d.min(by)));
+            }
             let woke = w.wait(delay, timer_deadline).await;
             deferred = false;
             debug!(lock = %keys.name, ?woke, "waiter woke");
@@ -188,6 +246,7 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
         count,
         count - 1,
         0,
+        None,
     )
     .await
     {

@@ -14,6 +14,7 @@ use crate::hold::Acquired;
 use crate::keys::Keys;
 use crate::node::Grant;
 use crate::nodes::Nodes;
+use crate::queue::Spot;
 use crate::quorum::{self, Decision, FanOut, Tally};
 use crate::rollback::{LateGrants, Rollback};
 
@@ -24,7 +25,9 @@ pub(crate) struct Won {
 }
 
 /// One fan-out of the acquire script. On success the grants belong to the
-/// caller; on failure (or if dropped) they are rolled back.
+/// caller; on failure (or if dropped) they are rolled back. With a `spot`,
+/// the attempt is a queued waiter's, and the answers update its place.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn attempt(
     nodes: &Arc<Nodes>,
     keys: &Arc<Keys>,
@@ -33,6 +36,7 @@ pub(crate) async fn attempt(
     count: u32,
     prior_count: u32,
     attempt: u32,
+    mut spot: Option<&mut Spot>,
 ) -> Result<Won, Error> {
     let span = tracing::debug_span!(
         "quorumlock.acquire",
@@ -52,8 +56,11 @@ pub(crate) async fn attempt(
         let start = clock::now();
         let mut rollback = Rollback::new(nodes, keys, holder_id, prior_count, lease);
         let timeout = nodes.call_timeout(lease);
+        let place = spot.as_deref_mut().map(|s| s.place().clone());
         let mut fan = FanOut::start(nodes.len(), timeout, |i| {
-            nodes.node(i).acquire(keys, holder_id, lease, count)
+            nodes
+                .node(i)
+                .acquire(keys, holder_id, lease, count, place.as_ref())
         });
         fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
             .await;
@@ -72,11 +79,14 @@ pub(crate) async fn attempt(
             for (i, r) in fan.replies().iter().enumerate() {
                 match r {
                     Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                    Some(Ok(Grant::Taken(p))) => debug!(node = i, pttl = ?p, "taken"),
+                    Some(Ok(Grant::Taken(p, t))) => debug!(node = i, pttl = ?p, ticket = t, "taken"),
                     Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
                     None => debug!(node = i, "pending"),
                 }
             }
+        }
+        if let Some(s) = spot {
+            s.record(fan.replies());
         }
         let decision = tally.decide(required);
         if decision != Decision::Won {
@@ -272,7 +282,7 @@ pub(crate) fn missed(
     let mut failures = Vec::new();
     for (i, r) in replies.iter().enumerate() {
         match r {
-            Some(Ok(Grant::Taken(pttl))) => taken.push(TakenNode {
+            Some(Ok(Grant::Taken(pttl, _))) => taken.push(TakenNode {
                 node: i,
                 addr: nodes.node(i).addr().to_owned(),
                 pttl: *pttl,

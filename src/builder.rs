@@ -15,7 +15,7 @@ use crate::node::{redact, NodeOps, NodeSpec, RedisNode};
 ///
 /// Defaults: `Quorum::Majority`, lease 30 s renewed every 10 s, per-node
 /// timeout 200 ms, connect timeout 2 s, drift factor 0.01, backoff 10–200 ms,
-/// key prefix `quorumlock:`, no `max_hold`.
+/// key prefix `quorumlock:`, no `max_hold`, queue timeout 5 s.
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct LockManagerBuilder {
@@ -30,6 +30,7 @@ pub struct LockManagerBuilder {
     backoff: Backoff,
     key_prefix: String,
     max_hold: Option<Duration>,
+    queue_timeout: Duration,
     allow_unreachable: bool,
     require_noeviction: bool,
 }
@@ -47,6 +48,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("drift_factor", &self.drift_factor)
             .field("key_prefix", &self.key_prefix)
             .field("max_hold", &self.max_hold)
+            .field("queue_timeout", &self.queue_timeout)
             .field("allow_unreachable", &self.allow_unreachable)
             .field("require_noeviction", &self.require_noeviction)
             .finish_non_exhaustive()
@@ -74,6 +76,7 @@ impl Default for LockManagerBuilder {
             backoff: Backoff::default(),
             key_prefix: "quorumlock:".to_owned(),
             max_hold: None,
+            queue_timeout: Duration::from_secs(5),
             allow_unreachable: false,
             require_noeviction: false,
         }
@@ -119,6 +122,16 @@ impl LockManagerBuilder {
     /// The watchdog's period (default: lease / 3).
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
+        self
+    }
+
+    /// How long a queued waiter may go without calling the nodes before the
+    /// lock's queue skips it, as when its process died (default 5 s, as
+    /// Redisson's fair lock; above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// checks). Waiters refresh their place every third of it, so a longer
+    /// timeout costs fewer calls and skips a dead waiter later.
+    pub fn queue_timeout(mut self, timeout: Duration) -> Self {
+        self.queue_timeout = timeout;
         self
     }
 
@@ -234,6 +247,7 @@ impl LockManagerBuilder {
         for (what, t) in [
             ("node timeout", self.node_timeout),
             ("connect timeout", self.connect_timeout),
+            ("queue timeout", self.queue_timeout),
         ] {
             if t.is_zero() {
                 return Err(Error::invalid(what, "must be above zero"));
@@ -266,6 +280,7 @@ impl LockManagerBuilder {
                 backoff: self.backoff,
                 key_prefix: self.key_prefix.clone(),
                 max_hold: self.max_hold,
+                queue_timeout: self.queue_timeout,
             },
             specs,
         ))

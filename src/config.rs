@@ -181,6 +181,10 @@ pub struct Config {
     pub key_prefix: String,
     /// Stop renewing a watchdog lock after this total hold time.
     pub max_hold: Option<Duration>,
+    /// How long a queued waiter may go without a call to the nodes before
+    /// the lock's queue skips it (a waiter whose process died). Live
+    /// waiters refresh their place every third of it.
+    pub queue_timeout: Duration,
 }
 
 /// Fixed part of the drift: 2 ms, as in the RedLock spec.

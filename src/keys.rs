@@ -7,15 +7,18 @@ use crate::error::Error;
 /// Longest lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// The keys of one lock: `<prefix>{<name>}`, its release channel, and the
-/// node's one fence counter `<prefix>fence`, shared by every lock so that
-/// counters do not grow with the number of lock names.
+/// The keys of one lock: `<prefix>{<name>}`, its release channel, its
+/// waiters' queue and their deadlines (two sorted sets that exist only while
+/// someone waits), and the node's one fence counter `<prefix>fence`, shared
+/// by every lock so that counters do not grow with the number of lock names.
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub(crate) name: Arc<str>,
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    pub(crate) queue: String,
+    pub(crate) timeouts: String,
 }
 
 impl Keys {
@@ -31,6 +34,8 @@ impl Keys {
             name: name.into(),
             fence: format!("{prefix}fence"),
             channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            timeouts: format!("{lock}:timeouts"),
             lock,
         }
     }
@@ -73,6 +78,8 @@ mod tests {
         assert_eq!(k.lock, "ql:{orders}");
         assert_eq!(k.fence, "ql:fence");
         assert_eq!(k.channel, "ql:{orders}:released");
+        assert_eq!(k.queue, "ql:{orders}:queue");
+        assert_eq!(k.timeouts, "ql:{orders}:timeouts");
     }
 
     #[test]

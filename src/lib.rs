@@ -17,6 +17,7 @@ mod node;
 mod quorum;
 
 mod nodes;
+mod queue;
 mod status;
 
 mod hold;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::acquire::{reenter, Acquisition, Wait};
+use crate::acquire::{reenter, Acquisition, Terms, Wait};
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
 use crate::guard::LockGuard;
@@ -108,9 +108,26 @@ pub struct LockRequest<'a> {
     owner: Option<Owner>,
     lease: Option<Duration>,
     wait: Wait,
+    fair: bool,
 }
 
 impl LockRequest<'_> {
+    /// Take the lock in turn (Redisson's fair lock, over N masters): grants
+    /// follow the order in which fair waiters first asked, across processes,
+    /// and a release wakes only the waiter whose turn it is.
+    ///
+    /// Each waiter carries one ticket to every node, so all nodes agree on
+    /// the order. A waiter that stops calling the nodes (its process died)
+    /// is skipped after the manager's
+    /// [`queue_timeout`](crate::LockManagerBuilder::queue_timeout); a
+    /// dropped acquisition leaves the queue on every node at once. Plain
+    /// requests for the same name are not held back by the queue: they may
+    /// take the lock whenever it is free.
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
     /// Acquire on behalf of `owner` instead of the calling task.
     pub fn owner(mut self, owner: &Owner) -> Self {
         self.owner = Some(owner.clone());
@@ -167,6 +184,12 @@ impl LockRequest<'_> {
             None => (config.lease, true),
         };
         config.check_lease(lease)?;
+        let terms = Terms {
+            lease,
+            renew,
+            wait: self.wait,
+            fair: self.fair,
+        };
         let client_id = &inner.nodes.client_id;
         let acquisition = inner.acquisition();
         let Some(owner) = self.owner.or_else(|| Owner::scoped(client_id)) else {
@@ -176,7 +199,7 @@ impl LockRequest<'_> {
             let keep = Arc::clone(inner);
             let on_drop = OnDrop::new(move || drop(keep));
             let hold = acquisition
-                .fresh(keys, owner, lease, renew, self.wait, on_drop)
+                .fresh(keys, owner, terms, on_drop)
                 .await?;
             return Ok(LockGuard::new(hold));
         };
@@ -198,7 +221,7 @@ impl LockRequest<'_> {
             OnDrop::new(move || inner.forget_slot_if_idle(&owner_id, &name, 0))
         };
         let hold = acquisition
-            .fresh(keys, owner, lease, renew, self.wait, on_drop)
+            .fresh(keys, owner, terms, on_drop)
             .await?;
         *locked(&slot.hold) = Arc::downgrade(&hold);
         Ok(LockGuard::new(hold))
@@ -228,13 +251,15 @@ impl LockManager {
         unreachable: Vec<NodeFailure>,
     ) -> Self {
         let clients: Vec<redis::Client> = nodes.iter().filter_map(|n| n.pubsub_client()).collect();
+        let client_id = new_client_id();
         let notifier = Notifier::start(
+            &client_id,
             nodes.len(),
             clients,
             config.required,
             config.connect_timeout,
         );
-        let nodes = Arc::new(Nodes::new(config, nodes, new_client_id()));
+        let nodes = Arc::new(Nodes::new(config, nodes, client_id));
         let inner = Arc::new(Inner {
             notifier,
             watchdog: Watchdog::new(&nodes),
@@ -293,6 +318,7 @@ impl LockManager {
             owner: None,
             lease: None,
             wait: Wait::Forever,
+            fair: false,
         }
     }
 

@@ -104,6 +104,16 @@ impl Owner {
     }
 }
 
+impl Owner {
+    /// The id of one acquisition's place in a lock's queue:
+    /// `owner-id:wait-N`. It starts with the client id, so a release
+    /// message naming it is recognised by the manager that made it.
+    pub(crate) fn waiter_id(&self) -> Arc<str> {
+        let n = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
+        suffixed(&self.id, ":wait-", n, None)
+    }
+}
+
 /// `{base}{tag}{n}`, then `@{since}` if given, built in one buffer of the
 /// right size (this runs on every acquisition and every attempt).
 fn suffixed(base: &str, tag: &str, n: u64, since: Option<u64>) -> Arc<str> {

@@ -236,7 +236,7 @@ impl Tally {
             match r {
                 None => t.pending += 1,
                 Some(Ok(Grant::Granted(_))) => t.granted += 1,
-                Some(Ok(Grant::Taken(_))) => t.taken += 1,
+                Some(Ok(Grant::Taken(..))) => t.taken += 1,
                 Some(Err(_)) => t.failed += 1,
             }
         }
@@ -288,7 +288,7 @@ mod tests {
         spec.chars()
             .map(|c| match c {
                 'g' => Some(Ok(Grant::Granted(1))),
-                't' => Some(Ok(Grant::Taken(None))),
+                't' => Some(Ok(Grant::Taken(None, 0))),
                 'e' => Some(Err(NodeError::timeout())),
                 _ => None,
             })

@@ -114,7 +114,7 @@ impl Rollback {
         }
         let skip: Vec<bool> = replies
             .iter()
-            .map(|r| matches!(r, Some(Ok(Grant::Taken(_)))))
+            .map(|r| matches!(r, Some(Ok(Grant::Taken(..)))))
             .collect();
         send_all(self.calls(&skip), self.nodes.config.node_timeout).await;
         self.armed = false;

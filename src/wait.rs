@@ -9,7 +9,11 @@
 //! subscription is confirmed, then sleeps until its bell rings or a fallback
 //! timer fires.
 //!
-//! A release message rings only the head of the local queue, whatever the
+//! A release message names the waiter whose turn it is on that node (the
+//! head of the lock's queue on the node, see the `queue` module), and rings
+//! only that waiter: another process's waiter rings nobody here. A message
+//! that names nobody (no waiter queued on the node), or a waiter of this
+//! manager that has left, rings the head of the local queue, whatever the
 //! queue's length; a head that leaves without the lock rings the next one.
 //! Every waiter's fallback timer ends no later than the holder's key is
 //! known to expire (the PTTL seen by the last attempt, or the lease of a
@@ -60,6 +64,8 @@ struct Channel {
     /// Local waiters in arrival order, by ticket: joining, leaving and
     /// finding the head cost O(log W).
     queue: Mutex<BTreeMap<u64, Arc<Bell>>>,
+    /// Local waiters with a place in the nodes' queue, by waiter id.
+    named: Mutex<HashMap<Arc<str>, Arc<Bell>>>,
     /// The latest instant the current holder's key is known to expire at:
     /// no waiter sleeps past it, since an expiry publishes nothing.
     holder_until: Mutex<Option<Instant>>,
@@ -76,6 +82,7 @@ impl Channel {
         Self {
             subscribed: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             queue: Mutex::new(BTreeMap::new()),
+            named: Mutex::new(HashMap::new()),
             holder_until: Mutex::new(None),
             refs: Mutex::new(0),
             confirmed: Notify::new(),
@@ -89,6 +96,27 @@ impl Channel {
         if let Some(bell) = head {
             bell.ring(shared);
         }
+    }
+
+    /// A release message naming `payload`'s waiter: that waiter if it is
+    /// ours, nobody if it is another manager's, the local head if it names
+    /// nobody or one of ours that has left.
+    fn wake_named(&self, payload: &[u8], shared: &Shared) {
+        let id = std::str::from_utf8(payload).unwrap_or_default();
+        if !id.is_empty() {
+            let named = locked(&self.named).get(id).cloned();
+            if let Some(bell) = named {
+                bell.ring(shared);
+                return;
+            }
+            let ours = id
+                .strip_prefix(&*shared.client_id)
+                .is_some_and(|rest| rest.starts_with(':'));
+            if !ours {
+                return;
+            }
+        }
+        self.wake_head(shared);
     }
 
     /// Coverage changed (a pub/sub connection came or went): every waiter
@@ -110,6 +138,8 @@ impl Channel {
 
 struct Shared {
     channels: Mutex<HashMap<Arc<str>, Arc<Channel>>>,
+    /// The manager's client id: the prefix of its waiters' ids.
+    client_id: Arc<str>,
     nodes: usize,
     next_ticket: AtomicU64,
     reconnects: AtomicU64,
@@ -150,6 +180,7 @@ impl Notifier {
     /// connecting within `connect_timeout`. With no clients (fake nodes),
     /// waiters only ever poll.
     pub(crate) fn start(
+        client_id: &str,
         n: usize,
         clients: Vec<redis::Client>,
         required: usize,
@@ -157,6 +188,7 @@ impl Notifier {
     ) -> Self {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            client_id: client_id.into(),
             nodes: n,
             next_ticket: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
@@ -231,6 +263,7 @@ impl Notifier {
             senders: self.senders.clone(),
             needed: self.needed,
             acquired: false,
+            id: None,
         }
     }
 
@@ -259,6 +292,8 @@ pub(crate) struct Waiter {
     senders: Vec<mpsc::UnboundedSender<Command>>,
     needed: usize,
     acquired: bool,
+    /// The waiter's id in the nodes' queue, once it has a place there.
+    id: Option<Arc<str>>,
 }
 
 /// Why a wait ended.
@@ -295,6 +330,15 @@ impl Waiter {
             }
         };
         let _ = tokio::time::timeout(limit, wait).await;
+    }
+
+    /// Gives the waiter its id in the nodes' queue: release messages naming
+    /// it ring it.
+    pub(crate) fn name(&mut self, id: &Arc<str>) {
+        if self.id.is_none() {
+            locked(&self.chan.named).insert(Arc::clone(id), Arc::clone(&self.bell));
+            self.id = Some(Arc::clone(id));
+        }
     }
 
     /// Whether this waiter is the longest-waiting local one.
@@ -420,6 +464,9 @@ impl Drop for Waiter {
             let mut q = locked(&self.chan.queue);
             let was_head = q.keys().next() == Some(&self.ticket);
             q.remove(&self.ticket);
+            if let Some(id) = &self.id {
+                locked(&self.chan.named).remove(id);
+            }
             // Let the next waiter try in our place.
             (was_head && !self.acquired)
                 .then(|| q.values().next().cloned())
@@ -517,7 +564,7 @@ async fn node_task(
                         s.messages.fetch_add(1, Ordering::Relaxed);
                         let chan = locked(&s.channels).get(msg.get_channel_name()).cloned();
                         if let Some(c) = chan {
-                            c.wake_head(&s);
+                            c.wake_named(msg.get_payload_bytes(), &s);
                         }
                     }
                     None => ok = false,

@@ -10,6 +10,8 @@ struct Keys {
     lock: String,
     fence: String,
     channel: String,
+    queue: String,
+    timeouts: String,
 }
 
 fn keys() -> Keys {
@@ -17,6 +19,8 @@ fn keys() -> Keys {
     Keys {
         fence: format!("{lock}:fence"),
         channel: format!("{lock}:released"),
+        queue: format!("{lock}:queue"),
+        timeouts: format!("{lock}:timeouts"),
         lock,
     }
 }
@@ -24,7 +28,10 @@ fn keys() -> Keys {
 fn script(name: &str) -> Script {
     Script::new(match name {
         "acquire" => include_str!("../src/scripts/acquire.lua"),
-        "release" => include_str!("../src/scripts/release.lua"),
+        "release" => concat!(
+            include_str!("../src/scripts/queue_prelude.lua"),
+            include_str!("../src/scripts/release.lua")
+        ),
         "renew" => include_str!("../src/scripts/renew.lua"),
         "repair" => include_str!("../src/scripts/repair.lua"),
         "force_release" => include_str!("../src/scripts/force_release.lua"),
@@ -55,6 +62,8 @@ async fn release(
         .key(&k.lock)
         .key(&k.channel)
         .key(&k.fence)
+        .key(&k.queue)
+        .key(&k.timeouts)
         .arg(owner)
         .arg(left)
         .arg(60_000)
@@ -205,7 +214,8 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
         .expect("a release message")
         .expect("message");
     assert_eq!(msg.get_channel_name(), k.channel);
-    assert_eq!(msg.get_payload::<String>().expect("payload"), "a");
+    // Nobody queued: the message names no waiter.
+    assert_eq!(msg.get_payload::<String>().expect("payload"), "");
 }
 
 #[tokio::test]

@@ -31,8 +31,27 @@ pub(crate) use self::spec::{redact, NodeSpec};
 pub(crate) enum Grant {
     /// Granted; carries the fence counter the node returned.
     Granted(u64),
-    /// Another owner holds it, with its PTTL.
-    Taken(Option<Duration>),
+    /// Not granted: another owner holds it (with its PTTL), or, for a
+    /// queued waiter, the lock is free but another waiter's turn (with the
+    /// time that waiter has left to claim it). Carries the waiter's ticket
+    /// on this node when it asked for a place in the queue (0 otherwise).
+    Taken(Option<Duration>, u64),
+}
+
+/// A waiter's place in a lock's queue, sent with each of its attempts
+/// (`scripts/acquire_queued.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    /// The waiter's id, the same for every attempt of one acquisition; it
+    /// starts with the manager's client id.
+    pub(crate) waiter: Arc<str>,
+    /// The ticket every node is to order the waiter by; 0 until known.
+    pub(crate) ticket: u64,
+    /// A waiter that makes no call for this long is skipped.
+    pub(crate) timeout: Duration,
+    /// Granted only at the head of the queue (the fair lock); otherwise the
+    /// place only decides whom a release wakes.
+    pub(crate) fair: bool,
 }
 
 /// How a node answered a release.
@@ -94,13 +113,24 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         None
     }
 
+    /// Acquires for `owner` (`scripts/acquire.lua`), or, with a `place`,
+    /// for a waiter with a place in the queue (`scripts/acquire_queued.lua`):
+    /// queued (or refreshed) when not granted, and for a fair place granted
+    /// only at the head of the queue.
     fn acquire(
         &self,
         keys: &Arc<Keys>,
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
+        place: Option<&Place>,
     ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+
+    /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),
+    /// telling the next waiter if the lock is free and it was the head.
+    /// Returns whether it was queued.
+    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>)
+        -> BoxFuture<'static, Result<bool, NodeError>>;
 
     /// Acquires every lock of `keys` (one set, sharing one fence counter)
     /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with

@@ -16,7 +16,7 @@ use crate::scripts;
 
 use super::script_call::{broken, forget_scripts, map_err, no_script, Resend, ScriptCall};
 use super::spec::NodeSpec;
-use super::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use super::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -221,8 +221,9 @@ async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
     })
 }
 
-/// Reads an `acquire` or `acquire_all` reply: `{granted or re-entered,
-/// fence counter}` or `{taken, PTTL}`.
+/// Reads an `acquire`, `acquire_queued` or `acquire_all` reply: `{granted
+/// or re-entered, fence counter}` or `{taken, PTTL or wait, [ticket]}`
+/// (a negative wait is unknown).
 fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
     let code = reply.first().and_then(int);
     let value = reply.get(1).and_then(int);
@@ -232,6 +233,11 @@ fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
         }
         (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
             u64::try_from(pttl).ok().map(Duration::from_millis),
+            reply
+                .get(2)
+                .and_then(int)
+                .and_then(|t| u64::try_from(t).ok())
+                .unwrap_or(0),
         )),
         _ => Err(NodeError::protocol(script)),
     }
@@ -335,22 +341,75 @@ impl NodeOps for RedisNode {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
+        place: Option<&Place>,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
         let call = self.script_call();
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
+        let place = place.cloned();
         Box::pin(async move {
-            let reply: Vec<Value> = call?
+            let reply: Vec<Value> = match place {
+                None => {
+                    call?
+                        .run(
+                            &scripts::ACQUIRE,
+                            &[&keys.lock, &keys.fence],
+                            Resend::Never,
+                            |c| {
+                                c.arg(&*owner).arg(ms(lease)).arg(count);
+                            },
+                        )
+                        .await?
+                }
+                Some(p) => {
+                    call?
+                        .run(
+                            &scripts::ACQUIRE_QUEUED,
+                            &[
+                                &keys.lock,
+                                &keys.fence,
+                                &keys.queue,
+                                &keys.timeouts,
+                                &keys.channel,
+                            ],
+                            Resend::Never,
+                            |c| {
+                                c.arg(&*owner)
+                                    .arg(ms(lease))
+                                    .arg(count)
+                                    .arg(&*p.waiter)
+                                    .arg(p.ticket)
+                                    .arg(ms(p.timeout))
+                                    .arg(u8::from(p.fair));
+                            },
+                        )
+                        .await?
+                }
+            };
+            grant(&reply, "acquire")
+        })
+    }
+
+    fn leave(
+        &self,
+        keys: &Arc<Keys>,
+        waiter: &Arc<str>,
+    ) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let call = self.script_call();
+        let keys = Arc::clone(keys);
+        let waiter = Arc::clone(waiter);
+        Box::pin(async move {
+            let n: i64 = call?
                 .run(
-                    &scripts::ACQUIRE,
-                    &[&keys.lock, &keys.fence],
-                    Resend::Never,
+                    &scripts::LEAVE,
+                    &[&keys.lock, &keys.queue, &keys.timeouts, &keys.channel],
+                    Resend::AfterBrokenConnection,
                     |c| {
-                        c.arg(&*owner).arg(ms(lease)).arg(count);
+                        c.arg(&*waiter);
                     },
                 )
                 .await?;
-            grant(&reply, "acquire")
+            Ok(n == 1)
         })
     }
 
@@ -369,7 +428,13 @@ impl NodeOps for RedisNode {
             let code: i64 = call?
                 .run(
                     &scripts::RELEASE,
-                    &[&keys.lock, &keys.channel, &keys.fence],
+                    &[
+                        &keys.lock,
+                        &keys.channel,
+                        &keys.fence,
+                        &keys.queue,
+                        &keys.timeouts,
+                    ],
                     Resend::AfterBrokenConnection,
                     |c| {
                         c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);

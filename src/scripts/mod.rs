@@ -39,12 +39,22 @@ pub(crate) struct Lua {
 }
 
 /// How many one-shot scripts there are.
-pub(crate) const ONE_SHOT: usize = 5;
+pub(crate) const ONE_SHOT: usize = 7;
 
 impl Lua {
     fn new(id: usize, source: &str) -> Self {
-        let body = source
+        Self::with_prelude(id, "", source)
+    }
+
+    /// A script that uses the queue helpers of `queue_prelude.lua`.
+    fn queued(id: usize, source: &str) -> Self {
+        Self::with_prelude(id, include_str!("queue_prelude.lua"), source)
+    }
+
+    fn with_prelude(id: usize, prelude: &str, source: &str) -> Self {
+        let body = prelude
             .lines()
+            .chain(source.lines())
             .map(str::trim_end)
             .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
             .collect::<Vec<_>>()
@@ -79,7 +89,7 @@ pub(crate) static ACQUIRE: LazyLock<Lua> =
 
 /// Release one level or all of them; publishes when fully released.
 pub(crate) static RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(1, include_str!("release.lua")));
+    LazyLock::new(|| Lua::queued(1, include_str!("release.lua")));
 
 /// Batched renewal: extends held keys, reports missing ones.
 pub(crate) static RENEW: LazyLock<Script> =
@@ -101,6 +111,14 @@ pub(crate) static RAISE_FENCE: LazyLock<Lua> =
 /// name, re-enters every name, or writes nothing.
 pub(crate) static ACQUIRE_ALL: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(4, include_str!("acquire_all.lua")));
+
+/// Acquire for a waiter with a place in the lock's queue (fair, or a plain
+/// waiter's retries): grants, re-enters, or queues and reports the wait.
+pub(crate) static ACQUIRE_QUEUED: LazyLock<Lua> =
+    LazyLock::new(|| Lua::queued(5, include_str!("acquire_queued.lua")));
+
+/// A waiter leaves the lock's queue; the next one is told if it was due.
+pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| Lua::new(6, include_str!("leave.lua")));
 
 /// Acquire reply code: the lock was free and is now ours.
 pub(crate) const ACQ_GRANTED: i64 = 1;
@@ -146,6 +164,8 @@ mod tests {
             &*FORCE_RELEASE,
             &*RAISE_FENCE,
             &*ACQUIRE_ALL,
+            &*ACQUIRE_QUEUED,
+            &*LEAVE,
         ]
         .into_iter()
         .enumerate()

@@ -3,6 +3,8 @@
 -- KEYS[1] lock hash   <prefix>{name}
 -- KEYS[2] channel     <prefix>{name}:released
 -- KEYS[3] fence       <prefix>fence, the node's one fence counter
+-- KEYS[4] queue       <prefix>{name}:queue (see acquire_queued.lua)
+-- KEYS[5] timeouts    <prefix>{name}:timeouts
 -- ARGV[1] owner id
 -- ARGV[2] hold count left after this release (0 releases the lock)
 -- ARGV[3] lease in milliseconds (used when the count stays above 0)
@@ -11,7 +13,9 @@
 -- ARGV[1] is the holder id: the owner's id plus a suffix unique to the hold.
 --
 -- Returns  2 released fully: the hash is deleted and a message published
---            (when the user may publish on the channel);
+--            (when the user may publish on the channel) naming the waiter
+--            whose turn it is, the head of the queue once waiters that
+--            stopped calling are dropped, or '' when none is queued;
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
@@ -31,7 +35,11 @@ if tonumber(ARGV[2]) > 0 then
   return 1
 end
 redis.call('del', KEYS[1])
+local head = nil
+if redis.call('exists', KEYS[4]) == 1 then
+  head = drop_gone(KEYS[4], KEYS[5], now_ms())
+end
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
-redis.pcall('publish', KEYS[2], ARGV[1])
+redis.pcall('publish', KEYS[2], head or '')
 return 2

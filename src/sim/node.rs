@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
 use crate::sync::locked;
 use crate::tests::fake::FakeNode;
 
@@ -291,9 +291,12 @@ impl NodeOps for SimNode {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
+        place: Option<&Place>,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        let reply = self.call("acquire", move |n| n.acquire(&k, &o, lease, count));
+        let (k, o, p) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
+        let reply = self.call("acquire", move |n| {
+            n.acquire(&k, &o, lease, count, p.as_ref())
+        });
         let process = Arc::clone(&self.process);
         Box::pin(async move {
             let r = reply.await;
@@ -305,6 +308,15 @@ impl NodeOps for SimNode {
             }
             r
         })
+    }
+
+    fn leave(
+        &self,
+        keys: &Arc<Keys>,
+        waiter: &Arc<str>,
+    ) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let (k, w) = (Arc::clone(keys), Arc::clone(waiter));
+        self.call("leave", move |n| n.leave(&k, &w))
     }
 
     fn acquire_all(

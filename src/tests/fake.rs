@@ -1,7 +1,7 @@
 //! An in-memory node for unit tests: same semantics as the Lua scripts, plus
 //! switches to stall, fail or slow down.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::{Grant, NodeLockState, NodeOps, Released, RenewBatch, Renewed};
+use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
 use crate::sync::locked;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +31,43 @@ struct Entry {
     expires: Instant,
 }
 
+/// One lock's queue of waiters (`acquire_queued.lua`'s two sorted sets).
+#[derive(Default)]
+struct Queue {
+    /// By ticket, then waiter id.
+    order: BTreeSet<(u64, String)>,
+    /// Each waiter's ticket and deadline.
+    waiters: HashMap<String, (u64, Instant)>,
+}
+
+impl Queue {
+    fn head(&self) -> Option<&str> {
+        self.order.first().map(|(_, w)| w.as_str())
+    }
+
+    fn remove(&mut self, waiter: &str) -> bool {
+        match self.waiters.remove(waiter) {
+            Some((t, _)) => self.order.remove(&(t, waiter.to_owned())),
+            None => false,
+        }
+    }
+
+    /// `drop_gone` of `queue_prelude.lua`.
+    fn drop_gone(&mut self, now: Instant) {
+        while let Some(head) = self.head().map(str::to_owned) {
+            if self.waiters.get(&head).is_some_and(|(_, d)| *d > now) {
+                break;
+            }
+            self.remove(&head);
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     locks: HashMap<String, Entry>,
+    /// By queue key.
+    queues: HashMap<String, Queue>,
     fences: HashMap<String, u64>,
     /// Keys holding a value of another type (a string at a lock key, a
     /// hash at the fence key): what the scripts meet as `WRONGTYPE`.
@@ -104,8 +138,19 @@ impl FakeNode {
     pub(crate) fn wipe(&self) {
         let mut s = locked(&self.state);
         s.locks.clear();
+        s.queues.clear();
         s.fences.clear();
         s.foreign.clear();
+    }
+
+    /// The waiters queued for the lock of `keys`, in order.
+    pub(crate) fn queued(&self, keys: &Keys) -> Vec<String> {
+        let mut s = locked(&self.state);
+        expire(&mut s);
+        s.queues
+            .get(&keys.queue)
+            .map(|q| q.order.iter().map(|(_, w)| w.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Puts a value of another type at `key` (a lock key or the fence
@@ -265,7 +310,7 @@ fn acquire_all(
         }
     }
     if worst.is_some() {
-        return Ok(Grant::Taken(worst));
+        return Ok(Grant::Taken(worst, 0));
     }
     let Some(fence) = keys.first().map(|k| k.fence.clone()) else {
         return Ok(Grant::Granted(0));
@@ -291,9 +336,106 @@ fn acquire_all(
     Ok(Grant::Granted(token))
 }
 
+/// `acquire.lua`: grants a free lock, re-enters our own, or reports the
+/// holder's PTTL.
+fn acquire(
+    s: &mut State,
+    keys: &Keys,
+    owner: &str,
+    lease: Duration,
+    count: u32,
+) -> Result<Grant, NodeError> {
+    let expires = Instant::now() + lease;
+    if s.foreign.contains(&keys.lock) {
+        return Err(wrong_type(&keys.lock));
+    }
+    let fence_ok = if s.foreign.contains(&keys.fence) {
+        Err(wrong_type(&keys.fence))
+    } else {
+        Ok(())
+    };
+    Ok(match s.locks.get_mut(&keys.lock) {
+        None => {
+            fence_ok?;
+            s.locks.insert(
+                keys.lock.clone(),
+                Entry {
+                    owner: owner.to_owned(),
+                    count,
+                    expires,
+                },
+            );
+            let f = s.fences.entry(keys.fence.clone()).or_insert(0);
+            *f += 1;
+            Grant::Granted(*f)
+        }
+        Some(e) if *e.owner == *owner => {
+            fence_ok?;
+            e.count = count;
+            e.expires = expires;
+            Grant::Granted(s.fences.get(&keys.fence).copied().unwrap_or(0))
+        }
+        Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now())), 0),
+    })
+}
+
+/// `acquire_queued.lua`: drops gone waiters at the head, grants a free
+/// lock (for a fair place, only to the head or an empty queue), re-enters,
+/// or queues the waiter with its ticket.
+fn acquire_queued(
+    s: &mut State,
+    keys: &Keys,
+    owner: &str,
+    lease: Duration,
+    count: u32,
+    p: &Place,
+) -> Result<Grant, NodeError> {
+    let now = Instant::now();
+    if s.foreign.contains(&keys.lock) {
+        return Err(wrong_type(&keys.lock));
+    }
+    let mut q = s.queues.remove(&keys.queue).unwrap_or_default();
+    q.drop_gone(now);
+    let holder = s.locks.get(&keys.lock).map(|e| (e.owner == owner, e.expires));
+    let wait = match holder {
+        None if !p.fair || q.head().is_none_or(|h| h == &*p.waiter) => {
+            q.remove(&p.waiter);
+            if !q.order.is_empty() {
+                s.queues.insert(keys.queue.clone(), q);
+            }
+            return acquire(s, keys, owner, lease, count);
+        }
+        Some((true, _)) => {
+            if !q.order.is_empty() {
+                s.queues.insert(keys.queue.clone(), q);
+            }
+            return acquire(s, keys, owner, lease, count);
+        }
+        None => q
+            .head()
+            .and_then(|h| q.waiters.get(h))
+            .map(|(_, d)| d.saturating_duration_since(now)),
+        Some((false, expires)) => Some(expires.saturating_duration_since(now)),
+    };
+    let ticket = match (p.ticket, q.waiters.get(&*p.waiter)) {
+        (0, Some((t, _))) => *t,
+        (0, None) => q.order.last().map_or(0, |(t, _)| *t) + 1,
+        (t, _) => t,
+    };
+    q.remove(&p.waiter);
+    q.order.insert((ticket, p.waiter.to_string()));
+    q.waiters
+        .insert(p.waiter.to_string(), (ticket, now + p.timeout));
+    s.queues.insert(keys.queue.clone(), q);
+    Ok(Grant::Taken(wait, ticket))
+}
+
 fn expire(s: &mut State) {
     let now = Instant::now();
     s.locks.retain(|_, e| e.expires > now);
+    // A queue's keys expire with its last live waiter.
+    s.queues
+        .retain(|_, q| q.waiters.values().any(|(_, d)| *d > now));
 }
 
 impl NodeOps for FakeNode {
@@ -307,41 +449,30 @@ impl NodeOps for FakeNode {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
+        place: Option<&Place>,
     ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.try_run(move |s| {
-            let expires = Instant::now() + lease;
-            if s.foreign.contains(&keys.lock) {
-                return Err(wrong_type(&keys.lock));
-            }
-            let fence_ok = if s.foreign.contains(&keys.fence) {
-                Err(wrong_type(&keys.fence))
-            } else {
-                Ok(())
+        let (keys, owner, place) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
+        self.try_run(move |s| match place {
+            None => acquire(s, &keys, &owner, lease, count),
+            Some(p) => acquire_queued(s, &keys, &owner, lease, count, &p),
+        })
+    }
+
+    fn leave(
+        &self,
+        keys: &Arc<Keys>,
+        waiter: &Arc<str>,
+    ) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
+        self.run(move |s| {
+            let Some(q) = s.queues.get_mut(&keys.queue) else {
+                return false;
             };
-            Ok(match s.locks.get_mut(&keys.lock) {
-                None => {
-                    fence_ok?;
-                    s.locks.insert(
-                        keys.lock.clone(),
-                        Entry {
-                            owner: owner.to_string(),
-                            count,
-                            expires,
-                        },
-                    );
-                    let f = s.fences.entry(keys.fence.clone()).or_insert(0);
-                    *f += 1;
-                    Grant::Granted(*f)
-                }
-                Some(e) if *e.owner == *owner => {
-                    fence_ok?;
-                    e.count = count;
-                    e.expires = expires;
-                    Grant::Granted(s.fences.get(&keys.fence).copied().unwrap_or(0))
-                }
-                Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now()))),
-            })
+            let left = q.remove(&waiter);
+            if q.order.is_empty() {
+                s.queues.remove(&keys.queue);
+            }
+            left
         })
     }
 
@@ -379,6 +510,9 @@ impl NodeOps for FakeNode {
                     Released::Lowered
                 } else {
                     s.locks.remove(&keys.lock);
+                    if let Some(q) = s.queues.get_mut(&keys.queue) {
+                        q.drop_gone(Instant::now());
+                    }
                     Released::Deleted
                 })
             }

@@ -183,11 +183,11 @@ impl Side {
                 lease,
                 count,
             } => outcome(
-                n.acquire(&keys(name), &Arc::from(*holder), ms(*lease), *count)
+                n.acquire(&keys(name), &Arc::from(*holder), ms(*lease), *count, None)
                     .await,
                 |g| match g {
                     Grant::Granted(t) => Out::Granted(t),
-                    Grant::Taken(p) => Out::Taken(p),
+                    Grant::Taken(p, _) => Out::Taken(p),
                 },
             ),
             Op::AcquireAll {
@@ -202,7 +202,7 @@ impl Side {
                         .await,
                     |g| match g {
                         Grant::Granted(t) => Out::Granted(t),
-                        Grant::Taken(p) => Out::Taken(p),
+                        Grant::Taken(p, _) => Out::Taken(p),
                     },
                 )
             }

@@ -1,0 +1,23 @@
+-- A waiter leaves the lock's queue (it gave up, was dropped, or took the
+-- lock on other nodes). If it was the head and the lock is free, the next
+-- waiter is told.
+--
+-- KEYS[1] lock hash   <prefix>{name}
+-- KEYS[2] queue       <prefix>{name}:queue
+-- KEYS[3] timeouts    <prefix>{name}:timeouts
+-- KEYS[4] channel     <prefix>{name}:released
+-- ARGV[1] waiter id
+--
+-- Returns 1 if the waiter was queued, 0 if not.
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+redis.call('zrem', KEYS[3], ARGV[1])
+if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then
+  return 0
+end
+if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
+  local next = redis.call('zrange', KEYS[2], 0, 0)[1]
+  if next then
+    redis.pcall('publish', KEYS[4], next)
+  end
+end
+return 1
