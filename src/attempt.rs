@@ -56,7 +56,7 @@ pub(crate) async fn attempt(
         let start = clock::now();
         let mut rollback = Rollback::new(nodes, keys, holder_id, prior_count, lease);
         let timeout = nodes.call_timeout(lease);
-        let place = spot.as_deref_mut().map(|s| s.place().clone());
+        let place = spot.as_deref_mut().map(Spot::place);
         let mut fan = FanOut::start(nodes.len(), timeout, |i| {
             nodes
                 .node(i)
@@ -79,7 +79,9 @@ pub(crate) async fn attempt(
             for (i, r) in fan.replies().iter().enumerate() {
                 match r {
                     Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                    Some(Ok(Grant::Taken(p, t))) => debug!(node = i, pttl = ?p, ticket = t, "taken"),
+                    Some(Ok(Grant::Taken(p, t))) => {
+                        debug!(node = i, pttl = ?p, ticket = t, "taken")
+                    }
                     Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
                     None => debug!(node = i, "pending"),
                 }

@@ -66,9 +66,16 @@ impl Spot {
 
     /// What the next attempt sends; from now on the waiter may be queued on
     /// every node (the attempt may be dropped before any answer).
-    pub(crate) fn place(&mut self) -> &Place {
+    pub(crate) fn place(&mut self) -> Place {
         self.queued.fill(true);
-        &self.place
+        #[cfg(test)]
+        if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::PerNodeOrder) {
+            return Place {
+                ticket: 0,
+                ..self.place.clone()
+            };
+        }
+        self.place.clone()
     }
 
     pub(crate) fn fair(&self) -> bool {

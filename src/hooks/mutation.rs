@@ -13,6 +13,9 @@ pub(crate) enum Mutation {
     /// Lagging fence counters are raised once in the background and the
     /// token is handed out without waiting (the code before the fix).
     SingleTryFence,
+    /// Queued waiters never send a ticket: each node orders them by its
+    /// own arrival order, as a single-node fair lock does.
+    PerNodeOrder,
 }
 
 impl Mutation {
@@ -21,6 +24,7 @@ impl Mutation {
             Self::NoRollback => 1,
             Self::RenewLapsed => 2,
             Self::SingleTryFence => 4,
+            Self::PerNodeOrder => 8,
         }
     }
 }

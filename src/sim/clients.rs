@@ -169,6 +169,9 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
             Ask::TryLock(w) => req.wait(w),
             Ask::Lease(lease) => req.lease(lease),
         };
+        if ctx.params.fair && !matches!(ask, Ask::Lease(_)) && up_to(1) == 0 {
+            req = req.fair();
+        }
         Box::pin(req.acquire())
     };
     let start = Instant::now();

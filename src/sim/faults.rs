@@ -51,7 +51,7 @@ const SAFE: [Kind; 10] = [
 
 fn pick(mode: Mode) -> Kind {
     let extra = match mode {
-        Mode::Safe | Mode::Sets => None,
+        Mode::Safe | Mode::Sets | Mode::Fair => None,
         // Safe faults, half of them process pauses that start as a grant
         // arrives: the process stops before it sends the calls that follow
         // the grant (the fence raise, renewals, the release), and its hold

@@ -11,7 +11,8 @@
 //! - `clients`: processes (one manager each) with several tasks doing
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
 //!   `release`, dropped guards, acquisitions dropped mid-flight and
-//!   `force_unlock`, and (in `Mode::Sets`) `try_lock_all` of two names;
+//!   `force_unlock`, (in `Mode::Sets`) `try_lock_all` of two names, and
+//!   (in `Mode::Fair`) fair requests;
 //!   stalls pause a process's tasks, sockets and watchdog (`pause`), in
 //!   pause-heavy mode often from the moment a grant arrives; a monitor per
 //!   hold records when it believes itself valid;
@@ -27,7 +28,7 @@
 //! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds, the
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
-//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|unsafe-restart|unsafe-clock]
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence] [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
@@ -69,6 +70,10 @@ pub(crate) enum Mode {
     UnsafeClock,
     /// Safe faults; the clients also take two names at once (`lock_all`).
     Sets,
+    /// Safe faults; half the clients' `lock` and `try_lock` calls are fair
+    /// requests (granted in queue order), with a short queue timeout so
+    /// that waiters cut off by faults are skipped within the run.
+    Fair,
 }
 
 /// The shape of one run, drawn from its seed.
@@ -88,6 +93,8 @@ pub(crate) struct Params {
     pub(crate) client_end: Instant,
     /// The clients also take sets of names (set from the mode, not drawn).
     pub(crate) sets: bool,
+    /// Half the clients' waits are fair requests (set from the mode).
+    pub(crate) fair: bool,
 }
 
 impl Params {
@@ -114,6 +121,7 @@ impl Params {
             // keys written before then expire one lease later.
             client_end: fault_end + 2 * longest + Duration::from_millis(300),
             sets: false,
+            fair: false,
         }
     }
 }
@@ -173,6 +181,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let log = Log::new();
     let mut params = Params::draw(Instant::now());
     params.sets = mode == Mode::Sets;
+    params.fair = mode == Mode::Fair;
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();
@@ -196,6 +205,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             .quorum(Quorum::Majority)
             .lease(params.lease)
             .node_timeout(params.node_timeout)
+            .queue_timeout(Duration::from_millis(300))
             .backoff(
                 Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
                     .expect("valid backoff"),

@@ -17,6 +17,9 @@ const PAUSES_SEEDS: u64 = 500;
 /// Seeds of the sets mode (`lock_all` among the clients) per `cargo test`.
 const SETS_SEEDS: u64 = 500;
 
+/// Seeds of the fair mode (fair requests among the clients) per `cargo test`.
+const FAIR_SEEDS: u64 = 500;
+
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
 
@@ -42,6 +45,7 @@ fn mode_name(mode: Mode) -> &'static str {
         Mode::UnsafeRestart => "unsafe-restart",
         Mode::UnsafeClock => "unsafe-clock",
         Mode::Sets => "sets",
+        Mode::Fair => "fair",
     }
 }
 
@@ -50,6 +54,7 @@ fn mutation_name(m: Mutation) -> &'static str {
         Mutation::NoRollback => "no-rollback",
         Mutation::RenewLapsed => "renew-lapsed",
         Mutation::SingleTryFence => "single-try-fence",
+        Mutation::PerNodeOrder => "per-node-order",
     }
 }
 
@@ -128,6 +133,14 @@ fn sets_mode_keeps_every_invariant() {
     keeps_every_invariant(
         Mode::Sets,
         env_u64("QUORUMLOCK_SIM_SETS_SEEDS").unwrap_or(SETS_SEEDS),
+    );
+}
+
+#[test]
+fn fair_mode_keeps_every_invariant() {
+    keeps_every_invariant(
+        Mode::Fair,
+        env_u64("QUORUMLOCK_SIM_FAIR_SEEDS").unwrap_or(FAIR_SEEDS),
     );
 }
 
@@ -258,12 +271,14 @@ fn replay() {
         Ok("unsafe-clock") => Mode::UnsafeClock,
         Ok("pauses") => Mode::Pauses,
         Ok("sets") => Mode::Sets,
+        Ok("fair") => Mode::Fair,
         _ => Mode::Safe,
     };
     let m = match std::env::var("QUORUMLOCK_SIM_MUTATION").as_deref() {
         Ok("no-rollback") => Some(Mutation::NoRollback),
         Ok("renew-lapsed") => Some(Mutation::RenewLapsed),
         Ok("single-try-fence") => Some(Mutation::SingleTryFence),
+        Ok("per-node-order") => Some(Mutation::PerNodeOrder),
         _ => None,
     };
     let _m = m.map(mutation::enable);

@@ -396,7 +396,10 @@ fn acquire_queued(
     }
     let mut q = s.queues.remove(&keys.queue).unwrap_or_default();
     q.drop_gone(now);
-    let holder = s.locks.get(&keys.lock).map(|e| (e.owner == owner, e.expires));
+    let holder = s
+        .locks
+        .get(&keys.lock)
+        .map(|e| (e.owner == owner, e.expires));
     let wait = match holder {
         None if !p.fair || q.head().is_none_or(|h| h == &*p.waiter) => {
             q.remove(&p.waiter);

@@ -5,6 +5,7 @@
 pub(crate) mod fake;
 
 mod coordinator;
+mod fair;
 mod limits;
 mod multi;
 mod node_cases;
