@@ -124,6 +124,42 @@ fn concurrent_execs_never_interleave() {
 }
 
 #[test]
+fn fair_execs_run_in_the_order_they_asked() {
+    let name = unique("cli-fair");
+    let dir = scratch("fair");
+    let (started, log) = (dir.join("started"), dir.join("log"));
+    let holder = spawn(
+        ql().args(["exec", "--fair", &name, "--", "sh", "-c"])
+            .arg(r#"touch "$1"; sleep 2"#)
+            .args(["sh"])
+            .arg(&started),
+    );
+    wait_for_file(&started, Duration::from_secs(10));
+    // Four processes queue 300 ms apart while the lock is held.
+    let waiters: Vec<Child> = (0..4)
+        .map(|i| {
+            let child = spawn(
+                ql().args(["exec", "--fair", &name, "--", "sh", "-c"])
+                    .arg(format!(r#"echo {i} >> "$1""#))
+                    .args(["sh"])
+                    .arg(&log),
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            child
+        })
+        .collect();
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "holder: {}", stderr(&out));
+    for child in waiters {
+        let out = finish(child, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "exec --fair: {}", stderr(&out));
+    }
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    assert_eq!(text, "0\n1\n2\n3\n", "runs out of order");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn exit_status_and_environment_pass_through() {
     let name = unique("cli-env");
     let out = run(ql().args([

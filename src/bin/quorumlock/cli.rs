@@ -28,6 +28,7 @@ Examples:
 
   # Wait up to 10 minutes for the lock, keep it renewed while migrating
   quorumlock exec --wait 10m db-migrate -- ./migrate.sh --all
+  quorumlock exec --fair batch-slot -- ./process-next-batch.sh
 
   # Who holds it, node by node (or as JSON)
   quorumlock status nightly-report
@@ -215,6 +216,12 @@ pub struct ExecArgs {
     #[arg(long)]
     pub foreground: bool,
 
+    /// Take the lock in turn: among fair waiters, across hosts, the one that
+    /// asked first gets it first, and a release wakes only that one. A
+    /// waiter that stops calling the nodes (killed) is skipped after 5 s.
+    #[arg(long)]
+    pub fair: bool,
+
     /// Say nothing when the lock is not obtained within --wait (the exit
     /// status, 75, still tells).
     #[arg(short, long)]
@@ -351,6 +358,7 @@ mod tests {
             "exec",
             "--wait",
             "1s",
+            "--fair",
             "job",
             "--",
             "sh",
@@ -363,6 +371,7 @@ mod tests {
             unreachable!("parsed as exec");
         };
         assert_eq!(args.wait, Some(Duration::from_secs(1)));
+        assert!(args.fair);
         assert_eq!(args.name, "job");
         assert_eq!(args.command, ["sh", "-c", "exit 3"]);
     }

@@ -89,6 +89,7 @@ async fn acquire(
         Some(wait) => request.wait(wait),
         None => request.wait_forever(),
     };
+    let request = if args.fair { request.fair() } else { request };
     let progress = Progress::start(manager.clone(), args.name.clone(), cluster.total);
     let result = tokio::select! {
         r = request.acquire() => Ok(r),
