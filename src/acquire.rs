@@ -82,10 +82,8 @@ impl Acquisition<'_> {
         // request needs a place of its own on the nodes: it attempts.)
         if !fair && wait != Wait::Up(Duration::ZERO) {
             waiter = self.notifier.join_if_queued(&keys.channel);
-            if let Some(w) = waiter.as_mut() {
-                let s = Spot::new(self.nodes, &keys, owner.waiter_id(), false);
-                w.name(s.waiter());
-                spot = Some(s);
+            if waiter.is_some() {
+                spot = Some(Spot::new(self.nodes, &keys, owner.waiter_id(), false));
             }
         }
         let mut deferred = waiter.as_ref().is_some_and(|w| !w.is_head());
@@ -163,7 +161,12 @@ impl Acquisition<'_> {
                 let mut w = self.notifier.waiter(&keys.channel);
                 let s = spot
                     .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
-                w.name(s.waiter());
+                // A release naming a fair waiter rings that waiter: its turn
+                // on the nodes. One naming a plain waiter of ours rings the
+                // local head, which keeps the order among local waiters.
+                if s.fair() {
+                    w.name(s.waiter());
+                }
                 if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
                     w.holder_seen(pttl);
                 }
@@ -192,8 +195,12 @@ impl Acquisition<'_> {
             };
             let mut timer_deadline =
                 remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
-            // A fair waiter keeps its place by calling at least this often.
-            if let Some(every) = spot.as_ref().filter(|s| s.fair()).map(Spot::refresh_every) {
+            // A waiter with a place on the nodes keeps it by calling at
+            // least this often. For a plain waiter this also bounds the
+            // wait when a release names a waiter whose process died (the
+            // lock is free, and nobody else was woken).
+            let placed = err.is_some() && spot.is_some();
+            if let Some(every) = spot.as_ref().filter(|_| placed).map(Spot::refresh_every) {
                 delay = delay.min(every);
                 let by = tokio::time::Instant::now() + every;
                 timer_deadline = Some(timer_deadline.map_or(by, |d| d.min(by)));

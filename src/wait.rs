@@ -10,11 +10,12 @@
 //! timer fires.
 //!
 //! A release message names the waiter whose turn it is on that node (the
-//! head of the lock's queue on the node, see the `queue` module), and rings
-//! only that waiter: another process's waiter rings nobody here. A message
-//! that names nobody (no waiter queued on the node), or a waiter of this
-//! manager that has left, rings the head of the local queue, whatever the
-//! queue's length; a head that leaves without the lock rings the next one.
+//! head of the lock's queue on the node, see the `queue` module). A message
+//! naming another manager's waiter rings nobody here. One naming a fair
+//! waiter of this manager rings that waiter; one naming a plain waiter of
+//! this manager (or one that has left), or nobody (no waiter queued on the
+//! node), rings the head of the local queue, whatever the queue's length.
+//! A head that leaves without the lock rings the next one.
 //! Every waiter's fallback timer ends no later than the holder's key is
 //! known to expire (the PTTL seen by the last attempt, or the lease of a
 //! local holder), since an expiry publishes nothing.
@@ -64,7 +65,7 @@ struct Channel {
     /// Local waiters in arrival order, by ticket: joining, leaving and
     /// finding the head cost O(log W).
     queue: Mutex<BTreeMap<u64, Arc<Bell>>>,
-    /// Local waiters with a place in the nodes' queue, by waiter id.
+    /// Local fair waiters, by their id in the nodes' queue.
     named: Mutex<HashMap<Arc<str>, Arc<Bell>>>,
     /// The latest instant the current holder's key is known to expire at:
     /// no waiter sleeps past it, since an expiry publishes nothing.
@@ -98,9 +99,9 @@ impl Channel {
         }
     }
 
-    /// A release message naming `payload`'s waiter: that waiter if it is
-    /// ours, nobody if it is another manager's, the local head if it names
-    /// nobody or one of ours that has left.
+    /// A release message naming `payload`'s waiter: that waiter if it is a
+    /// fair waiter of ours, nobody if it is another manager's, else the
+    /// local head.
     fn wake_named(&self, payload: &[u8], shared: &Shared) {
         let id = std::str::from_utf8(payload).unwrap_or_default();
         if !id.is_empty() {
@@ -332,8 +333,8 @@ impl Waiter {
         let _ = tokio::time::timeout(limit, wait).await;
     }
 
-    /// Gives the waiter its id in the nodes' queue: release messages naming
-    /// it ring it.
+    /// Gives a fair waiter its id in the nodes' queue: release messages
+    /// naming it ring it (and not the local head).
     pub(crate) fn name(&mut self, id: &Arc<str>) {
         if self.id.is_none() {
             locked(&self.chan.named).insert(Arc::clone(id), Arc::clone(&self.bell));

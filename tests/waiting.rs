@@ -280,3 +280,75 @@ async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_1000_queued() {
         per_handoff[1]
     );
 }
+
+#[tokio::test]
+async fn a_release_naming_a_dead_waiter_stalls_a_plain_waiter_briefly_only() {
+    // A release wakes only the waiter at the head of the nodes' queue. If
+    // that waiter's process died, nobody is woken: the live waiter must
+    // find the free lock on its own, within a third of the queue timeout,
+    // not at the old holder's expiry (30 s here).
+    let name = unique("dead-head");
+    let holder = manager(Quorum::Majority).await;
+    let m = manager(Quorum::Majority).await;
+    let g = holder.lock(&name).await.expect("lock");
+    let waiting = {
+        let (m, name) = (m.clone(), name.clone());
+        tokio::spawn(async move {
+            let g = m.lock(&name).await.expect("waiter locks");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        })
+    };
+    // The live waiter has queued; a dead one goes in front of it on every
+    // node, with a deadline that never passes.
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            let mut c = raw(0).await;
+            let n: usize = redis::cmd("ZCARD")
+                .arg(format!("{}:queue", key(&name)))
+                .query_async(&mut c)
+                .await
+                .expect("ZCARD");
+            n == 1
+        })
+        .await,
+        "the waiter never queued"
+    );
+    let dead = "deadhost@1#0000000000000000:owner-1:wait-1";
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let () = redis::pipe()
+            .cmd("ZADD")
+            .arg(format!("{}:queue", key(&name)))
+            .arg(0)
+            .arg(dead)
+            .ignore()
+            .cmd("ZADD")
+            .arg(format!("{}:timeouts", key(&name)))
+            .arg(i64::MAX / 2)
+            .arg(dead)
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .expect("plant a dead waiter");
+    }
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let at = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the live waiter got the lock")
+        .expect("task");
+    let waited = at.saturating_duration_since(released);
+    // queue_timeout 5 s: a waiter checks at least every 5/3 s.
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{}:queue", key(&name)))
+            .arg(format!("{}:timeouts", key(&name)))
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
+    }
+}
