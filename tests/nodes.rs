@@ -344,3 +344,40 @@ async fn a_lazily_connected_evicting_node_is_refused_when_it_answers() {
     assert!(!g.granted_nodes().contains(&3));
     g.release().await.expect("release");
 }
+
+#[tokio::test]
+async fn a_node_refusing_connections_fails_calls_at_once_and_is_used_when_back() {
+    let nodes = start(3);
+    let m = all_of(&nodes, Duration::from_millis(300)).await;
+    warm_up(&m, "refusing").await;
+    nodes.kill(2);
+    // The first call meets the dead connection, then a refused reconnect.
+    let first = m.try_lock("refusing", Duration::ZERO).await;
+    assert!(
+        first.is_err(),
+        "one of three nodes is down under Quorum::All"
+    );
+    // From then on, calls to it fail without dialling, for a pause.
+    let err = m
+        .try_lock("refusing", Duration::ZERO)
+        .await
+        .expect_err("still down");
+    assert!(
+        err.to_string().contains("dialled again after a pause"),
+        "the down node was dialled again at once: {err}"
+    );
+    nodes.restart(2).expect("restart node 2");
+    // Back within a pause (at most 1 s) of answering again.
+    let back = support::eventually(Duration::from_secs(5), || async {
+        match m.try_lock("refusing", Duration::ZERO).await {
+            Ok(g) => {
+                let all = g.granted_nodes() == [0, 1, 2];
+                g.release().await.expect("release");
+                all
+            }
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(back, "the node was not used again after it came back");
+}

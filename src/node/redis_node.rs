@@ -14,7 +14,7 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::scripts;
 
-use super::script_call::{broken, forget_scripts, map_err, no_script, Resend, ScriptCall};
+use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
 use super::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
 
@@ -38,6 +38,8 @@ pub(crate) struct RedisNode {
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
     /// enough. Cleared after a connection error (the node may have restarted).
     loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
+    /// Fails calls at once while the node refuses connections.
+    breaker: Arc<Breaker>,
 }
 
 impl RedisNode {
@@ -99,6 +101,7 @@ impl RedisNode {
             run_id: info.run_id,
             policy: Arc::new(Mutex::new(info.policy)),
             loaded: Arc::default(),
+            breaker: Arc::default(),
         })
     }
 
@@ -183,6 +186,7 @@ impl RedisNode {
             run_id: None,
             policy,
             loaded: Arc::default(),
+            breaker: Arc::default(),
         })
     }
 
@@ -262,6 +266,7 @@ impl RedisNode {
         Ok(ScriptCall {
             conn: self.checked()?,
             loaded: Arc::clone(&self.loaded),
+            breaker: Arc::clone(&self.breaker),
         })
     }
 

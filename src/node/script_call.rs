@@ -2,12 +2,15 @@
 //! sent again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use tokio::time::Instant;
 
-use crate::error::NodeError;
+use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
+use crate::sync::locked;
 
 pub(super) fn map_err(e: &redis::RedisError) -> NodeError {
     NodeError::from_redis(e)
@@ -28,6 +31,47 @@ pub(super) struct ScriptCall {
     pub(super) conn: ConnectionManager,
     /// Per one-shot script: the node is known to have it.
     pub(super) loaded: Arc<[AtomicBool; scripts::ONE_SHOT]>,
+    pub(super) breaker: Arc<Breaker>,
+}
+
+/// Shortest and longest pause in dialling a node that refused connections.
+const DOWN_MIN: Duration = Duration::from_millis(50);
+const DOWN_MAX: Duration = Duration::from_secs(1);
+
+/// Keeps calls from dialling a node that refuses connections (its process
+/// is down) on every call. The connection manager starts a new connection
+/// attempt for each call that meets a failed one; here, once a connect is
+/// refused, calls fail at once for a pause that doubles from 50 ms up to
+/// 1 s while refusals go on, and the first call after the pause dials
+/// again. A refused call could not have run, so failing it early changes
+/// nothing but cost; a node that comes back is used again within a pause.
+#[derive(Default)]
+pub(super) struct Breaker {
+    /// Until when calls fail at once, and the pause after the next refusal.
+    down: Mutex<Option<(Instant, Duration)>>,
+}
+
+impl Breaker {
+    /// Fails at once while the node is known to refuse connections.
+    pub(super) fn check(&self) -> Result<(), NodeError> {
+        match *locked(&self.down) {
+            Some((until, _)) if Instant::now() < until => Err(NodeError::new(
+                NodeErrorKind::Connection,
+                "connection refused; the node is dialled again after a pause",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn refused(&self) {
+        let mut down = locked(&self.down);
+        let pause = down.map_or(DOWN_MIN, |(_, p)| (p * 2).min(DOWN_MAX));
+        *down = Some((Instant::now() + pause, pause));
+    }
+
+    fn answered(&self) {
+        *locked(&self.down) = None;
+    }
 }
 
 /// Whether a script call may be sent again after the connection broke.
@@ -54,6 +98,7 @@ impl ScriptCall {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
         let mut no_script_resent = false;
         loop {
+            self.breaker.check()?;
             tries -= 1;
             let loaded = &self.loaded[script.id];
             let send_body = !loaded.load(Ordering::Acquire);
@@ -62,10 +107,14 @@ impl ScriptCall {
             match cmd.query_async(&mut self.conn).await {
                 Ok(v) => {
                     loaded.store(true, Ordering::Release);
+                    self.breaker.answered();
                     return Ok(v);
                 }
                 Err(e) => {
                     forget_scripts(&self.loaded, &e);
+                    if e.is_connection_refusal() {
+                        self.breaker.refused();
+                    }
                     // NOSCRIPT means nothing ran: sending the same call again
                     // as EVAL cannot reorder it behind anything, whatever the
                     // script. The node restarted or its scripts were flushed
@@ -101,5 +150,37 @@ pub(super) fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis
         for l in loaded {
             l.store(false, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_node_is_dialled_again_only_after_a_doubling_pause() {
+        let b = Breaker::default();
+        assert!(b.check().is_ok(), "a node starts reachable");
+        b.refused();
+        let e = b.check().expect_err("fails at once after a refusal");
+        assert_eq!(e.kind, NodeErrorKind::Connection);
+        tokio::time::sleep(DOWN_MIN).await;
+        assert!(b.check().is_ok(), "dialled again after the pause");
+        // Refused again: the pause doubles, up to its ceiling.
+        b.refused();
+        tokio::time::sleep(DOWN_MIN).await;
+        assert!(b.check().is_err(), "second pause is longer");
+        tokio::time::sleep(DOWN_MIN).await;
+        assert!(b.check().is_ok());
+        for _ in 0..10 {
+            b.refused();
+        }
+        tokio::time::sleep(DOWN_MAX).await;
+        assert!(b.check().is_ok(), "never paused past {DOWN_MAX:?}");
+        // An answer ends it: the next refusal pauses for the shortest time.
+        b.answered();
+        b.refused();
+        tokio::time::sleep(DOWN_MIN).await;
+        assert!(b.check().is_ok());
     }
 }
