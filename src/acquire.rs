@@ -127,8 +127,10 @@ impl Acquisition<'_> {
                         if renew {
                             self.watchdog.register(&hold);
                         }
-                        // Leaves the queue where a grant did not take it out.
-                        drop(spot);
+                        // Leaves the queue where a refusal kept it.
+                        if let Some(mut s) = spot {
+                            s.won();
+                        }
                         return Ok(hold);
                     }
                     Err(e) if e.is_retryable() => {

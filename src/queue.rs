@@ -46,6 +46,8 @@ pub(crate) struct Spot {
     /// The last answers put the waiter at different tickets: the next
     /// attempt, with the largest, re-files it everywhere.
     settle: bool,
+    /// Per node: the last attempt had no answer yet when it was decided.
+    pending: Vec<bool>,
 }
 
 impl Spot {
@@ -61,6 +63,7 @@ impl Spot {
             keys: Arc::clone(keys),
             queued: vec![false; nodes.len()],
             settle: false,
+            pending: vec![false; nodes.len()],
         }
     }
 
@@ -98,6 +101,7 @@ impl Spot {
         let sent = self.place.ticket;
         let mut seen = Vec::with_capacity(replies.len());
         for (i, r) in replies.iter().enumerate() {
+            self.pending[i] = r.is_none();
             match r {
                 // A grant takes the waiter out of that node's queue.
                 Some(Ok(Grant::Granted(_))) => self.queued[i] = false,
@@ -110,6 +114,17 @@ impl Spot {
         let top = seen.iter().copied().max().unwrap_or(0);
         self.place.ticket = self.place.ticket.max(top);
         self.settle = self.place.ticket != sent && seen.iter().any(|t| *t != self.place.ticket);
+    }
+
+    /// The acquisition won with its last attempt: a node that had not
+    /// answered then is not asked to drop the waiter. Its late answer is a
+    /// grant, which took the waiter out of its queue, or, rarely, a refusal
+    /// that left the waiter queued there until its deadline passes (one
+    /// queue timeout), when the node skips it.
+    pub(crate) fn won(&mut self) {
+        for (q, p) in self.queued.iter_mut().zip(&self.pending) {
+            *q &= !*p;
+        }
     }
 
     /// Whether the last attempt's tickets disagreed (then the next attempt
