@@ -79,7 +79,9 @@ pub(crate) async fn attempt(
             for (i, r) in fan.replies().iter().enumerate() {
                 match r {
                     Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                    Some(Ok(Grant::Taken(p, t))) => debug!(node = i, pttl = ?p, ticket = t, "taken"),
+                    Some(Ok(Grant::Taken(p, t))) => {
+                        debug!(node = i, pttl = ?p, ticket = t, "taken")
+                    }
                     Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
                     None => debug!(node = i, "pending"),
                 }

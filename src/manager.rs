@@ -198,9 +198,7 @@ impl LockRequest<'_> {
             let owner = Owner::explicit(client_id);
             let keep = Arc::clone(inner);
             let on_drop = OnDrop::new(move || drop(keep));
-            let hold = acquisition
-                .fresh(keys, owner, terms, on_drop)
-                .await?;
+            let hold = acquisition.fresh(keys, owner, terms, on_drop).await?;
             return Ok(LockGuard::new(hold));
         };
         let slot = SlotUse {
@@ -220,9 +218,7 @@ impl LockRequest<'_> {
                 (Arc::clone(inner), owner.shared_id(), Arc::clone(&keys.name));
             OnDrop::new(move || inner.forget_slot_if_idle(&owner_id, &name, 0))
         };
-        let hold = acquisition
-            .fresh(keys, owner, terms, on_drop)
-            .await?;
+        let hold = acquisition.fresh(keys, owner, terms, on_drop).await?;
         *locked(&slot.hold) = Arc::downgrade(&hold);
         Ok(LockGuard::new(hold))
     }

@@ -129,8 +129,11 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),
     /// telling the next waiter if the lock is free and it was the head.
     /// Returns whether it was queued.
-    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>)
-        -> BoxFuture<'static, Result<bool, NodeError>>;
+    fn leave(
+        &self,
+        keys: &Arc<Keys>,
+        waiter: &Arc<str>,
+    ) -> BoxFuture<'static, Result<bool, NodeError>>;
 
     /// Acquires every lock of `keys` (one set, sharing one fence counter)
     /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with
