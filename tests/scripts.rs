@@ -32,6 +32,11 @@ fn script(name: &str) -> Script {
             include_str!("../src/scripts/queue_prelude.lua"),
             include_str!("../src/scripts/release.lua")
         ),
+        "acquire_queued" => concat!(
+            include_str!("../src/scripts/queue_prelude.lua"),
+            include_str!("../src/scripts/acquire_queued.lua")
+        ),
+        "leave" => include_str!("../src/scripts/leave.lua"),
         "renew" => include_str!("../src/scripts/renew.lua"),
         "repair" => include_str!("../src/scripts/repair.lua"),
         "force_release" => include_str!("../src/scripts/force_release.lua"),
@@ -71,6 +76,94 @@ async fn release(
         .invoke_async(c)
         .await
         .expect("release")
+}
+
+/// `acquire_queued.lua` for `waiter`, as holder `owner` (lease 60 s,
+/// count 1), with `ticket`, a queue timeout in ms, fair or plain.
+async fn acquire_queued(
+    c: &mut MultiplexedConnection,
+    k: &Keys,
+    owner: &str,
+    waiter: &str,
+    ticket: u64,
+    timeout: u64,
+    fair: bool,
+) -> Vec<i64> {
+    script("acquire_queued")
+        .key(&k.lock)
+        .key(&k.fence)
+        .key(&k.queue)
+        .key(&k.timeouts)
+        .key(&k.channel)
+        .arg(owner)
+        .arg(60_000)
+        .arg(1)
+        .arg(waiter)
+        .arg(ticket)
+        .arg(timeout)
+        .arg(u8::from(fair))
+        .invoke_async(c)
+        .await
+        .expect("acquire_queued")
+}
+
+async fn leave(c: &mut MultiplexedConnection, k: &Keys, waiter: &str) -> i64 {
+    script("leave")
+        .key(&k.lock)
+        .key(&k.queue)
+        .key(&k.timeouts)
+        .key(&k.channel)
+        .arg(waiter)
+        .invoke_async(c)
+        .await
+        .expect("leave")
+}
+
+/// The queued waiter ids, in order.
+async fn queue(c: &mut MultiplexedConnection, k: &Keys) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(&k.queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .expect("ZRANGE")
+}
+
+async fn pttl_of(c: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("PTTL")
+}
+
+/// Both queue keys have a TTL in `(0, at_most]`.
+async fn assert_queue_ttl(c: &mut MultiplexedConnection, k: &Keys, at_most: i64) {
+    for key in [&k.queue, &k.timeouts] {
+        let t = pttl_of(c, key).await;
+        assert!(
+            t > 0 && t <= at_most,
+            "PTTL {key} = {t}, want (0, {at_most}]"
+        );
+    }
+}
+
+async fn subscribe(k: &Keys) -> redis::aio::PubSub {
+    let client = redis::Client::open(support::nodes().url(0)).expect("url");
+    let mut sub = client.get_async_pubsub().await.expect("pubsub");
+    sub.subscribe(&k.channel).await.expect("subscribe");
+    sub
+}
+
+/// The payload of the next message on the subscribed channel.
+async fn next_payload(sub: &mut redis::aio::PubSub) -> String {
+    use futures::StreamExt;
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), sub.on_message().next())
+        .await
+        .expect("a message")
+        .expect("message");
+    msg.get_payload::<String>().expect("payload")
 }
 
 async fn renew(c: &mut MultiplexedConnection, items: &[(&Keys, &str, u32, u64)]) -> Vec<i64> {
@@ -216,6 +309,215 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
     assert_eq!(msg.get_channel_name(), k.channel);
     // Nobody queued: the message names no waiter.
     assert_eq!(msg.get_payload::<String>().expect("payload"), "");
+
+    // Waiters queued: the message names the head once the waiters that
+    // stopped calling are dropped.
+    assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 8]);
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h1", "gone", 0, 100, true).await[2],
+        1
+    );
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h2", "w2", 0, 60_000, true).await[2],
+        2
+    );
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h3", "w3", 0, 60_000, true).await[2],
+        3
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(release(&mut c, &k, "a", 0, 8).await, 2, "deleted");
+    assert_eq!(next_payload(&mut sub).await, "w2");
+    assert_eq!(
+        queue(&mut c, &k).await,
+        vec!["w2", "w3"],
+        "the gone head dropped"
+    );
+    // The head took the lock on other nodes and leaves: w3 is told.
+    assert_eq!(leave(&mut c, &k, "w2").await, 1);
+    assert_eq!(next_payload(&mut sub).await, "w3");
+    assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 9]);
+    assert_eq!(release(&mut c, &k, "a", 0, 9).await, 2, "deleted");
+    assert_eq!(next_payload(&mut sub).await, "w3");
+    assert_eq!(leave(&mut c, &k, "w3").await, 1);
+    assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 10]);
+    assert_eq!(release(&mut c, &k, "a", 0, 10).await, 2, "deleted");
+    // The last leave told no one (the queue was empty), so the next
+    // message is this release's, with nobody queued.
+    assert_eq!(next_payload(&mut sub).await, "");
+}
+
+#[tokio::test]
+async fn acquire_queued_hands_out_tickets_and_keeps_the_queue_with_a_ttl() {
+    let mut c = raw(0).await;
+    let k = keys();
+    assert_eq!(acquire(&mut c, &k, "h", 1).await, vec![1, 1]);
+    let first = acquire_queued(&mut c, &k, "h1", "w1", 0, 5_000, true).await;
+    assert_eq!(
+        (first[0], first[2]),
+        (0, 1),
+        "queued, first ticket: {first:?}"
+    );
+    assert!(
+        first[1] > 59_000 && first[1] <= 60_000,
+        "the holder's PTTL: {first:?}"
+    );
+    assert_queue_ttl(&mut c, &k, 5_000).await;
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h2", "w2", 0, 5_000, false).await[2],
+        2,
+        "the tail's ticket + 1"
+    );
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h1", "w1", 0, 5_000, true).await[2],
+        1,
+        "a refresh keeps the ticket"
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w1", "w2"]);
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h1", "w1", 7, 5_000, true).await[2],
+        7,
+        "a sent ticket re-files the waiter"
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w2", "w1"]);
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h3", "w3", 0, 5_000, true).await[2],
+        8
+    );
+    assert_queue_ttl(&mut c, &k, 5_000).await;
+    // The holder re-enters with a place: granted with the counter, and the
+    // queue is left alone.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h", "wh", 0, 5_000, true).await,
+        vec![2, 1]
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w2", "w1", "w3"]);
+
+    assert_eq!(release(&mut c, &k, "h", 0, 1).await, 2, "deleted");
+    // Free, but w2's turn: a fair request waits for w2's time left.
+    let fair = acquire_queued(&mut c, &k, "h1", "w1", 7, 5_000, true).await;
+    assert_eq!((fair[0], fair[2]), (0, 7), "{fair:?}");
+    assert!(
+        fair[1] > 4_000 && fair[1] <= 5_000,
+        "w2's time left: {fair:?}"
+    );
+    // A plain request is granted whoever heads the queue, and leaves it.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h3", "w3", 8, 5_000, false).await,
+        vec![1, 2]
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w2", "w1"]);
+    assert_eq!(release(&mut c, &k, "h3", 0, 2).await, 2, "deleted");
+    // The head's fair request is granted.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h2", "w2", 2, 5_000, true).await,
+        vec![1, 3]
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w1"]);
+    assert_eq!(release(&mut c, &k, "h2", 0, 3).await, 2, "deleted");
+    assert_eq!(leave(&mut c, &k, "w1").await, 1);
+    // The last waiter gone, the queue's keys are gone.
+    for key in [&k.queue, &k.timeouts] {
+        assert_eq!(pttl_of(&mut c, key).await, -2, "{key}");
+    }
+    // A fair request on a free lock with nobody queued is granted.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h1", "w1", 0, 5_000, true).await,
+        vec![1, 4]
+    );
+    assert_eq!(pttl_of(&mut c, &k.queue).await, -2, "not queued");
+}
+
+#[tokio::test]
+async fn acquire_queued_drops_gone_heads_and_a_short_timeout_keeps_longer_ones() {
+    let mut c = raw(0).await;
+    let k = keys();
+    assert_eq!(acquire(&mut c, &k, "h", 1).await, vec![1, 1]);
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h1", "gone", 0, 100, true).await[2],
+        1
+    );
+    assert_queue_ttl(&mut c, &k, 100).await;
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h2", "w2", 0, 60_000, true).await[2],
+        2
+    );
+    assert_queue_ttl(&mut c, &k, 60_000).await;
+    // A later waiter with a shorter timeout does not shorten the queue's
+    // TTL: the keys live to the latest deadline among the waiters.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h3", "w3", 0, 1_000, true).await[2],
+        3
+    );
+    for key in [&k.queue, &k.timeouts] {
+        let t = pttl_of(&mut c, key).await;
+        assert!(t > 59_000 && t <= 60_000, "PTTL {key} = {t}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(queue(&mut c, &k).await, vec!["gone", "w2", "w3"]);
+    // The next call drops the gone head.
+    assert_eq!(
+        acquire_queued(&mut c, &k, "h3", "w3", 0, 1_000, true).await[2],
+        3
+    );
+    assert_eq!(queue(&mut c, &k).await, vec!["w2", "w3"]);
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&k.timeouts)
+        .arg("gone")
+        .query_async(&mut c)
+        .await
+        .expect("ZSCORE");
+    assert_eq!(score, None, "dropped from both sets");
+
+    // On a free lock, a call that drops the gone head tells the next one
+    // whose turn it is now.
+    let k = keys();
+    assert_eq!(acquire(&mut c, &k, "h", 1).await, vec![1, 1]);
+    acquire_queued(&mut c, &k, "h1", "gone", 0, 100, true).await;
+    acquire_queued(&mut c, &k, "h2", "w2", 0, 60_000, true).await;
+    acquire_queued(&mut c, &k, "h3", "w3", 0, 60_000, true).await;
+    let mut sub = subscribe(&k).await;
+    assert_eq!(release(&mut c, &k, "h", 0, 1).await, 2, "deleted");
+    assert_eq!(next_payload(&mut sub).await, "gone", "not gone yet");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let w3 = acquire_queued(&mut c, &k, "h3", "w3", 0, 60_000, true).await;
+    assert_eq!((w3[0], w3[2]), (0, 3), "w2's turn: {w3:?}");
+    assert!(w3[1] > 58_000 && w3[1] <= 60_000, "w2's time left: {w3:?}");
+    assert_eq!(next_payload(&mut sub).await, "w2");
+    assert_eq!(queue(&mut c, &k).await, vec!["w2", "w3"]);
+}
+
+#[tokio::test]
+async fn leave_removes_the_waiter_and_tells_the_next_when_due() {
+    let mut c = raw(0).await;
+    let k = keys();
+    assert_eq!(leave(&mut c, &k, "w1").await, 0, "nothing queued");
+    assert_eq!(acquire(&mut c, &k, "h", 1).await, vec![1, 1]);
+    for w in ["w1", "w2", "w3"] {
+        acquire_queued(&mut c, &k, "h1", w, 0, 60_000, true).await;
+    }
+    let mut sub = subscribe(&k).await;
+    // Not the head: taken out, no one told.
+    assert_eq!(leave(&mut c, &k, "w2").await, 1);
+    assert_eq!(leave(&mut c, &k, "w2").await, 0, "already out");
+    assert_eq!(queue(&mut c, &k).await, vec!["w1", "w3"]);
+    // The head of a held lock: taken out, no one told (the release will).
+    assert_eq!(leave(&mut c, &k, "w1").await, 1);
+    assert_eq!(queue(&mut c, &k).await, vec!["w3"]);
+    assert_eq!(release(&mut c, &k, "h", 0, 1).await, 2, "deleted");
+    assert_eq!(
+        next_payload(&mut sub).await,
+        "w3",
+        "the leaves published nothing"
+    );
+    acquire_queued(&mut c, &k, "h1", "w4", 0, 60_000, true).await;
+    // The head of a free lock: the next waiter is told.
+    assert_eq!(leave(&mut c, &k, "w3").await, 1);
+    assert_eq!(next_payload(&mut sub).await, "w4");
+    assert_eq!(leave(&mut c, &k, "w4").await, 1);
+    for key in [&k.queue, &k.timeouts] {
+        assert_eq!(pttl_of(&mut c, key).await, -2, "{key}");
+    }
 }
 
 #[tokio::test]

@@ -64,8 +64,11 @@ end
 local timeout = tonumber(ARGV[6])
 redis.call('zadd', KEYS[3], ticket, ARGV[4])
 redis.call('zadd', KEYS[4], now + timeout, ARGV[4])
--- Every waiter's deadline is at most now + timeout: the queue goes away
--- with its last live waiter.
-redis.call('pexpire', KEYS[3], timeout)
-redis.call('pexpire', KEYS[4], timeout)
+-- The queue's keys live until the latest deadline among its waiters, so
+-- they go away with the last live waiter. That is not always now + timeout:
+-- waiters may send different timeouts, and a shorter one must not cut the
+-- place of a waiter with a longer one.
+local last = tonumber(redis.call('zrange', KEYS[4], -1, -1, 'WITHSCORES')[2])
+redis.call('pexpire', KEYS[3], last - now)
+redis.call('pexpire', KEYS[4], last - now)
 return {0, wait, ticket}

@@ -38,6 +38,10 @@ struct Queue {
     order: BTreeSet<(u64, String)>,
     /// Each waiter's ticket and deadline.
     waiters: HashMap<String, (u64, Instant)>,
+    /// When the queue's keys expire: the latest deadline among its waiters
+    /// when one was last queued or refreshed (not shortened by a leave or a
+    /// grant, as the scripts do not shorten the keys' TTL).
+    expires: Option<Instant>,
 }
 
 impl Queue {
@@ -391,29 +395,46 @@ fn acquire_queued(
     p: &Place,
 ) -> Result<Grant, NodeError> {
     let now = Instant::now();
+    let mut q = s.queues.remove(&keys.queue).unwrap_or_default();
+    // The script drops gone waiters first; an error after that (a key of
+    // another type) keeps what was written before it.
+    q.drop_gone(now);
+    let answer = place_in_queue(s, &mut q, keys, owner, lease, count, p, now);
+    if !q.order.is_empty() {
+        s.queues.insert(keys.queue.clone(), q);
+    }
+    answer
+}
+
+/// `acquire_queued.lua` after the gone waiters are dropped from `q`.
+#[allow(clippy::too_many_arguments)]
+fn place_in_queue(
+    s: &mut State,
+    q: &mut Queue,
+    keys: &Keys,
+    owner: &str,
+    lease: Duration,
+    count: u32,
+    p: &Place,
+    now: Instant,
+) -> Result<Grant, NodeError> {
     if s.foreign.contains(&keys.lock) {
         return Err(wrong_type(&keys.lock));
     }
-    let mut q = s.queues.remove(&keys.queue).unwrap_or_default();
-    q.drop_gone(now);
     let holder = s
         .locks
         .get(&keys.lock)
         .map(|e| (e.owner == owner, e.expires));
     let wait = match holder {
         None if !p.fair || q.head().is_none_or(|h| h == &*p.waiter) => {
+            // The fence counter is INCRed before the waiter leaves the
+            // queue: a counter of another type errors with the waiter
+            // still queued.
+            let grant = acquire(s, keys, owner, lease, count)?;
             q.remove(&p.waiter);
-            if !q.order.is_empty() {
-                s.queues.insert(keys.queue.clone(), q);
-            }
-            return acquire(s, keys, owner, lease, count);
+            return Ok(grant);
         }
-        Some((true, _)) => {
-            if !q.order.is_empty() {
-                s.queues.insert(keys.queue.clone(), q);
-            }
-            return acquire(s, keys, owner, lease, count);
-        }
+        Some((true, _)) => return acquire(s, keys, owner, lease, count),
         None => q
             .head()
             .and_then(|h| q.waiters.get(h))
@@ -429,16 +450,17 @@ fn acquire_queued(
     q.order.insert((ticket, p.waiter.to_string()));
     q.waiters
         .insert(p.waiter.to_string(), (ticket, now + p.timeout));
-    s.queues.insert(keys.queue.clone(), q);
+    q.expires = q.waiters.values().map(|(_, d)| *d).max();
     Ok(Grant::Taken(wait, ticket))
 }
 
 fn expire(s: &mut State) {
     let now = Instant::now();
     s.locks.retain(|_, e| e.expires > now);
-    // A queue's keys expire with its last live waiter.
+    // A queue's keys expire at their TTL (see `Queue::expires`), and an
+    // emptied sorted set is no key at all.
     s.queues
-        .retain(|_, q| q.waiters.values().any(|(_, d)| *d > now));
+        .retain(|_, q| !q.order.is_empty() && q.expires.is_some_and(|e| e > now));
 }
 
 impl NodeOps for FakeNode {

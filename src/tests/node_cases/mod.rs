@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use crate::error::NodeErrorKind;
 use crate::keys::Keys;
-use crate::node::{Grant, NodeOps, NodeSpec, RedisNode, Released, RenewBatch, RenewItem, Renewed};
+use crate::node::{
+    Grant, NodeOps, NodeSpec, Place, RedisNode, Released, RenewBatch, RenewItem, Renewed,
+};
 use crate::tests::fake::FakeNode;
 
 #[path = "../../../tests/support/local.rs"]
@@ -40,6 +42,26 @@ enum Op {
         lease: u64,
         count: u32,
     },
+    /// `acquire_queued.lua`: an acquire by a waiter with a place in the
+    /// lock's queue.
+    AcquireQueued {
+        name: &'static str,
+        holder: &'static str,
+        lease: u64,
+        count: u32,
+        waiter: &'static str,
+        ticket: u64,
+        fair: bool,
+        /// Queue timeout in milliseconds.
+        timeout: u64,
+    },
+    /// `leave.lua`.
+    Leave {
+        name: &'static str,
+        waiter: &'static str,
+    },
+    /// The waiter ids queued for this name, in order.
+    Queue(&'static str),
     /// `acquire_all.lua` over several names.
     AcquireAll {
         names: Vec<&'static str>,
@@ -77,6 +99,15 @@ enum Op {
 enum Out {
     Granted(u64),
     Taken(Option<Duration>),
+    /// Not granted, with a place in the queue: the wait and the ticket.
+    Queued {
+        wait: Option<Duration>,
+        ticket: u64,
+    },
+    /// Whether a leave found the waiter queued.
+    Left(bool),
+    /// The queued waiter ids, in order.
+    Queue(Vec<String>),
     Released(Released),
     Renewed(Vec<Renewed>),
     Fence(u64),
@@ -98,6 +129,9 @@ impl fmt::Display for Out {
             |d: &Option<Duration>| d.map_or("none".to_owned(), |d| format!("{}ms", d.as_millis()));
         match self {
             Self::Taken(p) => write!(f, "Taken(pttl {})", ms(p)),
+            Self::Queued { wait, ticket } => {
+                write!(f, "Queued(wait {}, ticket {ticket})", ms(wait))
+            }
             Self::State {
                 holder,
                 count,
@@ -122,6 +156,9 @@ fn same(a: &Out, b: &Out) -> bool {
     };
     match (a, b) {
         (Out::Taken(x), Out::Taken(y)) => near(x, y),
+        (Out::Queued { wait: x, ticket: t }, Out::Queued { wait: y, ticket: u }) => {
+            t == u && near(x, y)
+        }
         (
             Out::State {
                 holder: h1,
@@ -190,6 +227,57 @@ impl Side {
                     Grant::Taken(p, _) => Out::Taken(p),
                 },
             ),
+            Op::AcquireQueued {
+                name,
+                holder,
+                lease,
+                count,
+                waiter,
+                ticket,
+                fair,
+                timeout,
+            } => {
+                let place = Place {
+                    waiter: Arc::from(*waiter),
+                    ticket: *ticket,
+                    timeout: ms(*timeout),
+                    fair: *fair,
+                };
+                outcome(
+                    n.acquire(
+                        &keys(name),
+                        &Arc::from(*holder),
+                        ms(*lease),
+                        *count,
+                        Some(&place),
+                    )
+                    .await,
+                    |g| match g {
+                        Grant::Granted(t) => Out::Granted(t),
+                        Grant::Taken(wait, ticket) => Out::Queued { wait, ticket },
+                    },
+                )
+            }
+            Op::Leave { name, waiter } => {
+                outcome(n.leave(&keys(name), &Arc::from(*waiter)).await, Out::Left)
+            }
+            Op::Queue(name) => {
+                let keys = keys(name);
+                match &self.ctl {
+                    Ctl::Fake(f) => Out::Queue(f.queued(&keys)),
+                    Ctl::Real(r) => {
+                        let mut conn = Self::admin(r).await;
+                        let ids: Vec<String> = redis::cmd("ZRANGE")
+                            .arg(&keys.queue)
+                            .arg(0)
+                            .arg(-1)
+                            .query_async(&mut conn)
+                            .await
+                            .expect("ZRANGE");
+                        Out::Queue(ids)
+                    }
+                }
+            }
             Op::AcquireAll {
                 names,
                 holder,
