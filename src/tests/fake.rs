@@ -177,6 +177,15 @@ impl FakeNode {
             }
             None => false,
         });
+        // Queue deadlines are node times too: they come sooner.
+        let now = Instant::now();
+        let earlier = |t: Instant| t.checked_sub(by).unwrap_or(now).min(t);
+        for q in s.queues.values_mut() {
+            for (_, d) in q.waiters.values_mut() {
+                *d = earlier(*d);
+            }
+            q.expires = q.expires.map(earlier);
+        }
         expire(&mut s);
     }
 
