@@ -52,7 +52,9 @@ pub(crate) fn nodelay_client(url: &str) -> Result<redis::Client, BoxError> {
     Ok(redis::Client::open(info.set_tcp_settings(tcp))?)
 }
 
-/// The floor: quorumlock's scripts, a `join_all` over every node, a count.
+/// The floor: quorumlock's scripts (acquire, and release with its queue
+/// helpers and keys, as the library sends them), a `join_all` over every
+/// node, a count.
 pub(crate) struct Floor {
     /// The nodes' connections (the connected ones: all of them, except in the
     /// fault case where a node refuses connections); also used for `INFO`.
@@ -110,7 +112,12 @@ impl Floor {
             conns: nodes.iter().flatten().cloned().collect(),
             nodes,
             acquire: redis::Script::new(include_str!("../../src/scripts/acquire.lua")),
-            release: redis::Script::new(include_str!("../../src/scripts/release.lua")),
+            // The library prepends the queue helpers to the release script.
+            release: redis::Script::new(concat!(
+                include_str!("../../src/scripts/queue_prelude.lua"),
+                "\n",
+                include_str!("../../src/scripts/release.lua")
+            )),
         })
     }
 
@@ -176,6 +183,8 @@ impl Floor {
         inv.key(&held.lock)
             .key(&held.channel)
             .key(&held.fence)
+            .key(format!("{}:queue", held.lock))
+            .key(format!("{}:timeouts", held.lock))
             .arg(&*held.owner)
             .arg(0)
             .arg(lease_ms(Duration::from_secs(10)))
@@ -220,6 +229,27 @@ fn not_connected() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Io, "node not connected"))
 }
 
+/// The quorumlock manager a task waits through, and whether its requests
+/// are fair (`request(name).fair()`).
+pub(crate) struct QlWait {
+    pub(crate) manager: quorumlock::LockManager,
+    pub(crate) fair: bool,
+}
+
+impl QlWait {
+    async fn acquire(
+        &self,
+        name: &str,
+        wait: Duration,
+    ) -> Result<quorumlock::LockGuard, quorumlock::Error> {
+        if self.fair {
+            self.manager.request(name).fair().wait(wait).acquire().await
+        } else {
+            self.manager.try_lock(name, wait).await
+        }
+    }
+}
+
 /// The three contenders over the same nodes.
 pub(crate) struct Lockers {
     pub(crate) floor: Floor,
@@ -229,7 +259,8 @@ pub(crate) struct Lockers {
     /// rslock with its default retries, for waiting.
     pub(crate) rs_wait: rslock::LockManager,
     /// One quorumlock manager per handoff task, as separate processes would
-    /// have (no shared local queue, one pub/sub connection set each).
+    /// have (no shared local queue, one pub/sub connection set each); the
+    /// plain and the fair per-task runs both use them.
     pub(crate) ql_many: Vec<quorumlock::LockManager>,
     pub(crate) ttl: Duration,
 }
@@ -319,12 +350,13 @@ impl Lockers {
     ///
     /// - quorumlock: `try_lock(name, deadline - now)`, the same wait loop as
     ///   `lock(name)` (jittered backoff 10–200 ms), bounded by the deadline;
+    ///   a fair one `request(name).fair().wait(deadline - now).acquire()`;
     /// - rslock: `lock` with its default retries (3 tries, 0–200 ms apart),
     ///   looped like its own `acquire`;
     /// - floor: one attempt, then a random sleep of 0–200 ms, like rslock.
     pub(crate) async fn wait_lock(
         &self,
-        ql: &quorumlock::LockManager,
+        ql: &QlWait,
         who: Who,
         name: &str,
         owner: &Arc<str>,
@@ -337,7 +369,7 @@ impl Lockers {
                 return None;
             }
             match who {
-                Who::Quorumlock => match ql.try_lock(name, left).await {
+                Who::Quorumlock => match ql.acquire(name, left).await {
                     Ok(g) => return Some(Held::Quorumlock(g)),
                     Err(e) if e.is_contended() => {}
                     Err(_) => *errors += 1,

@@ -45,7 +45,7 @@ mod report;
 mod settings;
 mod watchdog;
 
-use cases::{handoff, throughput, uncontended};
+use cases::{handoff, throughput, uncontended, Managers};
 use contenders::{floor_owner, names, order, Lockers, Who, ALL};
 use measures::{pct, Cpu, Results};
 use report::fmt_num;
@@ -71,6 +71,8 @@ pub(crate) struct Measured {
     pub(crate) res: [Results; 3],
     /// quorumlock's handoff with one manager per task.
     pub(crate) ho_separate: Results,
+    /// quorumlock's handoff with one manager per task, fair requests.
+    pub(crate) ho_fair: Results,
     pub(crate) watchdog: Option<Value>,
     pub(crate) faults: Option<faults::FaultReport>,
     pub(crate) elapsed: Duration,
@@ -131,45 +133,48 @@ async fn throughput_round(r: &Run, round: usize, res: &mut [Results; 3]) {
     }
 }
 
-/// Case 3 of one round; quorumlock twice (one shared manager, then one
-/// manager per task).
+/// Case 3 of one round; quorumlock three times (one shared manager, one
+/// manager per task, one manager per task with fair requests).
 async fn handoff_round(r: &Run, round: usize, m: &mut Measured) {
     for who in order(round) {
-        let variants: &[bool] = if who == Who::Quorumlock {
-            &[false, true]
+        let variants: &[Managers] = if who == Who::Quorumlock {
+            &[Managers::Shared, Managers::PerTask, Managers::PerTaskFair]
         } else {
-            &[false]
+            &[Managers::Shared]
         };
-        for &separate in variants {
-            let case = if separate { "hs" } else { "h" };
-            let name = names(&r.id, who, case, round, 1).concat();
+        for &managers in variants {
+            let name = names(&r.id, who, managers.case(), round, 1).concat();
             let requests = measures::lock_requests(&r.l.floor.conns, who).await;
             let (mut t, took) = handoff(
                 &r.l,
                 who,
-                separate,
+                managers,
                 &name,
                 r.s.handoff_tasks,
                 r.s.handoff_secs,
                 r.s.hold,
             )
             .await;
-            let (out, label) = if separate {
-                (&mut m.ho_separate, "quorumlock, one manager per task")
-            } else {
-                (&mut m.res[who.index()], who.name())
+            let (out, label) = match managers {
+                Managers::Shared => (&mut m.res[who.index()], who.name()),
+                Managers::PerTask => (&mut m.ho_separate, "quorumlock, one manager per task"),
+                Managers::PerTaskFair => (&mut m.ho_fair, "quorumlock fair, one manager per task"),
             };
             t.samples.sort_unstable();
             let p50 = pct(&t.samples, 50.0).map(|n| n / 1e6);
+            let turn =
+                (!t.samples.is_empty()).then(|| 100.0 * t.in_turn as f64 / t.samples.len() as f64);
             eprintln!(
-                "  handoff     {label:<10} p50 {} ms over {} handoffs",
+                "  handoff     {label:<10} p50 {} ms over {} handoffs, {}% in ticket order",
                 fmt_num(p50),
-                t.samples.len()
+                t.samples.len(),
+                fmt_num(turn)
             );
             out.ho_round_p50_ms.extend(p50);
             out.ho_ns.extend(t.samples);
             out.ho_acquired += t.acquired;
             out.ho_errors += t.errors;
+            out.ho_in_turn += t.in_turn;
             out.ho_secs += took.as_secs_f64();
             out.ho_requests += measures::lock_requests(&r.l.floor.conns, who)
                 .await

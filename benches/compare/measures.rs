@@ -104,6 +104,9 @@ pub(crate) struct Results {
     pub(crate) ho_requests: u64,
     pub(crate) ho_errors: u64,
     pub(crate) ho_secs: f64,
+    /// Handoffs (of `ho_ns`) whose new holder's lock call had started
+    /// before every other waiting task's.
+    pub(crate) ho_in_turn: u64,
 }
 
 impl Results {
@@ -115,6 +118,16 @@ impl Results {
     pub(crate) fn ho_ms(&mut self, p: f64) -> Option<f64> {
         self.ho_ns.sort_unstable();
         pct(&self.ho_ns, p).map(|n| n / 1e6)
+    }
+
+    /// The share of handoffs in ticket order (0–1).
+    pub(crate) fn ho_turn_share(&self) -> Option<f64> {
+        (!self.ho_ns.is_empty()).then(|| self.ho_in_turn as f64 / self.ho_ns.len() as f64)
+    }
+
+    /// Node requests per acquisition in the handoff runs.
+    pub(crate) fn ho_requests_per_acq(&self) -> Option<f64> {
+        (self.ho_acquired > 0).then(|| self.ho_requests as f64 / self.ho_acquired as f64)
     }
 
     /// Adds one round of the throughput case.

@@ -215,6 +215,7 @@ fn throughput_rows(
 
 fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &mut Vec<Value>) {
     let sep = &mut m.ho_separate;
+    let fair = &mut m.ho_fair;
     let [floor, ql, rs] = &mut m.res;
     let v50 = [floor.ho_ms(50.0), ql.ho_ms(50.0), rs.ho_ms(50.0)];
     let vs_rs = ratio(v50[1], v50[2]);
@@ -255,23 +256,102 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
         "lower",
         [floor.ho_ms(99.0), sep.ho_ms(99.0), rs.ho_ms(99.0)],
     ));
-    let per_handoff =
-        |r: &Results| (r.ho_acquired > 0).then(|| r.ho_requests as f64 / r.ho_acquired as f64);
+    let v50_fair = [floor.ho_ms(50.0), fair.ho_ms(50.0), rs.ho_ms(50.0)];
+    let ok_fair = ratio(v50_fair[1], v50_fair[2]).map(|r| r <= 0.05);
+    rows.push(Row {
+        metric: "handoff p50, fair, one manager per task (ms)".into(),
+        better: "lower",
+        values: v50_fair,
+        target: "≤0.05× rslock".into(),
+        status: check(ok_fair).into(),
+    });
+    targets.push(json!({
+        "name": "fair handoff p50 ≤ 1/20 rslock, one manager per task",
+        "ratio": ratio(v50_fair[1], v50_fair[2]), "limit": 0.05, "met": ok_fair,
+    }));
+    rows.push(info_row(
+        "handoff p99, fair, one manager per task (ms)",
+        "lower",
+        [floor.ho_ms(99.0), fair.ho_ms(99.0), rs.ho_ms(99.0)],
+    ));
+    let per_acq = Results::ho_requests_per_acq;
     rows.push(info_row(
         "handoff: node requests per acquisition, 5 nodes, one shared manager",
         "lower",
-        [per_handoff(floor), per_handoff(ql), per_handoff(rs)],
+        [per_acq(floor), per_acq(ql), per_acq(rs)],
+    ));
+    // Across processes a release should wake one waiter, as within one:
+    // the requests per acquisition stay near the shared manager's.
+    let sep_vs_shared = ratio(per_acq(sep), per_acq(ql));
+    let ok_sep_req = sep_vs_shared.map(|r| r <= 2.0);
+    rows.push(Row {
+        metric: "handoff: node requests per acquisition, 5 nodes, one manager per task".into(),
+        better: "lower",
+        values: [per_acq(floor), per_acq(sep), per_acq(rs)],
+        target: format!(
+            "≤2× one shared manager ({} = {})",
+            fmt_num(per_acq(ql).map(|v| v * 2.0)),
+            fmt_ratio(sep_vs_shared)
+        ),
+        status: check(ok_sep_req).into(),
+    });
+    targets.push(json!({
+        "name": "handoff node requests per acquisition, one manager per task ≤ 2× one shared manager",
+        "value": per_acq(sep), "shared": per_acq(ql), "ratio": sep_vs_shared, "limit": 2.0, "met": ok_sep_req,
+    }));
+    let fair_req = per_acq(fair);
+    let ok_fair_req = fair_req.map(|v| v <= 25.0);
+    rows.push(Row {
+        metric: "handoff: node requests per acquisition, 5 nodes, fair, one manager per task"
+            .into(),
+        better: "lower",
+        values: [per_acq(floor), fair_req, per_acq(rs)],
+        target: "≤25".into(),
+        status: check(ok_fair_req).into(),
+    });
+    targets.push(json!({
+        "name": "fair handoff node requests per acquisition ≤ 25, one manager per task",
+        "value": fair_req, "limit": 25.0, "met": ok_fair_req,
+    }));
+    let turn = |r: &Results| r.ho_turn_share().map(|v| v * 100.0);
+    rows.push(info_row(
+        "handoffs in ticket order (%), one shared manager",
+        "higher",
+        [turn(floor), turn(ql), turn(rs)],
     ));
     rows.push(info_row(
-        "handoff: node requests per acquisition, 5 nodes, one manager per task",
-        "lower",
-        [per_handoff(floor), per_handoff(sep), per_handoff(rs)],
+        "handoffs in ticket order (%), one manager per task",
+        "higher",
+        [turn(floor), turn(sep), turn(rs)],
     ));
+    let fair_turn = fair.ho_turn_share();
+    let ok_turn = fair_turn.map(|v| v >= 0.99);
+    rows.push(Row {
+        metric: "handoffs in ticket order (%), fair, one manager per task".into(),
+        better: "higher",
+        values: [turn(floor), turn(fair), turn(rs)],
+        target: "≥99%".into(),
+        status: check(ok_turn).into(),
+    });
+    targets.push(json!({
+        "name": "fair handoffs in ticket order ≥ 99%, one manager per task",
+        "share": fair_turn, "limit": 0.99, "met": ok_turn,
+    }));
     let rate = |r: &Results| (r.ho_secs > 0.0).then(|| r.ho_ns.len() as f64 / r.ho_secs);
     rows.push(info_row(
         "handoffs (/s), one shared manager",
         "higher",
         [rate(floor), rate(ql), rate(rs)],
+    ));
+    rows.push(info_row(
+        "handoffs (/s), one manager per task",
+        "higher",
+        [rate(floor), rate(sep), rate(rs)],
+    ));
+    rows.push(info_row(
+        "handoffs (/s), fair, one manager per task",
+        "higher",
+        [rate(floor), rate(fair), rate(rs)],
     ));
 }
 
@@ -389,7 +469,20 @@ fn headline(r: &Run, m: &Measured, cores: usize, nproc: Option<&str>) -> String 
 }
 
 /// One note per contender and case with failed attempts.
-fn error_notes(res: &[Results; 3], out: &mut String) {
+fn error_notes(m: &Measured, out: &mut String) {
+    let res = &m.res;
+    for (label, r) in [
+        ("quorumlock, one manager per task", &m.ho_separate),
+        ("quorumlock fair, one manager per task", &m.ho_fair),
+    ] {
+        if r.ho_errors > 0 {
+            let _ = writeln!(
+                out,
+                "note: {label} handoff: {} failed attempt(s)",
+                r.ho_errors
+            );
+        }
+    }
     for (who, r) in ALL.iter().zip(res.iter()) {
         let errs = [
             ("uncontended", r.unc_errors, r.unc_first_error.as_deref()),
@@ -433,7 +526,9 @@ fn contender_json(r: &mut Results) -> Value {
             "round_p50_ms": r.ho_round_p50_ms,
             "acquired": r.ho_acquired, "errors": r.ho_errors, "secs": r.ho_secs,
             "node_requests_all_nodes": r.ho_requests,
-            "node_requests_per_acquisition": (r.ho_acquired > 0).then(|| r.ho_requests as f64 / r.ho_acquired as f64),
+            "node_requests_per_acquisition": r.ho_requests_per_acq(),
+            "in_ticket_order": r.ho_in_turn,
+            "in_ticket_order_share": r.ho_turn_share(),
         },
     })
 }
@@ -441,6 +536,7 @@ fn contender_json(r: &mut Results) -> Value {
 /// quorumlock / other for the headline latencies and throughput.
 fn ratios_json(m: &mut Measured) -> Value {
     let sep = &mut m.ho_separate;
+    let fair = &mut m.ho_fair;
     let [floor, ql, rs] = &mut m.res;
     json!({
         "uncontended_p50": { "vs_rslock": ratio(ql.unc_us(50.0), rs.unc_us(50.0)), "vs_floor": ratio(ql.unc_us(50.0), floor.unc_us(50.0)) },
@@ -450,6 +546,7 @@ fn ratios_json(m: &mut Measured) -> Value {
         "handoff_p50": { "vs_rslock": ratio(ql.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(ql.ho_ms(50.0), floor.ho_ms(50.0)) },
         "handoff_p99": { "vs_rslock": ratio(ql.ho_ms(99.0), rs.ho_ms(99.0)), "vs_floor": ratio(ql.ho_ms(99.0), floor.ho_ms(99.0)) },
         "handoff_p50_one_manager_per_task": { "vs_rslock": ratio(sep.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(sep.ho_ms(50.0), floor.ho_ms(50.0)) },
+        "handoff_p50_fair_one_manager_per_task": { "vs_rslock": ratio(fair.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(fair.ho_ms(50.0), floor.ho_ms(50.0)) },
     })
 }
 
@@ -508,7 +605,7 @@ pub(crate) fn write(r: &Run, m: &mut Measured) -> Result<(), BoxError> {
         "ratios are quorumlock / other; for latency lower is better, for throughput higher is better. Run took {:.0} s.",
         m.elapsed.as_secs_f64()
     );
-    error_notes(&m.res, &mut out);
+    error_notes(m, &mut out);
     println!("{out}");
 
     let chart_files = crate::charts::write_all(r, m)?;
@@ -522,6 +619,7 @@ pub(crate) fn write(r: &Run, m: &mut Measured) -> Result<(), BoxError> {
         "direction": { "latency": "lower is better", "throughput": "higher is better", "ratios": "quorumlock / other" },
         "contenders": contenders,
         "quorumlock_one_manager_per_task": { "handoff": contender_json(&mut m.ho_separate)["handoff"].clone() },
+        "quorumlock_fair_one_manager_per_task": { "handoff": contender_json(&mut m.ho_fair)["handoff"].clone() },
         "ratios": ratios_json(m),
         "watchdog": m.watchdog,
         "faults": m.faults.as_mut().map(|f| f.json()),
