@@ -53,7 +53,9 @@ impl Acquisition<'_> {
     /// A waiter has a place in the lock's queue on the nodes (see the
     /// `queue` module): a fair request from its first attempt, since it
     /// may not pass waiters queued before it; a plain one from its first
-    /// miss, so that a release wakes it and not one waiter per process.
+    /// miss, so that a release wakes it and not one waiter per process (from
+    /// its first attempt if the manager already listens on the lock's
+    /// release channel: it is then woken without a second try).
     pub(crate) async fn fresh(
         &self,
         keys: Arc<Keys>,
@@ -86,7 +88,23 @@ impl Acquisition<'_> {
                 spot = Some(Spot::new(self.nodes, &keys, owner.waiter_id(), false));
             }
         }
-        let mut deferred = waiter.as_ref().is_some_and(|w| !w.is_head());
+        // A request whose release channel this manager already listens on
+        // joins it before its first attempt (a fair one named): a release that names it
+        // during that attempt rings it, so a miss needs no second try before
+        // waiting (one fan-out and its rollbacks fewer per contended
+        // acquisition).
+        if waiter.is_none() && wait != Wait::Up(Duration::ZERO) {
+            waiter = self.notifier.join_if_covered(&keys.channel);
+            if let Some(w) = waiter.as_mut() {
+                let s = spot
+                    .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
+                if s.fair() {
+                    w.name(s.waiter());
+                }
+            }
+        }
+        // Only a plain newcomer defers to local waiters queued before it.
+        let mut deferred = !fair && waiter.as_ref().is_some_and(|w| !w.is_head());
         loop {
             let err = if deferred {
                 None

@@ -16,6 +16,10 @@
 //! this manager (or one that has left), or nobody (no waiter queued on the
 //! node), rings the head of the local queue, whatever the queue's length.
 //! A head that leaves without the lock rings the next one.
+//! A rung waiter attempts once rung by a quorum of nodes (the release ran
+//! there), or a few milliseconds after the first ring: an attempt on the
+//! first node's message would often find the release not yet run elsewhere,
+//! miss, and be rolled back.
 //! Every waiter's fallback timer ends no later than the holder's key is
 //! known to expire (the PTTL seen by the last attempt, or the lease of a
 //! local holder), since an expiry publishes nothing.
@@ -237,6 +241,18 @@ impl Notifier {
         queued.then(|| self.enter(&mut channels, channel))
     }
 
+    /// Joins the waiters of `channel` only if this manager is subscribed to
+    /// it on enough nodes already (other waiters, or one that left less
+    /// than [`LINGER`] ago): a waiter named before its first attempt needs
+    /// no second one to catch a release that came before it listened.
+    pub(crate) fn join_if_covered(&self, channel: &str) -> Option<Waiter> {
+        let mut channels = locked(&self.shared.channels);
+        let covered = channels
+            .get(channel)
+            .is_some_and(|c| c.coverage() >= self.needed);
+        covered.then(|| self.enter(&mut channels, channel))
+    }
+
     fn enter(&self, channels: &mut HashMap<Arc<str>, Arc<Channel>>, channel: &str) -> Waiter {
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let name: Arc<str> = channel.into();
@@ -342,6 +358,14 @@ impl Waiter {
         }
     }
 
+    /// How many rings end a wait at once: one per node of a quorum (the
+    /// nodes a release must have run on for an attempt to win), or fewer if
+    /// fewer nodes are subscribed.
+    fn quorum_of_messages(&self) -> u64 {
+        let quorum = (self.shared.nodes + 1).saturating_sub(self.needed);
+        u64::try_from(quorum.min(self.chan.coverage())).unwrap_or(u64::MAX)
+    }
+
     /// Whether this waiter is the longest-waiting local one.
     pub(crate) fn is_head(&self) -> bool {
         locked(&self.chan.queue).keys().next() == Some(&self.ticket)
@@ -368,19 +392,30 @@ impl Waiter {
         let mut until = now
             .checked_add(fallback)
             .unwrap_or(now + Duration::from_secs(86_400));
+        let mut grace: Option<Instant> = None;
         loop {
             let notified = self.bell.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let rings = self.bell.rings.load(Ordering::Acquire);
             if rings != self.seen {
-                self.seen = rings;
-                return Woke::Notified;
+                // A release publishes on every node as it runs there: the
+                // first message may come before the release ran on a quorum,
+                // and an attempt then would miss and be rolled back. Wait for
+                // a quorum's messages, or a moment for the rest.
+                let now = Instant::now();
+                let due = grace.get_or_insert(now + QUORUM_GRACE);
+                if rings - self.seen >= self.quorum_of_messages() || now >= *due {
+                    self.seen = rings;
+                    return Woke::Notified;
+                }
             }
             // Biased, so that a seeded simulation replays the same wake-ups.
             tokio::select! {
                 biased;
                 () = &mut notified => {}
+                // The grace ends before the timer: look at the rings again.
+                () = tokio::time::sleep_until(grace.unwrap_or(until)), if grace.is_some_and(|g| g < until) => {}
                 () = tokio::time::sleep_until(until) => {
                     let later = locked(&self.chan.holder_until)
                         .filter(|h| *h > Instant::now())
@@ -408,6 +443,12 @@ impl Waiter {
         self.acquired = true;
     }
 }
+
+/// How long a waiter whose bell rang waits for the release messages of the
+/// other nodes of a quorum before it attempts anyway (a node that is down,
+/// or a ring that is not a release: a change of coverage, the previous head
+/// leaving).
+const QUORUM_GRACE: Duration = Duration::from_millis(5);
 
 /// Up to 2 ms, so that waiters whose timers end together spread out.
 fn jitter() -> Duration {
