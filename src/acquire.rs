@@ -89,9 +89,9 @@ impl Acquisition<'_> {
             }
         }
         // A request whose release channel this manager already listens on
-        // joins it before its first attempt (a fair one named): a release that names it
-        // during that attempt rings it, so a miss needs no second try before
-        // waiting (one fan-out and its rollbacks fewer per contended
+        // joins it before its first attempt (a fair one by name), so that a
+        // release during that attempt rings it: a miss needs no second try
+        // before waiting (one fan-out and its rollbacks fewer per contended
         // acquisition).
         if waiter.is_none() && wait != Wait::Up(Duration::ZERO) {
             waiter = self.notifier.join_if_covered(&keys.channel);
