@@ -16,10 +16,12 @@
 //! this manager (or one that has left), or nobody (no waiter queued on the
 //! node), rings the head of the local queue, whatever the queue's length.
 //! A head that leaves without the lock rings the next one.
-//! A rung waiter attempts once rung by a quorum of nodes (the release ran
-//! there), or a few milliseconds after the first ring: an attempt on the
-//! first node's message would often find the release not yet run elsewhere,
-//! miss, and be rolled back.
+//! A waiter rung by another manager's release attempts once rung by a
+//! quorum of nodes (the release ran there), or a few milliseconds after the
+//! first ring: an attempt on the first node's message would often find the
+//! release not yet run elsewhere, miss, and be rolled back. A release by
+//! this manager rings for an attempt at once: its calls went to every node
+//! ahead of the attempt, on the same connections.
 //! Every waiter's fallback timer ends no later than the holder's key is
 //! known to expire (the PTTL seen by the last attempt, or the lease of a
 //! local holder), since an expiry publishes nothing.
@@ -51,11 +53,33 @@ enum Command {
 #[derive(Default)]
 struct Bell {
     rings: AtomicU64,
+    /// A ring since the waiter last looked needs no quorum of rings (see
+    /// [`Waiter::wait`]).
+    prompt: AtomicBool,
     notify: Notify,
 }
 
 impl Bell {
+    /// Rings for something that needs no other node's word: this manager's
+    /// own release (its calls reach every node on the same connections as
+    /// the waiter's attempt, so ahead of it), a lock found free, a change
+    /// of coverage, the previous head leaving.
     fn ring(&self, shared: &Shared) {
+        self.prompt.store(true, Ordering::Release);
+        self.ring_remote(shared);
+    }
+
+    fn ring_for(&self, shared: &Shared, prompt: bool) {
+        if prompt {
+            self.ring(shared);
+        } else {
+            self.ring_remote(shared);
+        }
+    }
+
+    /// Rings for another manager's release, seen on one node: it may not
+    /// have run on the others yet.
+    fn ring_remote(&self, shared: &Shared) {
         self.rings.fetch_add(1, Ordering::AcqRel);
         shared.wakeups.fetch_add(1, Ordering::Relaxed);
         self.notify.notify_one();
@@ -95,33 +119,38 @@ impl Channel {
         }
     }
 
-    /// A release message: only the longest-waiting local waiter runs.
-    fn wake_head(&self, shared: &Shared) {
+    /// Rings the longest-waiting local waiter only.
+    fn wake_head(&self, shared: &Shared, prompt: bool) {
         let head = locked(&self.queue).values().next().cloned();
         if let Some(bell) = head {
-            bell.ring(shared);
+            bell.ring_for(shared, prompt);
         }
     }
 
-    /// A release message naming `payload`'s waiter: that waiter if it is a
-    /// fair waiter of ours, nobody if it is another manager's, else the
-    /// local head.
+    /// A message `<waiter> <releaser>` (see `release.lua`): the waiter it
+    /// names if that is a fair waiter of ours, nobody if it is another
+    /// manager's, else the local head. A release by another manager (the
+    /// releaser's holder id does not start with our client id) rings
+    /// without `prompt`.
     fn wake_named(&self, payload: &[u8], shared: &Shared) {
-        let id = std::str::from_utf8(payload).unwrap_or_default();
+        let text = std::str::from_utf8(payload).unwrap_or_default();
+        let (id, releaser) = text.split_once(' ').unwrap_or((text, ""));
+        let ours = |id: &str| {
+            id.strip_prefix(&*shared.client_id)
+                .is_some_and(|rest| rest.starts_with(':'))
+        };
+        let prompt = releaser.is_empty() || ours(releaser);
         if !id.is_empty() {
             let named = locked(&self.named).get(id).cloned();
             if let Some(bell) = named {
-                bell.ring(shared);
+                bell.ring_for(shared, prompt);
                 return;
             }
-            let ours = id
-                .strip_prefix(&*shared.client_id)
-                .is_some_and(|rest| rest.starts_with(':'));
-            if !ours {
+            if !ours(id) {
                 return;
             }
         }
-        self.wake_head(shared);
+        self.wake_head(shared, prompt);
     }
 
     /// Coverage changed (a pub/sub connection came or went): every waiter
@@ -327,6 +356,7 @@ impl Waiter {
     /// next `wait` at once.
     pub(crate) fn mark(&mut self) {
         self.seen = self.bell.rings.load(Ordering::Acquire);
+        self.bell.prompt.store(false, Ordering::Release);
     }
 
     /// Whether enough nodes confirmed the subscription for release messages
@@ -405,7 +435,8 @@ impl Waiter {
                 // a quorum's messages, or a moment for the rest.
                 let now = Instant::now();
                 let due = grace.get_or_insert(now + QUORUM_GRACE);
-                if rings - self.seen >= self.quorum_of_messages() || now >= *due {
+                let prompt = self.bell.prompt.swap(false, Ordering::AcqRel);
+                if prompt || rings - self.seen >= self.quorum_of_messages() || now >= *due {
                     self.seen = rings;
                     return Woke::Notified;
                 }

@@ -307,8 +307,8 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
         .expect("a release message")
         .expect("message");
     assert_eq!(msg.get_channel_name(), k.channel);
-    // Nobody queued: the message names no waiter.
-    assert_eq!(msg.get_payload::<String>().expect("payload"), "");
+    // Nobody queued: the message names no waiter, and who released.
+    assert_eq!(msg.get_payload::<String>().expect("payload"), " a");
 
     // Waiters queued: the message names the head once the waiters that
     // stopped calling are dropped.
@@ -327,7 +327,7 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
     );
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(release(&mut c, &k, "a", 0, 8).await, 2, "deleted");
-    assert_eq!(next_payload(&mut sub).await, "w2");
+    assert_eq!(next_payload(&mut sub).await, "w2 a");
     assert_eq!(
         queue(&mut c, &k).await,
         vec!["w2", "w3"],
@@ -338,13 +338,13 @@ async fn release_lowers_deletes_publishes_and_refuses_others() {
     assert_eq!(next_payload(&mut sub).await, "w3");
     assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 9]);
     assert_eq!(release(&mut c, &k, "a", 0, 9).await, 2, "deleted");
-    assert_eq!(next_payload(&mut sub).await, "w3");
+    assert_eq!(next_payload(&mut sub).await, "w3 a");
     assert_eq!(leave(&mut c, &k, "w3").await, 1);
     assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 10]);
     assert_eq!(release(&mut c, &k, "a", 0, 10).await, 2, "deleted");
     // The last leave told no one (the queue was empty), so the next
     // message is this release's, with nobody queued.
-    assert_eq!(next_payload(&mut sub).await, "");
+    assert_eq!(next_payload(&mut sub).await, " a");
 }
 
 #[tokio::test]
@@ -478,7 +478,7 @@ async fn acquire_queued_drops_gone_heads_and_a_short_timeout_keeps_longer_ones()
     acquire_queued(&mut c, &k, "h3", "w3", 0, 60_000, true).await;
     let mut sub = subscribe(&k).await;
     assert_eq!(release(&mut c, &k, "h", 0, 1).await, 2, "deleted");
-    assert_eq!(next_payload(&mut sub).await, "gone", "not gone yet");
+    assert_eq!(next_payload(&mut sub).await, "gone h", "not gone yet");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let w3 = acquire_queued(&mut c, &k, "h3", "w3", 0, 60_000, true).await;
     assert_eq!((w3[0], w3[2]), (0, 3), "w2's turn: {w3:?}");
@@ -507,7 +507,7 @@ async fn leave_removes_the_waiter_and_tells_the_next_when_due() {
     assert_eq!(release(&mut c, &k, "h", 0, 1).await, 2, "deleted");
     assert_eq!(
         next_payload(&mut sub).await,
-        "w3",
+        "w3 h",
         "the leaves published nothing"
     );
     acquire_queued(&mut c, &k, "h1", "w4", 0, 60_000, true).await;

@@ -59,6 +59,9 @@ async fn a_waiter_wakes_on_release_not_on_its_timer() {
 
 #[tokio::test]
 async fn a_waiter_still_acquires_when_its_subscription_is_killed() {
+    // Killing every pub/sub connection also reconnects (and wakes every
+    // waiter of) other tests' managers: not while wake-ups are counted.
+    let _serial = support::serial().await;
     let m = manager(Quorum::Majority).await;
     let name = unique("killed");
     let g = support::hold_as_new_owner(&m, &name).await;
@@ -250,6 +253,7 @@ async fn queued_waiters_take_turns_on_leases_that_expire_unreleased() {
 /// handoff do not grow with the number of queued waiters.
 #[tokio::test]
 async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_1000_queued() {
+    let _serial = support::serial().await;
     let m = manager(Quorum::Majority).await;
     let mut per_handoff = Vec::new();
     for queued in [10usize, 1_000] {

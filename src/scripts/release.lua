@@ -13,9 +13,10 @@
 -- ARGV[1] is the holder id: the owner's id plus a suffix unique to the hold.
 --
 -- Returns  2 released fully: the hash is deleted and a message published
---            (when the user may publish on the channel) naming the waiter
---            whose turn it is, the head of the queue once waiters that
---            stopped calling are dropped, or '' when none is queued;
+--            (when the user may publish on the channel): `<waiter>
+--            <holder id>`, the waiter whose turn it is (the head of the
+--            queue once waiters that stopped calling are dropped, or ''
+--            when none is queued) and who released;
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
@@ -41,5 +42,5 @@ if redis.call('exists', KEYS[4]) == 1 then
 end
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
-redis.pcall('publish', KEYS[2], head or '')
+redis.pcall('publish', KEYS[2], (head or '') .. ' ' .. ARGV[1])
 return 2
