@@ -7,18 +7,17 @@ use crate::error::Error;
 /// Longest lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// The keys of one lock: `<prefix>{<name>}`, its release channel, its
-/// waiters' queue and their deadlines (two sorted sets that exist only while
-/// someone waits), and the node's one fence counter `<prefix>fence`, shared
-/// by every lock so that counters do not grow with the number of lock names.
+/// The keys of one lock: `<prefix>{<name>}`, its release channel, and the
+/// node's one fence counter `<prefix>fence`, shared by every lock so that
+/// counters do not grow with the number of lock names. The waiters' queue
+/// and their deadlines (two sorted sets that exist only while someone
+/// waits) are named on demand ([`Keys::queue`], [`Keys::timeouts`]).
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub(crate) name: Arc<str>,
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
-    pub(crate) queue: String,
-    pub(crate) timeouts: String,
 }
 
 impl Keys {
@@ -34,10 +33,21 @@ impl Keys {
             name: name.into(),
             fence: format!("{prefix}fence"),
             channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            timeouts: format!("{lock}:timeouts"),
             lock,
         }
+    }
+}
+
+impl Keys {
+    /// The lock's queue of waiters (see `scripts/acquire_queued.lua`),
+    /// built when a call needs it: a held lock does not carry it.
+    pub(crate) fn queue(&self) -> String {
+        format!("{}:queue", self.lock)
+    }
+
+    /// The deadlines of the lock's queued waiters.
+    pub(crate) fn timeouts(&self) -> String {
+        format!("{}:timeouts", self.lock)
     }
 }
 
@@ -78,8 +88,8 @@ mod tests {
         assert_eq!(k.lock, "ql:{orders}");
         assert_eq!(k.fence, "ql:fence");
         assert_eq!(k.channel, "ql:{orders}:released");
-        assert_eq!(k.queue, "ql:{orders}:queue");
-        assert_eq!(k.timeouts, "ql:{orders}:timeouts");
+        assert_eq!(k.queue(), "ql:{orders}:queue");
+        assert_eq!(k.timeouts(), "ql:{orders}:timeouts");
     }
 
     #[test]

@@ -367,16 +367,11 @@ impl NodeOps for RedisNode {
                         .await?
                 }
                 Some(p) => {
+                    let (queue, timeouts) = (keys.queue(), keys.timeouts());
                     call?
                         .run(
                             &scripts::ACQUIRE_QUEUED,
-                            &[
-                                &keys.lock,
-                                &keys.fence,
-                                &keys.queue,
-                                &keys.timeouts,
-                                &keys.channel,
-                            ],
+                            &[&keys.lock, &keys.fence, &queue, &timeouts, &keys.channel],
                             Resend::Never,
                             |c| {
                                 c.arg(&*owner)
@@ -404,10 +399,11 @@ impl NodeOps for RedisNode {
         let keys = Arc::clone(keys);
         let waiter = Arc::clone(waiter);
         Box::pin(async move {
+            let (queue, timeouts) = (keys.queue(), keys.timeouts());
             let n: i64 = call?
                 .run(
                     &scripts::LEAVE,
-                    &[&keys.lock, &keys.queue, &keys.timeouts, &keys.channel],
+                    &[&keys.lock, &queue, &timeouts, &keys.channel],
                     Resend::AfterBrokenConnection,
                     |c| {
                         c.arg(&*waiter);
@@ -430,16 +426,11 @@ impl NodeOps for RedisNode {
         let keys = Arc::clone(keys);
         let owner = Arc::clone(owner);
         Box::pin(async move {
+            let (queue, timeouts) = (keys.queue(), keys.timeouts());
             let code: i64 = call?
                 .run(
                     &scripts::RELEASE,
-                    &[
-                        &keys.lock,
-                        &keys.channel,
-                        &keys.fence,
-                        &keys.queue,
-                        &keys.timeouts,
-                    ],
+                    &[&keys.lock, &keys.channel, &keys.fence, &queue, &timeouts],
                     Resend::AfterBrokenConnection,
                     |c| {
                         c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);

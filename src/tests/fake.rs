@@ -152,7 +152,7 @@ impl FakeNode {
         let mut s = locked(&self.state);
         expire(&mut s);
         s.queues
-            .get(&keys.queue)
+            .get(&keys.queue())
             .map(|q| q.order.iter().map(|(_, w)| w.clone()).collect())
             .unwrap_or_default()
     }
@@ -404,13 +404,13 @@ fn acquire_queued(
     p: &Place,
 ) -> Result<Grant, NodeError> {
     let now = Instant::now();
-    let mut q = s.queues.remove(&keys.queue).unwrap_or_default();
+    let mut q = s.queues.remove(&keys.queue()).unwrap_or_default();
     // The script drops gone waiters first; an error after that (a key of
     // another type) keeps what was written before it.
     q.drop_gone(now);
     let answer = place_in_queue(s, &mut q, keys, owner, lease, count, p, now);
     if !q.order.is_empty() {
-        s.queues.insert(keys.queue.clone(), q);
+        s.queues.insert(keys.queue(), q);
     }
     answer
 }
@@ -499,12 +499,12 @@ impl NodeOps for FakeNode {
     ) -> BoxFuture<'static, Result<bool, NodeError>> {
         let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
         self.run(move |s| {
-            let Some(q) = s.queues.get_mut(&keys.queue) else {
+            let Some(q) = s.queues.get_mut(&keys.queue()) else {
                 return false;
             };
             let left = q.remove(&waiter);
             if q.order.is_empty() {
-                s.queues.remove(&keys.queue);
+                s.queues.remove(&keys.queue());
             }
             left
         })
@@ -544,7 +544,7 @@ impl NodeOps for FakeNode {
                     Released::Lowered
                 } else {
                     s.locks.remove(&keys.lock);
-                    if let Some(q) = s.queues.get_mut(&keys.queue) {
+                    if let Some(q) = s.queues.get_mut(&keys.queue()) {
                         q.drop_gone(Instant::now());
                     }
                     Released::Deleted

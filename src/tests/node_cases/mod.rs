@@ -268,7 +268,7 @@ impl Side {
                     Ctl::Real(r) => {
                         let mut conn = Self::admin(r).await;
                         let ids: Vec<String> = redis::cmd("ZRANGE")
-                            .arg(&keys.queue)
+                            .arg(keys.queue())
                             .arg(0)
                             .arg(-1)
                             .query_async(&mut conn)
