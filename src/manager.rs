@@ -246,12 +246,11 @@ impl LockManager {
         nodes: Vec<Arc<dyn NodeOps>>,
         unreachable: Vec<NodeFailure>,
     ) -> Self {
-        let clients: Vec<redis::Client> = nodes.iter().filter_map(|n| n.pubsub_client()).collect();
+        let feeds: Vec<_> = nodes.iter().map(|n| n.feed()).collect();
         let client_id = new_client_id();
         let notifier = Notifier::start(
             &client_id,
-            nodes.len(),
-            clients,
+            feeds,
             config.required,
             config.connect_timeout,
         );

@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::node::{Feed, FeedConn};
 use crate::sync::locked;
 
 /// Commands to one node's pub/sub task.
@@ -215,11 +216,11 @@ impl Notifier {
     /// waiters only ever poll.
     pub(crate) fn start(
         client_id: &str,
-        n: usize,
-        clients: Vec<redis::Client>,
+        feeds: Vec<Option<Arc<dyn Feed>>>,
         required: usize,
         connect_timeout: Duration,
     ) -> Self {
+        let n = feeds.len();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             client_id: client_id.into(),
@@ -231,13 +232,14 @@ impl Notifier {
             refusals: AtomicU64::new(0),
         });
         let mut senders = Vec::with_capacity(n);
-        for (i, client) in clients.into_iter().enumerate() {
+        for (i, feed) in feeds.into_iter().enumerate() {
+            let Some(feed) = feed else { continue };
             let (tx, rx) = mpsc::unbounded_channel();
             senders.push(tx);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 drop(handle.spawn(node_task(
                     i,
-                    client,
+                    feed,
                     connect_timeout,
                     Arc::downgrade(&shared),
                     rx,
@@ -588,22 +590,25 @@ async fn pause(delay: Duration, commands: &mut mpsc::UnboundedReceiver<Command>)
 /// a spin. Meanwhile its channels are not covered and waiters poll.
 async fn node_task(
     i: usize,
-    client: redis::Client,
+    feed: Arc<dyn Feed>,
     connect_timeout: Duration,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut delay = Duration::from_millis(50);
     loop {
-        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connected else {
+        let connected = tokio::time::timeout(connect_timeout, feed.open()).await;
+        let Ok(Ok(FeedConn {
+            mut sink,
+            messages: mut stream,
+        })) = connected
+        else {
             if !pause(delay, &mut commands).await {
                 return;
             }
             delay = (delay * 2).min(MAX_RECONNECT_DELAY);
             continue;
         };
-        let (mut sink, mut stream) = pubsub.split();
         let Some(s) = shared.upgrade() else {
             return;
         };
@@ -614,7 +619,7 @@ async fn node_task(
             .collect();
         let mut ok = true;
         if !current.is_empty() {
-            let names: Vec<&str> = current.iter().map(|(k, _)| &**k).collect();
+            let names: Vec<Arc<str>> = current.iter().map(|(k, _)| Arc::clone(k)).collect();
             ok = sink.subscribe(names).await.is_ok();
             if ok {
                 delay = Duration::from_millis(50);
@@ -635,9 +640,9 @@ async fn node_task(
                     Some(msg) => {
                         let Some(s) = shared.upgrade() else { return };
                         s.messages.fetch_add(1, Ordering::Relaxed);
-                        let chan = locked(&s.channels).get(msg.get_channel_name()).cloned();
+                        let chan = locked(&s.channels).get(&msg.channel).cloned();
                         if let Some(c) = chan {
-                            c.wake_named(msg.get_payload_bytes(), &s);
+                            c.wake_named(&msg.payload, &s);
                         }
                     }
                     None => ok = false,
@@ -647,7 +652,7 @@ async fn node_task(
                     Some(Command::Subscribe(name)) => {
                         let Some(s) = shared.upgrade() else { return };
                         let chan = locked(&s.channels).get(&name).cloned();
-                        if sink.subscribe(&*name).await.is_ok() {
+                        if sink.subscribe(vec![Arc::clone(&name)]).await.is_ok() {
                             delay = Duration::from_millis(50);
                             if let Some(c) = chan {
                                 c.subscribed[i].store(true, Ordering::Release);
@@ -664,7 +669,7 @@ async fn node_task(
                         let Some(s) = shared.upgrade() else { return };
                         let still_wanted = locked(&s.channels).contains_key(&name);
                         drop(s);
-                        if !still_wanted && sink.unsubscribe(&*name).await.is_err() {
+                        if !still_wanted && sink.unsubscribe(Arc::clone(&name)).await.is_err() {
                             ok = false;
                         }
                     }

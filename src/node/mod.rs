@@ -3,12 +3,14 @@
 //! stall, fail or grant partially) and what a node answers.
 //!
 //! - `batch`: the locks of one watchdog tick, sent as one pipeline;
+//! - `feed`: the node's release messages, as the waiters receive them;
 //! - `redis_node`: a real master behind a connection manager;
 //! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
 //!   may be sent again;
 //! - `spec`: a node as given to the builder, before connecting.
 
 mod batch;
+mod feed;
 mod redis_node;
 mod script_call;
 mod spec;
@@ -17,12 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use redis::Client;
 
 use crate::error::NodeError;
 use crate::keys::Keys;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+pub(crate) use self::feed::{Feed, FeedConn, FeedMessage, FeedSink, RedisFeed};
 pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 
@@ -108,8 +110,9 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         None
     }
 
-    /// A client for the node's pub/sub connection, if it has one.
-    fn pubsub_client(&self) -> Option<Client> {
+    /// The node's release messages, if it publishes any the waiters can
+    /// receive (see [`Feed`]).
+    fn feed(&self) -> Option<Arc<dyn Feed>> {
         None
     }
 

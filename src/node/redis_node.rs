@@ -16,7 +16,7 @@ use crate::scripts;
 
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
-use super::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
+use super::{Feed, Grant, NodeLockState, NodeOps, Place, Released, RedisFeed, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -329,8 +329,8 @@ impl NodeOps for RedisNode {
         &self.addr
     }
 
-    fn pubsub_client(&self) -> Option<Client> {
-        Some(self.client.clone())
+    fn feed(&self) -> Option<Arc<dyn Feed>> {
+        Some(Arc::new(RedisFeed::new(self.client.clone())))
     }
 
     fn maxmemory_policy(&self) -> Option<String> {
