@@ -502,3 +502,102 @@ async fn a_fair_release_wakes_one_waiter_across_managers() {
         one.wakeups_per_handoff()
     );
 }
+
+/// Deletes `name`'s queue keys on every node (what a dead waiter left).
+async fn clear_queue(name: &str) {
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let _: i64 = redis::cmd("DEL")
+            .arg(queue_key(name))
+            .arg(timeouts_key(name))
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
+    }
+}
+
+/// A plain waiter deferring to a local one (no place on the nodes) while a
+/// dead waiter of another process heads the queue: every release names
+/// the dead waiter, so no release message rings this manager. The deferred
+/// waiter still takes the free lock within a third of the queue timeout of
+/// the local waiter's release (before the fix: a whole lease later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_waiter_behind_a_dead_one_takes_the_free_lock_within_the_refresh_bound() {
+    let _serial = support::serial().await;
+    let m = support::builder()
+        .lease(Duration::from_secs(8))
+        .build()
+        .await
+        .expect("manager");
+    let bound = m.config().queue_timeout / 3;
+    let name = unique("deferred");
+    let h0 = support::hold_as_new_owner(&m, &name).await;
+    plant_dead_waiter(&name, Duration::from_secs(60)).await;
+    let take_and_release = |m: LockManager, name: String| async move {
+        let g = m.lock(&name).await.expect("lock");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    };
+    // W1 misses and takes a place behind the dead waiter.
+    let w1 = tokio::spawn(take_and_release(m.clone(), name.clone()));
+    let n = name.clone();
+    assert!(
+        support::eventually(Duration::from_secs(2), || queued_everywhere(&n, 2)).await,
+        "W1 did not queue behind the dead waiter"
+    );
+    // P2 arrives later and defers to W1 locally.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let p2 = tokio::spawn(take_and_release(m.clone(), name.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h0.release().await.expect("H0 releases");
+    let w1_at = w1.await.expect("W1");
+    let p2_at = tokio::time::timeout(Duration::from_secs(20), p2)
+        .await
+        .expect("P2 took the lock at all")
+        .expect("P2");
+    let gap = p2_at.duration_since(w1_at);
+    println!("deferred waiter: granted {gap:?} after W1 released (bound {bound:?})");
+    assert!(
+        gap <= bound + Duration::from_millis(500),
+        "the deferred waiter slept {gap:?} while the lock was free (bound {bound:?})"
+    );
+    clear_queue(&name).await;
+}
+
+/// A dead waiter of another process heads the queue of a free lock, and a
+/// fair waiter of this manager queues behind it: a plain request through
+/// the same manager is not held back by the local fair waiter (before the
+/// fix it waited for the dead head's deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_request_is_not_held_back_by_a_local_fair_waiter() {
+    let _serial = support::serial().await;
+    let m = support::manager(Quorum::Majority).await;
+    let name = unique("fair-local");
+    let g = support::hold_as_new_owner(&m, &name).await;
+    plant_dead_waiter(&name, Duration::from_secs(60)).await;
+    g.release().await.expect("release");
+    let fair = {
+        let (m, name) = (m.clone(), name.clone());
+        tokio::spawn(async move { m.request(&name).fair().acquire().await })
+    };
+    let n = name.clone();
+    assert!(
+        support::eventually(Duration::from_secs(2), || queued_everywhere(&n, 2)).await,
+        "the fair waiter did not queue behind the dead one"
+    );
+    let started = Instant::now();
+    let plain = tokio::time::timeout(Duration::from_secs(2), m.lock(&name))
+        .await
+        .expect("the plain request was held back by the local fair waiter")
+        .expect("plain lock");
+    let took = started.elapsed();
+    println!("plain request beside a local fair waiter: granted in {took:?}");
+    assert!(
+        took < Duration::from_millis(500),
+        "the plain request took {took:?}"
+    );
+    plain.release().await.expect("release");
+    fair.abort();
+    clear_queue(&name).await;
+}
