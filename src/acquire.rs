@@ -79,32 +79,29 @@ impl Acquisition<'_> {
         let mut attempt_no: u32 = 0;
         let mut spot = fair.then(|| Spot::new(self.nodes, &keys, owner.waiter_id(), true));
         let mut waiter: Option<Waiter> = None;
-        // Local fairness: while other local waiters are queued for this lock,
-        // a newcomer queues behind them instead of barging in. (A fair
-        // request needs a place of its own on the nodes: it attempts.)
-        if !fair && wait != Wait::Up(Duration::ZERO) {
-            waiter = self.notifier.join_if_queued(&keys.channel);
-            if waiter.is_some() {
+        if wait != Wait::Up(Duration::ZERO) {
+            // Local order: while plain waiters of this manager are queued
+            // for the lock, a plain newcomer queues behind them instead of
+            // barging in. (Fair waiters do not hold it back, and a fair
+            // request needs a place of its own on the nodes: it attempts.)
+            if !fair {
+                waiter = self.notifier.join_if_queued(&keys.channel);
+            }
+            // A request whose release channel this manager already listens
+            // on joins it before its first attempt (a fair one by name), so
+            // that a release during that attempt rings it: a miss needs no
+            // second try before waiting (one fan-out and its rollbacks fewer
+            // per contended acquisition).
+            if waiter.is_none() {
+                let id = spot.as_ref().map(|s| Arc::clone(s.waiter()));
+                waiter = self.notifier.join_if_covered(&keys.channel, id.as_ref());
+            }
+            if waiter.is_some() && spot.is_none() {
                 spot = Some(Spot::new(self.nodes, &keys, owner.waiter_id(), false));
             }
         }
-        // A request whose release channel this manager already listens on
-        // joins it before its first attempt (a fair one by name), so that a
-        // release during that attempt rings it: a miss needs no second try
-        // before waiting (one fan-out and its rollbacks fewer per contended
-        // acquisition).
-        if waiter.is_none() && wait != Wait::Up(Duration::ZERO) {
-            waiter = self.notifier.join_if_covered(&keys.channel);
-            if let Some(w) = waiter.as_mut() {
-                let s = spot
-                    .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
-                if s.fair() {
-                    w.name(s.waiter());
-                }
-            }
-        }
-        // Only a plain newcomer defers to local waiters queued before it.
-        let mut deferred = !fair && waiter.as_ref().is_some_and(|w| !w.is_head());
+        // Only a plain newcomer behind local waiters defers to them.
+        let mut deferred = waiter.as_ref().is_some_and(Waiter::is_behind);
         loop {
             let err = if deferred {
                 None
@@ -178,15 +175,14 @@ impl Acquisition<'_> {
                 // more, so a release that happened before the subscription
                 // took effect is not missed; that try takes a place in the
                 // queue.
-                let mut w = self.notifier.waiter(&keys.channel);
                 let s = spot
                     .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
                 // A release naming a fair waiter rings that waiter: its turn
                 // on the nodes. One naming a plain waiter of ours rings the
                 // local head, which keeps the order among local waiters.
-                if s.fair() {
-                    w.name(s.waiter());
-                }
+                let w = self
+                    .notifier
+                    .waiter(&keys.channel, s.fair().then(|| s.waiter()));
                 if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
                     w.holder_seen(pttl);
                 }
@@ -201,7 +197,7 @@ impl Acquisition<'_> {
             if spot.as_mut().is_some_and(|s| s.fair() && s.take_settle()) {
                 continue;
             }
-            let mut delay = match &err {
+            let delay = match &err {
                 Some(e) => self.fallback(e, attempt_no, w.covered(), remaining),
                 // Queued behind local waiters: our bell rings when our turn
                 // comes; until then, sleep no longer than the holder's key
@@ -213,19 +209,12 @@ impl Acquisition<'_> {
                 }
                 None => config.backoff.delay(attempt_no),
             };
-            let mut timer_deadline =
-                remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+            let timer_deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
             // A waiter with a place on the nodes keeps it by calling at
-            // least this often. For a plain waiter this also bounds the
-            // wait when a release names a waiter whose process died (the
-            // lock is free, and nobody else was woken).
+            // least every refresh interval (so does the local head, placed
+            // or not: see `Waiter::wait`).
             let placed = err.is_some() && spot.is_some();
-            if let Some(every) = spot.as_ref().filter(|_| placed).map(Spot::refresh_every) {
-                delay = delay.min(every);
-                let by = tokio::time::Instant::now() + every;
-                timer_deadline = Some(timer_deadline.map_or(by, |d| d.min(by)));
-            }
-            let woke = w.wait(delay, timer_deadline).await;
+            let woke = w.wait(delay, timer_deadline, placed).await;
             deferred = false;
             debug!(lock = %keys.name, ?woke, "waiter woke");
         }

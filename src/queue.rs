@@ -25,7 +25,6 @@
 //! may be queued, in the background.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::join_all;
 
@@ -87,12 +86,6 @@ impl Spot {
 
     pub(crate) fn waiter(&self) -> &Arc<str> {
         &self.place.waiter
-    }
-
-    /// How long the waiter may go without a call and keep its place: a
-    /// third of the queue timeout, so that two refreshes may be late.
-    pub(crate) fn refresh_every(&self) -> Duration {
-        self.place.timeout / 3
     }
 
     /// Reads an attempt's answers: where the waiter is queued, and the

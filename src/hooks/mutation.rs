@@ -16,6 +16,13 @@ pub(crate) enum Mutation {
     /// Queued waiters never send a ticket: each node orders them by its
     /// own arrival order, as a single-node fair lock does.
     PerNodeOrder,
+    /// Only a waiter with a place on the nodes has a refresh bound, and a
+    /// winner does not pass the turn to the next local waiter: a deferred
+    /// waiter sleeps until the holder's expiry (the code before the fix).
+    DeferredUnbounded,
+    /// A plain request defers to the local fair waiters too (the code
+    /// before the fix).
+    DeferToFair,
 }
 
 impl Mutation {
@@ -25,6 +32,8 @@ impl Mutation {
             Self::RenewLapsed => 2,
             Self::SingleTryFence => 4,
             Self::PerNodeOrder => 8,
+            Self::DeferredUnbounded => 16,
+            Self::DeferToFair => 32,
         }
     }
 }

@@ -55,6 +55,8 @@ fn mutation_name(m: Mutation) -> &'static str {
         Mutation::RenewLapsed => "renew-lapsed",
         Mutation::SingleTryFence => "single-try-fence",
         Mutation::PerNodeOrder => "per-node-order",
+        Mutation::DeferredUnbounded => "deferred-unbounded",
+        Mutation::DeferToFair => "defer-to-fair",
     }
 }
 
@@ -279,6 +281,8 @@ fn replay() {
         Ok("renew-lapsed") => Some(Mutation::RenewLapsed),
         Ok("single-try-fence") => Some(Mutation::SingleTryFence),
         Ok("per-node-order") => Some(Mutation::PerNodeOrder),
+        Ok("deferred-unbounded") => Some(Mutation::DeferredUnbounded),
+        Ok("defer-to-fair") => Some(Mutation::DeferToFair),
         _ => None,
     };
     let _m = m.map(mutation::enable);

@@ -1,0 +1,385 @@
+//! Who a release rings: one manager's waiters per lock channel, as plain
+//! bookkeeping with no I/O (the pub/sub connections feed it messages, the
+//! waiters sleep on its bells), unit-tested apart from both.
+//!
+//! Per channel there are two kinds of waiter:
+//!
+//! - **plain** waiters, in a local FIFO (by arrival ticket). Only its head
+//!   is rung by a release; the others wait their turn behind it. The head
+//!   is always active: it attempts at least every refresh interval (see
+//!   `Waiter::wait`), so that waiters never depend on a message that may
+//!   not come. When the head leaves, the next one becomes the head: rung at
+//!   once if the head gave up (the lock may be free), promoted without a
+//!   ring if it won (the lock is ours; its release will ring);
+//! - **fair** waiters, by their id in the nodes' queue, rung only by a
+//!   message that names them (their turn on the nodes). They are not in the
+//!   FIFO: a plain request never defers to them.
+//!
+//! A release message `<waiter> <releaser>` (see `release.lua`) rings the
+//! fair waiter it names, nobody if it names another manager's waiter (that
+//! manager rings it), and otherwise (a plain waiter of ours, one that has
+//! left, or nobody queued on the node) the head of the FIFO. A message
+//! from another manager's release rings without `prompt`: the waiter waits
+//! for a quorum of them (see `Waiter::wait`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::sync::locked;
+
+/// One waiter's doorbell.
+#[derive(Default)]
+pub(super) struct Bell {
+    /// Rings so far: a waiter compares it with the count it last saw.
+    pub(super) rings: AtomicU64,
+    /// A ring since the waiter last looked needs no quorum of rings.
+    pub(super) prompt: AtomicBool,
+    pub(super) notify: Notify,
+}
+
+impl Bell {
+    /// Rings for something that needs no other node's word: this manager's
+    /// own release (its calls reach every node on the same connections as
+    /// the waiter's attempt, so ahead of it), a change of coverage, the
+    /// previous head giving up.
+    pub(super) fn ring(&self, wakeups: &AtomicU64) {
+        self.prompt.store(true, Ordering::Release);
+        self.ring_remote(wakeups);
+    }
+
+    fn ring_for(&self, wakeups: &AtomicU64, prompt: bool) {
+        if prompt {
+            self.ring(wakeups);
+        } else {
+            self.ring_remote(wakeups);
+        }
+    }
+
+    /// Rings for another manager's release, seen on one node: it may not
+    /// have run on the others yet.
+    fn ring_remote(&self, wakeups: &AtomicU64) {
+        self.rings.fetch_add(1, Ordering::AcqRel);
+        wakeups.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
+    /// Wakes the waiter without a ring: it re-reads where it stands (it
+    /// became the head) and re-arms its timer, without attempting.
+    fn nudge(&self) {
+        self.notify.notify_one();
+    }
+}
+
+/// One lock channel's local waiters.
+pub(super) struct Channel {
+    /// Per node: SUBSCRIBE confirmed on the live connection.
+    pub(super) subscribed: Vec<AtomicBool>,
+    /// Plain waiters in arrival order: joining, leaving and finding the head
+    /// cost O(log W).
+    plain: Mutex<BTreeMap<u64, Arc<Bell>>>,
+    /// Fair waiters, by their id in the nodes' queue.
+    fair: Mutex<HashMap<Arc<str>, Arc<Bell>>>,
+    /// The latest instant the current holder's key is known to expire at:
+    /// no waiter sleeps past it, since an expiry publishes nothing.
+    holder_until: Mutex<Option<Instant>>,
+    /// Waiters holding this channel.
+    pub(super) refs: Mutex<usize>,
+    /// Woken when a node confirms the subscription.
+    pub(super) confirmed: Notify,
+}
+
+/// Which kind of waiter joins: plain (the local FIFO) or fair (by id).
+pub(super) enum Kind<'a> {
+    Plain(u64),
+    Fair(&'a Arc<str>),
+}
+
+impl Channel {
+    pub(super) fn new(nodes: usize) -> Self {
+        Self {
+            subscribed: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            plain: Mutex::new(BTreeMap::new()),
+            fair: Mutex::new(HashMap::new()),
+            holder_until: Mutex::new(None),
+            refs: Mutex::new(0),
+            confirmed: Notify::new(),
+        }
+    }
+
+    /// Adds a waiter; returns its bell.
+    pub(super) fn join(&self, kind: &Kind<'_>) -> Arc<Bell> {
+        let bell = Arc::new(Bell::default());
+        match kind {
+            Kind::Plain(ticket) => {
+                locked(&self.plain).insert(*ticket, Arc::clone(&bell));
+            }
+            Kind::Fair(id) => {
+                locked(&self.fair).insert(Arc::clone(id), Arc::clone(&bell));
+            }
+        }
+        bell
+    }
+
+    /// Takes a waiter out. A plain head passes the turn on: the next one is
+    /// rung if the head gave up (the lock may be free), nudged if it won.
+    pub(super) fn leave(&self, kind: &Kind<'_>, won: bool, wakeups: &AtomicU64) {
+        match kind {
+            Kind::Fair(id) => {
+                locked(&self.fair).remove(*id);
+            }
+            Kind::Plain(ticket) => {
+                let next = {
+                    let mut q = locked(&self.plain);
+                    let was_head = q.keys().next() == Some(ticket);
+                    q.remove(ticket);
+                    was_head.then(|| q.values().next().cloned()).flatten()
+                };
+                match next {
+                    Some(_) if won && unbounded() => {}
+                    Some(bell) if won => bell.nudge(),
+                    Some(bell) => bell.ring(wakeups),
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Whether plain waiters are queued here (a plain newcomer defers to
+    /// them).
+    pub(super) fn has_plain_waiters(&self) -> bool {
+        !locked(&self.plain).is_empty() || (defer_to_fair() && !locked(&self.fair).is_empty())
+    }
+
+    /// Whether the plain waiter with `ticket` heads the local FIFO.
+    pub(super) fn is_head(&self, ticket: u64) -> bool {
+        locked(&self.plain).keys().next() == Some(&ticket)
+            && !(defer_to_fair() && !locked(&self.fair).is_empty())
+    }
+
+    /// Rings the head of the FIFO.
+    fn wake_head(&self, wakeups: &AtomicU64, prompt: bool) {
+        let head = locked(&self.plain).values().next().cloned();
+        if let Some(bell) = head {
+            bell.ring_for(wakeups, prompt);
+        }
+    }
+
+    /// A message `<waiter> <releaser>` (see the module docs). `client_id`
+    /// is this manager's: the prefix of its waiters' and holders' ids.
+    pub(super) fn on_message(&self, payload: &[u8], client_id: &str, wakeups: &AtomicU64) {
+        let text = std::str::from_utf8(payload).unwrap_or_default();
+        let (id, releaser) = text.split_once(' ').unwrap_or((text, ""));
+        let ours = |id: &str| {
+            id.strip_prefix(client_id)
+                .is_some_and(|rest| rest.starts_with(':'))
+        };
+        let prompt = releaser.is_empty() || ours(releaser);
+        if !id.is_empty() {
+            let named = locked(&self.fair).get(id).cloned();
+            if let Some(bell) = named {
+                bell.ring_for(wakeups, prompt);
+                return;
+            }
+            if !ours(id) {
+                return;
+            }
+        }
+        self.wake_head(wakeups, prompt);
+    }
+
+    /// Coverage changed (a pub/sub connection came or went): every waiter
+    /// re-checks whether to poll. Rare, unlike release messages.
+    pub(super) fn wake_all(&self, wakeups: &AtomicU64) {
+        let mut bells: Vec<Arc<Bell>> = locked(&self.plain).values().cloned().collect();
+        bells.extend(locked(&self.fair).values().cloned());
+        for bell in bells {
+            bell.ring(wakeups);
+        }
+    }
+
+    /// Nodes whose subscription is confirmed.
+    pub(super) fn coverage(&self) -> usize {
+        self.subscribed
+            .iter()
+            .filter(|s| s.load(Ordering::Acquire))
+            .count()
+    }
+
+    /// Records that the holder's key lasts until `until`.
+    pub(super) fn holder_seen(&self, until: Option<Instant>) {
+        *locked(&self.holder_until) = until;
+    }
+
+    /// When the holder's key is known to expire, if known.
+    pub(super) fn holder_until(&self) -> Option<Instant> {
+        *locked(&self.holder_until)
+    }
+}
+
+/// The simulator's mutation that restores unbounded deferred waiters.
+pub(super) fn unbounded() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::DeferredUnbounded);
+    #[cfg(not(test))]
+    false
+}
+
+/// The simulator's mutation that makes plain requests defer to local fair
+/// waiters.
+fn defer_to_fair() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::DeferToFair);
+    #[cfg(not(test))]
+    false
+}
+
+/// One manager's channels and the counters of its pub/sub connections,
+/// shared by the waiters and the pub/sub tasks.
+pub(super) struct Board {
+    pub(super) channels: Mutex<HashMap<Arc<str>, Arc<Channel>>>,
+    /// The manager's client id: the prefix of its waiters' and holders' ids.
+    pub(super) client_id: Arc<str>,
+    pub(super) nodes: usize,
+    pub(super) next_ticket: AtomicU64,
+    pub(super) connections: AtomicU64,
+    pub(super) messages: AtomicU64,
+    pub(super) wakeups: AtomicU64,
+    pub(super) refusals: AtomicU64,
+}
+
+impl Board {
+    pub(super) fn new(client_id: &str, nodes: usize) -> Self {
+        Self {
+            channels: Mutex::new(HashMap::new()),
+            client_id: client_id.into(),
+            nodes,
+            next_ticket: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn channel(&self, name: &str) -> Option<Arc<Channel>> {
+        locked(&self.channels).get(name).cloned()
+    }
+
+    /// A message on `channel`, from one node.
+    pub(super) fn deliver(&self, channel: &str, payload: &[u8]) {
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.channel(channel) {
+            c.on_message(payload, &self.client_id, &self.wakeups);
+        }
+    }
+
+    /// Node `i`'s subscriptions are confirmed (`true`) or gone: every
+    /// waiter of the channels re-checks whether to poll.
+    pub(super) fn covered(&self, i: usize, channels: &[Arc<Channel>], on: bool) {
+        for c in channels {
+            c.subscribed[i].store(on, Ordering::Release);
+            if on {
+                c.confirmed.notify_waiters();
+            }
+            c.wake_all(&self.wakeups);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: &str = "host@1#aaaa";
+
+    fn rings(b: &Bell) -> u64 {
+        b.rings.load(Ordering::Acquire)
+    }
+
+    fn prompt(b: &Bell) -> bool {
+        b.prompt.swap(false, Ordering::AcqRel)
+    }
+
+    fn msg(waiter: &str, releaser: &str) -> Vec<u8> {
+        format!("{waiter} {releaser}").into_bytes()
+    }
+
+    #[test]
+    fn a_release_rings_only_the_head_of_the_fifo() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let bells: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t))).collect();
+        c.on_message(&msg("", &format!("{ME}:owner-1:hold-1@0")), ME, &w);
+        assert_eq!(bells.iter().map(|b| rings(b)).collect::<Vec<_>>(), [1, 0, 0]);
+        assert!(prompt(&bells[0]), "our own release needs no quorum of messages");
+        c.on_message(&msg("", "other@2#bbbb:owner-1:hold-1@0"), ME, &w);
+        assert_eq!(rings(&bells[0]), 2);
+        assert!(!prompt(&bells[0]), "another manager's release waits for a quorum");
+        assert_eq!(w.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_message_naming_another_managers_waiter_rings_nobody_here() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let head = c.join(&Kind::Plain(0));
+        c.on_message(&msg("other@2#bbbb:owner-3:wait-1", ""), ME, &w);
+        assert_eq!(rings(&head), 0);
+        // Naming a plain waiter of ours (or one that left) rings the head.
+        c.on_message(&msg(&format!("{ME}:owner-9:wait-1"), ""), ME, &w);
+        assert_eq!(rings(&head), 1);
+    }
+
+    #[test]
+    fn a_message_naming_a_fair_waiter_rings_it_and_not_the_head() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let head = c.join(&Kind::Plain(0));
+        let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
+        let fair = c.join(&Kind::Fair(&id));
+        c.on_message(&msg(&id, ""), ME, &w);
+        assert_eq!((rings(&head), rings(&fair)), (0, 1));
+    }
+
+    #[test]
+    fn fair_waiters_are_not_in_the_fifo() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
+        let fair = c.join(&Kind::Fair(&id));
+        assert!(!c.has_plain_waiters(), "a plain newcomer would defer to it");
+        c.wake_all(&w);
+        assert_eq!(rings(&fair), 1, "a change of coverage rings fair waiters too");
+        c.leave(&Kind::Fair(&id), false, &w);
+        c.on_message(&msg(&id, ""), ME, &w);
+        assert_eq!(rings(&fair), 1, "a fair waiter that left is not rung");
+    }
+
+    #[test]
+    fn a_head_that_gives_up_rings_the_next_and_one_that_wins_nudges_it() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let b: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t))).collect();
+        c.leave(&Kind::Plain(0), false, &w);
+        assert_eq!(rings(&b[1]), 1);
+        assert!(prompt(&b[1]), "the lock may be free: attempt at once");
+        assert!(c.is_head(1));
+        c.leave(&Kind::Plain(1), true, &w);
+        assert_eq!(rings(&b[2]), 0, "the lock is ours: the next only re-arms");
+        assert!(c.is_head(2));
+        // Leaving from the middle rings nobody.
+        let b3 = c.join(&Kind::Plain(3));
+        let _b4 = c.join(&Kind::Plain(4));
+        c.leave(&Kind::Plain(3), false, &w);
+        assert_eq!((rings(&b[2]), rings(&b3)), (0, 0));
+    }
+
+    #[test]
+    fn garbage_payloads_ring_the_head_at_most() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let head = c.join(&Kind::Plain(0));
+        for payload in [&b"\xff\xfe"[..], b"", b" ", b"x y z"] {
+            c.on_message(payload, ME, &w);
+        }
+        assert!(rings(&head) <= 4);
+    }
+}

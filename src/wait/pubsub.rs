@@ -1,0 +1,189 @@
+//! The waiters' pub/sub connections: one per node, over the node's release
+//! feed (`node::Feed`), subscribed to the channels that have local waiters,
+//! delivering each message to the [`Board`].
+//!
+//! Every call is bounded: opening by the connect timeout, each SUBSCRIBE and
+//! UNSUBSCRIBE by the node timeout. A call that times out or fails counts as
+//! a lost connection (its channels are marked unsubscribed, every waiter is
+//! woken to poll, and the connection is opened again after a backoff), so a
+//! hung connection never stops the task from reading its commands. A node
+//! that refuses SUBSCRIBE (an ACL user without channel rights) is retried
+//! slowly; its waiters poll meanwhile.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::bells::{Board, Channel};
+use crate::error::{NodeError, NodeErrorKind};
+use crate::node::{Feed, FeedConn};
+use crate::sync::locked;
+
+/// Commands to one node's pub/sub task.
+pub(super) enum Command {
+    Subscribe(Arc<str>),
+    Unsubscribe(Arc<str>),
+}
+
+/// How long a pub/sub task waits for the node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timeouts {
+    pub(super) connect: Duration,
+    pub(super) call: Duration,
+}
+
+/// Longest pause between two pub/sub connection attempts to one node.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(10);
+
+/// First pause after a failure.
+const FIRST_DELAY: Duration = Duration::from_millis(50);
+
+/// Shortest pause after a node refused SUBSCRIBE: a refusal is a setting
+/// (ACL channel rights), not a blip, so it is retried slowly.
+const REFUSED_DELAY: Duration = Duration::from_secs(1);
+
+/// How a (un)subscription went.
+enum Outcome {
+    Done,
+    /// The node refused it: the connection is dropped and retried slowly.
+    Refused,
+    /// No answer in time, or the connection failed.
+    Lost,
+}
+
+async fn bounded(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<(), NodeError>>,
+) -> Outcome {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(())) => Outcome::Done,
+        Ok(Err(e)) if e.kind == NodeErrorKind::Server => Outcome::Refused,
+        Ok(Err(_)) | Err(_) => Outcome::Lost,
+    }
+}
+
+/// Waits `delay` while draining commands (subscribers are not kept waiting:
+/// their channels are re-sent from the channel map on reconnect). Returns
+/// false when the manager is gone.
+async fn pause(delay: Duration, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            biased;
+            cmd = commands.recv() => if cmd.is_none() { return false },
+            () = &mut sleep => return true,
+        }
+    }
+}
+
+/// Keeps one pub/sub connection to node `i` alive while the manager lives.
+///
+/// Every failure pauses before the next attempt, with a delay that doubles
+/// up to [`MAX_RECONNECT_DELAY`] and resets only once a subscription
+/// succeeds: a failing node costs one attempt per pause, never a spin.
+/// Meanwhile its channels are not covered and waiters poll.
+pub(super) async fn node_task(
+    i: usize,
+    feed: Arc<dyn Feed>,
+    timeouts: Timeouts,
+    board: Weak<Board>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut delay = FIRST_DELAY;
+    loop {
+        let opened = tokio::time::timeout(timeouts.connect, feed.open()).await;
+        let Ok(Ok(FeedConn {
+            mut sink,
+            mut messages,
+        })) = opened
+        else {
+            if !pause(delay, &mut commands).await {
+                return;
+            }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            continue;
+        };
+        let Some(b) = board.upgrade() else {
+            return;
+        };
+        b.connections.fetch_add(1, Ordering::Relaxed);
+        let current: Vec<(Arc<str>, Arc<Channel>)> = locked(&b.channels)
+            .iter()
+            .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
+            .collect();
+        drop(b);
+        let mut outcome = Outcome::Done;
+        if !current.is_empty() {
+            let names = current.iter().map(|(k, _)| Arc::clone(k)).collect();
+            outcome = bounded(timeouts.call, sink.subscribe(names)).await;
+            if let (Outcome::Done, Some(b)) = (&outcome, board.upgrade()) {
+                delay = FIRST_DELAY;
+                let chans: Vec<Arc<Channel>> = current.into_iter().map(|(_, c)| c).collect();
+                b.covered(i, &chans, true);
+            }
+        }
+        while matches!(outcome, Outcome::Done) {
+            tokio::select! {
+                biased;
+                cmd = commands.recv() => match cmd {
+                    None => return,
+                    Some(Command::Subscribe(name)) => {
+                        outcome = bounded(timeouts.call, sink.subscribe(vec![Arc::clone(&name)])).await;
+                        let Some(b) = board.upgrade() else { return };
+                        if let (Outcome::Done, Some(c)) = (&outcome, b.channel(&name)) {
+                            delay = FIRST_DELAY;
+                            c.subscribed[i].store(true, Ordering::Release);
+                            c.confirmed.notify_waiters();
+                        }
+                    }
+                    Some(Command::Unsubscribe(name)) => {
+                        // A waiter that arrived meanwhile keeps the channel.
+                        let Some(b) = board.upgrade() else { return };
+                        let still_wanted = b.channel(&name).is_some();
+                        drop(b);
+                        if !still_wanted {
+                            outcome = bounded(timeouts.call, sink.unsubscribe(name)).await;
+                        }
+                    }
+                },
+                msg = messages.next() => match msg {
+                    Some(msg) => {
+                        let Some(b) = board.upgrade() else { return };
+                        b.deliver(&msg.channel, &msg.payload);
+                    }
+                    None => outcome = Outcome::Lost,
+                },
+            }
+        }
+        let Some(b) = board.upgrade() else {
+            return;
+        };
+        if matches!(outcome, Outcome::Refused) {
+            if b.refusals.fetch_add(1, Ordering::Relaxed) == 0 {
+                warn!(
+                    node = i,
+                    "the node refused SUBSCRIBE (no channel rights?); waiters poll instead"
+                );
+            }
+            delay = delay.max(REFUSED_DELAY);
+        } else {
+            debug!(
+                node = i,
+                "pub/sub connection lost; waiters fall back to polling"
+            );
+        }
+        let chans: Vec<Arc<Channel>> = locked(&b.channels).values().cloned().collect();
+        b.covered(i, &chans, false);
+        drop(b);
+        drop((sink, messages));
+        if !pause(delay, &mut commands).await {
+            return;
+        }
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+    }
+}
