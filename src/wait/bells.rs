@@ -156,8 +156,8 @@ impl Channel {
 
     /// Whether the plain waiter with `ticket` heads the local FIFO.
     pub(super) fn is_head(&self, ticket: u64) -> bool {
-        locked(&self.plain).keys().next() == Some(&ticket)
-            && !(defer_to_fair() && !locked(&self.fair).is_empty())
+        let fair_first = defer_to_fair() && !locked(&self.fair).is_empty();
+        !fair_first && locked(&self.plain).keys().next() == Some(&ticket)
     }
 
     /// Rings the head of the FIFO.
@@ -313,11 +313,20 @@ mod tests {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
         let bells: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t))).collect();
         c.on_message(&msg("", &format!("{ME}:owner-1:hold-1@0")), ME, &w);
-        assert_eq!(bells.iter().map(|b| rings(b)).collect::<Vec<_>>(), [1, 0, 0]);
-        assert!(prompt(&bells[0]), "our own release needs no quorum of messages");
+        assert_eq!(
+            bells.iter().map(|b| rings(b)).collect::<Vec<_>>(),
+            [1, 0, 0]
+        );
+        assert!(
+            prompt(&bells[0]),
+            "our own release needs no quorum of messages"
+        );
         c.on_message(&msg("", "other@2#bbbb:owner-1:hold-1@0"), ME, &w);
         assert_eq!(rings(&bells[0]), 2);
-        assert!(!prompt(&bells[0]), "another manager's release waits for a quorum");
+        assert!(
+            !prompt(&bells[0]),
+            "another manager's release waits for a quorum"
+        );
         assert_eq!(w.load(Ordering::Relaxed), 2);
     }
 
@@ -349,7 +358,11 @@ mod tests {
         let fair = c.join(&Kind::Fair(&id));
         assert!(!c.has_plain_waiters(), "a plain newcomer would defer to it");
         c.wake_all(&w);
-        assert_eq!(rings(&fair), 1, "a change of coverage rings fair waiters too");
+        assert_eq!(
+            rings(&fair),
+            1,
+            "a change of coverage rings fair waiters too"
+        );
         c.leave(&Kind::Fair(&id), false, &w);
         c.on_message(&msg(&id, ""), ME, &w);
         assert_eq!(rings(&fair), 1, "a fair waiter that left is not rung");

@@ -98,13 +98,7 @@ impl Notifier {
             let (tx, rx) = mpsc::unbounded_channel();
             senders.push(tx);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                drop(handle.spawn(node_task(
-                    i,
-                    feed,
-                    timeouts,
-                    Arc::downgrade(&board),
-                    rx,
-                )));
+                drop(handle.spawn(node_task(i, feed, timeouts, Arc::downgrade(&board), rx)));
             }
         }
         Self {
@@ -132,9 +126,7 @@ impl Notifier {
     /// the queue empty or becomes its head.
     pub(crate) fn join_if_queued(&self, channel: &str) -> Option<Waiter> {
         let mut channels = locked(&self.shared.board.channels);
-        let queued = channels
-            .get(channel)
-            .is_some_and(|c| c.has_plain_waiters());
+        let queued = channels.get(channel).is_some_and(|c| c.has_plain_waiters());
         queued.then(|| self.enter(&mut channels, channel, None))
     }
 
@@ -170,7 +162,12 @@ impl Notifier {
         *locked(&chan.refs) += 1;
         let kind = match fair {
             Some(id) => Kind::Fair(id),
-            None => Kind::Plain(self.shared.board.next_ticket.fetch_add(1, Ordering::Relaxed)),
+            None => Kind::Plain(
+                self.shared
+                    .board
+                    .next_ticket
+                    .fetch_add(1, Ordering::Relaxed),
+            ),
         };
         let bell = chan.join(&kind);
         Waiter {
@@ -388,7 +385,11 @@ impl Drop for Waiter {
         // costs every node a subscription only while someone waits on it.
         // (A waiter that arrives meanwhile makes a new channel and
         // subscribes after this unsubscription, on the same command queue.)
-        if *refs == 0 && channels.get(&self.name).is_some_and(|c| Arc::ptr_eq(c, &self.chan)) {
+        if *refs == 0
+            && channels
+                .get(&self.name)
+                .is_some_and(|c| Arc::ptr_eq(c, &self.chan))
+        {
             channels.remove(&self.name);
             for tx in &self.shared.senders {
                 let _ = tx.send(Command::Unsubscribe(Arc::clone(&self.name)));
