@@ -25,6 +25,8 @@ use crate::keys::Keys;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 pub(crate) use self::feed::{Feed, FeedConn, RedisFeed};
+#[cfg(test)]
+pub(crate) use self::feed::{FeedMessage, FeedSink};
 pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 

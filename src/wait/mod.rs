@@ -29,6 +29,8 @@
 
 mod bells;
 mod pubsub;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

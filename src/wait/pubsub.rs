@@ -133,6 +133,12 @@ pub(super) async fn node_task(
                 cmd = commands.recv() => match cmd {
                     None => return,
                     Some(Command::Subscribe(name)) => {
+                        // Subscribed already when the connection opened.
+                        let Some(b) = board.upgrade() else { return };
+                        if b.channel(&name).is_some_and(|c| c.subscribed[i].load(Ordering::Acquire)) {
+                            continue;
+                        }
+                        drop(b);
                         outcome = bounded(timeouts.call, sink.subscribe(vec![Arc::clone(&name)])).await;
                         let Some(b) = board.upgrade() else { return };
                         if let (Outcome::Done, Some(c)) = (&outcome, b.channel(&name)) {

@@ -1,0 +1,158 @@
+//! The pub/sub side of the waiters against a scripted feed: bounded calls,
+//! and unsubscribing when the last waiter leaves.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use super::Notifier;
+use crate::config::Config;
+use crate::error::NodeError;
+use crate::node::{Feed, FeedConn, FeedMessage, FeedSink, NodeOps};
+use crate::sync::locked;
+use crate::tests::fake::FakeNode;
+use crate::LockManager;
+
+/// A feed whose first connection never answers SUBSCRIBE when `hang`;
+/// it logs every (un)subscription.
+#[derive(Default)]
+struct Scripted {
+    hang: bool,
+    opens: AtomicUsize,
+    log: Arc<Mutex<Vec<String>>>,
+    senders: Mutex<Vec<mpsc::UnboundedSender<FeedMessage>>>,
+}
+
+struct Sink {
+    hang: bool,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl FeedSink for Sink {
+    fn subscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
+        let hang = self.hang;
+        locked(&self.log).push(format!("subscribe {}", channels.join(",")));
+        Box::pin(async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        })
+    }
+
+    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
+        locked(&self.log).push(format!("unsubscribe {channel}"));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Feed for Scripted {
+    fn open(&self) -> BoxFuture<'static, Result<FeedConn, NodeError>> {
+        let n = self.opens.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::unbounded_channel();
+        locked(&self.senders).push(tx);
+        let sink = Sink {
+            hang: self.hang && n == 0,
+            log: Arc::clone(&self.log),
+        };
+        let messages =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        Box::pin(async move {
+            Ok(FeedConn {
+                sink: Box::new(sink),
+                messages: Box::pin(messages),
+            })
+        })
+    }
+}
+
+fn config(node_timeout: Duration) -> Config {
+    let node: Arc<dyn NodeOps> = FakeNode::new(0);
+    LockManager::builder()
+        .node_timeout(node_timeout)
+        .build_with(vec![node])
+        .expect("config")
+        .config()
+        .clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
+    let feed = Arc::new(Scripted {
+        hang: true,
+        ..Scripted::default()
+    });
+    let notifier = Notifier::start(
+        "me",
+        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
+        &config(Duration::from_millis(200)),
+    );
+    let w = notifier.waiter("ch", None);
+    w.confirmed(Duration::from_secs(5)).await;
+    assert!(
+        w.covered(),
+        "the subscription is still not confirmed: {:?}",
+        locked(&feed.log)
+    );
+    assert_eq!(
+        feed.opens.load(Ordering::SeqCst),
+        2,
+        "one connection replaced"
+    );
+    // The task reads commands again: the last waiter's unsubscription goes out.
+    drop(w);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        locked(&feed.log).last().map(String::as_str),
+        Some("unsubscribe ch")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_waiter_leaving_unsubscribes_at_once() {
+    let feed = Arc::new(Scripted::default());
+    let notifier = Notifier::start(
+        "me",
+        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
+        &config(Duration::from_millis(200)),
+    );
+    let a = notifier.waiter("ch", None);
+    a.confirmed(Duration::from_secs(1)).await;
+    let b = notifier.waiter("ch", None);
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(notifier.stats().channels, 1, "a waiter is left");
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(notifier.stats().channels, 0);
+    assert_eq!(
+        *locked(&feed.log),
+        ["subscribe ch", "unsubscribe ch"],
+        "subscribed once, unsubscribed when the last waiter left"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_message_rings_the_head_through_the_feed() {
+    let feed = Arc::new(Scripted::default());
+    let notifier = Notifier::start(
+        "me",
+        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
+        &config(Duration::from_millis(200)),
+    );
+    let mut w = notifier.waiter("ch", None);
+    w.confirmed(Duration::from_secs(1)).await;
+    w.mark();
+    for tx in locked(&feed.senders).iter() {
+        let _ = tx.send(FeedMessage {
+            channel: "ch".into(),
+            payload: b" other#x:owner-1:hold-1@0".to_vec(),
+        });
+    }
+    let woke = w.wait(Duration::from_secs(60), None, false).await;
+    assert_eq!(woke, super::Woke::Notified);
+    assert_eq!(notifier.stats().messages, 1);
+}
