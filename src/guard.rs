@@ -138,7 +138,9 @@ impl LockGuard {
     /// [`valid_until`](Self::valid_until): the watchdog's verdict, or the
     /// validity running out without a renewal (a stalled node, a fixed
     /// lease), whichever comes first. Never resolves while it is held or
-    /// after a plain release.
+    /// after a plain release. A validity that ran out while the machine was
+    /// suspended is signalled at resume (within 10 ms), here and in
+    /// [`renewal_stopped`](Self::renewal_stopped) and [`run`](Self::run).
     ///
     /// # Cancel safety
     ///

@@ -178,9 +178,16 @@ impl Hold {
 
     /// Waits until the phase satisfies `done`, and returns it. Wakes at the
     /// validity deadline too, so a hold that nobody renews in time is seen
-    /// lost at `valid_until`, not when the watchdog next looks.
+    /// lost at `valid_until`, not when the watchdog next looks; and when the
+    /// machine resumes from a suspend (the deadline's timer runs on the
+    /// monotonic clock, which stopped meanwhile), to re-check the deadline
+    /// and re-arm the timer: a validity that ran out during the suspend is
+    /// seen lost at resume (within [`POLL`](crate::resume::POLL)).
     pub(crate) async fn wait_phase(&self, done: impl Fn(HoldState) -> bool) -> HoldState {
         let mut rx = self.phase.subscribe();
+        // Subscribed on the first wait for a deadline only: a wait that ends
+        // at once starts no watcher.
+        let mut resumes = None;
         loop {
             let phase = self.phase();
             if done(phase) {
@@ -190,6 +197,13 @@ impl Hold {
             // Past the deadline yet still live: only the simulator's
             // mutation that ignores deadlines gets here; wait for a change.
             let deadline = (lapse > clock::now()).then(|| clock::to_timer(lapse));
+            if deadline.is_some() && resumes.is_none() {
+                // Then the phase and deadline again: a suspend seen by the
+                // watcher from the subscription on wakes this wait, and one
+                // before it is in the clock read again.
+                resumes = Some(self.nodes.resumes(self.lease));
+                continue;
+            }
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() {
@@ -198,6 +212,7 @@ impl Hold {
                     }
                 }
                 () = sleep_until_some(deadline) => {}
+                () = resumed(resumes.as_mut()) => {}
             }
         }
     }
@@ -335,6 +350,18 @@ async fn sleep_until_some(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// Resolves when the machine resumed from a suspend; never without a
+/// receiver (or once its sender is gone, which lives as long as the hold's
+/// nodes).
+async fn resumed(rx: Option<&mut watch::Receiver<Duration>>) {
+    if let Some(rx) = rx {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// When a hold valid until `valid_until` counts as lapsed.

@@ -18,6 +18,7 @@ mod quorum;
 
 mod nodes;
 mod queue;
+mod resume;
 mod status;
 
 mod hold;

@@ -7,11 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{NodeOps, Released};
 use crate::quorum::{FanOut, Stragglers};
+use crate::resume::Resume;
 use crate::status::NodeStatus;
 use crate::sync::Background;
 
@@ -21,6 +24,8 @@ pub(crate) struct Nodes {
     /// This manager's id: the prefix of every owner id it creates.
     pub(crate) client_id: String,
     background: Arc<Background>,
+    /// The resume watcher of the loss signals.
+    resume: Arc<Resume>,
 }
 
 impl Nodes {
@@ -30,6 +35,7 @@ impl Nodes {
             list,
             client_id,
             background: Arc::default(),
+            resume: Resume::new(),
         }
     }
 
@@ -75,6 +81,13 @@ impl Nodes {
         F: Future<Output = ()> + Send + 'static,
     {
         self.background.spawn(fut)
+    }
+
+    /// Resumes of the machine, for a loss signal of a lease of `lease`: the
+    /// receiver changes when the time spent suspended grew (see
+    /// [`Resume`]); the watcher runs while a receiver is alive.
+    pub(crate) fn resumes(&self, lease: Duration) -> watch::Receiver<Duration> {
+        self.resume.subscribe(self.drift(lease))
     }
 
     /// Resolves once the background work started so far has finished.

@@ -11,3 +11,4 @@ mod multi;
 mod node_cases;
 mod safety;
 mod scale;
+mod suspend;

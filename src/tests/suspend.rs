@@ -1,0 +1,223 @@
+//! Regression tests of issue 20, item 3 ("a suspend hides a loss"): a loss
+//! signal already waiting when the machine suspends must fire at resume
+//! when the validity ran out meanwhile, not when its pre-suspend timer (on
+//! the monotonic clock, which stops while suspended) would have.
+//!
+//! A suspend is faked with `clock::test::suspend`: the suspend-aware clock
+//! jumps, tokio's (paused, monotonic) clock does not move, as on a real
+//! machine, where `CLOCK_MONOTONIC` timers are simply late after a resume.
+//! The resume is the instant of that call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::node::NodeOps;
+use crate::tests::fake::FakeNode;
+use crate::{Error, HoldState, LockManager, Quorum};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// How late after the resume a loss may be observed (the resume watcher
+/// polls every 10 ms at most).
+const AT_RESUME: Duration = Duration::from_millis(20);
+
+fn cluster_with(
+    f: impl FnOnce(crate::LockManagerBuilder) -> crate::LockManagerBuilder,
+) -> (LockManager, Vec<Arc<FakeNode>>) {
+    let fakes: Vec<Arc<FakeNode>> = (0..3).map(FakeNode::new).collect();
+    let nodes: Vec<Arc<dyn NodeOps>> = fakes
+        .iter()
+        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
+        .collect();
+    let builder = LockManager::builder()
+        .quorum(Quorum::Majority)
+        .lease(Duration::from_secs(10))
+        .node_timeout(100 * MS);
+    let m = f(builder).build_with(nodes).expect("valid fake cluster");
+    (m, fakes)
+}
+
+/// The machine sleeps `d`; the nodes' clocks go on meanwhile.
+fn suspend(fakes: &[Arc<FakeNode>], d: Duration) -> Instant {
+    for f in fakes {
+        f.jump_clock(d);
+    }
+    crate::clock::test::suspend(d);
+    Instant::now()
+}
+
+fn assert_at_resume(what: &str, resumed: Instant) {
+    let late = Instant::now() - resumed;
+    assert!(
+        late <= AT_RESUME,
+        "{what} fired {late:?} after the resume (the validity ran out during the suspend)"
+    );
+}
+
+/// A fixed lease of 2 s, a 5 s suspend at 100 ms: `lost()`, already
+/// waiting, fires at the resume (it used to fire 1.9 s after it).
+#[tokio::test(start_paused = true)]
+async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
+    let (m, fakes) = cluster_with(|b| b);
+    let g = m
+        .lock_with_lease("job", Duration::from_secs(2))
+        .await
+        .expect("lock");
+    let lost = g.lost();
+    tokio::pin!(lost);
+    tokio::select! {
+        biased;
+        () = &mut lost => panic!("lost() fired before the suspend"),
+        () = tokio::time::sleep(100 * MS) => {}
+    }
+    let resumed = suspend(&fakes, Duration::from_secs(5));
+    tokio::time::timeout(Duration::from_secs(10), &mut lost)
+        .await
+        .expect("lost() fires");
+    assert_at_resume("lost()", resumed);
+    assert!(g.is_lost());
+}
+
+/// `run()` under a 2 s fixed lease, whose closure works 1.5 s after a 5 s
+/// suspend: `Err(Lost)` at the resume (it used to return `Ok`).
+#[tokio::test(start_paused = true)]
+async fn run_returns_lost_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
+    let (m, fakes) = cluster_with(|b| b);
+    let g = m
+        .lock_with_lease("job", Duration::from_secs(2))
+        .await
+        .expect("lock");
+    let resumed = std::cell::Cell::new(None);
+    let r = g
+        .run(|_| async {
+            tokio::time::sleep(100 * MS).await;
+            resumed.set(Some(suspend(&fakes, Duration::from_secs(5))));
+            tokio::time::sleep(1_500 * MS).await;
+            7
+        })
+        .await;
+    assert!(r.as_ref().is_err_and(Error::is_lost), "{r:?}");
+    assert_at_resume("run()'s loss", resumed.get().expect("the closure ran"));
+}
+
+/// A renewed hold (lease 10 s), a 20 s suspend: `lost()`,
+/// `renewal_stopped()` (what `quorumlock exec` waits on) and the loss
+/// signal of `run()` fire at the resume, not at the next watchdog tick.
+#[tokio::test(start_paused = true)]
+async fn a_renewed_hold_is_lost_at_resume_after_a_suspend_past_its_validity() {
+    let (m, fakes) = cluster_with(|b| b);
+    let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
+    let waiters = async {
+        tokio::join!(
+            async {
+                g.lost().await;
+                Instant::now()
+            },
+            async { (g.renewal_stopped().await, Instant::now()) },
+        )
+    };
+    tokio::pin!(waiters);
+    tokio::select! {
+        biased;
+        _ = &mut waiters => panic!("a loss signal fired before the suspend"),
+        () = tokio::time::sleep(4_000 * MS) => {}
+    }
+    let resumed = suspend(&fakes, Duration::from_secs(20));
+    let (lost_at, (state, stopped_at)) = tokio::time::timeout(Duration::from_secs(30), waiters)
+        .await
+        .expect("the loss signals fire");
+    assert!(
+        lost_at - resumed <= AT_RESUME,
+        "lost() fired {:?} after the resume",
+        lost_at - resumed
+    );
+    assert_eq!(state, HoldState::Lost);
+    assert!(
+        stopped_at - resumed <= AT_RESUME,
+        "renewal_stopped() fired {:?} after the resume",
+        stopped_at - resumed
+    );
+    assert!(g.is_lost());
+}
+
+/// The same through `run()`: its closure is dropped and it returns
+/// `Err(Lost)` at the resume.
+#[tokio::test(start_paused = true)]
+async fn run_of_a_renewed_hold_returns_lost_at_resume_after_a_long_suspend() {
+    let (m, fakes) = cluster_with(|b| b);
+    let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
+    let resumed = std::cell::Cell::new(None);
+    let r = g
+        .run(|_| async {
+            tokio::time::sleep(4_000 * MS).await;
+            resumed.set(Some(suspend(&fakes, Duration::from_secs(20))));
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            7
+        })
+        .await;
+    assert!(r.as_ref().is_err_and(Error::is_lost), "{r:?}");
+    assert_at_resume("run()'s loss", resumed.get().expect("the closure ran"));
+}
+
+/// No false alarm: a 2 s suspend that ends well before `valid_until` does
+/// not make a renewed hold lost; the watchdog goes on renewing it.
+#[tokio::test(start_paused = true)]
+async fn a_short_suspend_does_not_lose_a_renewed_hold() {
+    let (m, fakes) = cluster_with(|b| b);
+    let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
+    {
+        let lost = g.lost();
+        tokio::pin!(lost);
+        tokio::select! {
+            biased;
+            () = &mut lost => panic!("lost() fired before the suspend"),
+            () = tokio::time::sleep(1_000 * MS) => {}
+        }
+        suspend(&fakes, Duration::from_secs(2));
+        assert!(g.is_held(), "a short suspend made the hold lapse");
+        let quiet = tokio::time::timeout(Duration::from_secs(30), &mut lost).await;
+        assert!(quiet.is_err(), "lost() fired after a short suspend");
+    }
+    assert!(g.is_held());
+    assert_eq!(m.watchdog_stats().losses, 0);
+    g.release().await.expect("release");
+}
+
+/// The resume watcher runs only while a loss signal is awaited: one task
+/// for any number of waiters, gone within a poll period once none waits,
+/// so that an idle manager keeps no timer (a paused clock goes idle).
+#[tokio::test(start_paused = true)]
+async fn the_resume_watcher_runs_only_while_a_loss_is_awaited() {
+    let (m, _fakes) = cluster_with(|b| b);
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
+    let h = m.try_lock("other", Duration::ZERO).await.expect("lock");
+    let idle = tasks();
+    {
+        let waiters = async { tokio::join!(g.lost(), g.renewal_stopped(), h.lost()) };
+        tokio::pin!(waiters);
+        tokio::select! {
+            biased;
+            _ = &mut waiters => panic!("a loss signal fired"),
+            () = tokio::time::sleep(100 * MS) => {}
+        }
+        assert_eq!(tasks(), idle + 1, "one watcher for every waiter");
+    }
+    tokio::time::sleep(20 * MS).await;
+    assert_eq!(tasks(), idle, "the watcher outlived its waiters");
+    // It starts again with the next wait.
+    tokio::select! {
+        biased;
+        () = h.lost() => panic!("lost() fired"),
+        () = tokio::time::sleep(100 * MS) => {}
+    }
+    assert_eq!(tasks(), idle + 1);
+    g.release().await.expect("release");
+    h.release().await.expect("release");
+}
