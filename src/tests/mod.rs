@@ -9,5 +9,6 @@ mod fair;
 mod limits;
 mod multi;
 mod node_cases;
+mod reentry;
 mod safety;
 mod scale;
