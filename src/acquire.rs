@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::attempt::attempt;
 use crate::clock;
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::hold::{Hold, OnDrop};
+use crate::hold::{Hold, HoldState, OnDrop};
 use crate::keys::Keys;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
@@ -243,6 +243,20 @@ impl Acquisition<'_> {
 }
 
 /// Re-enters a live hold: one more level, refreshed on the nodes.
+///
+/// The nodes are asked in the re-entry mode, which never creates a missing
+/// key: a lock forced (`force_unlock`) or lost by nodes restarted empty must
+/// not come back through a re-entry. As in the watchdog's renewal:
+/// - confirmed on a quorum: the re-entry succeeds; a minority that answered
+///   "missing" is left to the watchdog, which re-creates the key there in
+///   its next tick once a quorum confirms the hold again (its repair, with
+///   the fence counter raised to the hold's token);
+/// - missing or not ours on so many nodes that no quorum can confirm it:
+///   the hold is lost (`lost()` fires, its keys left anywhere are
+///   released) and the re-entry fails with [`Error::Lost`];
+/// - otherwise (nodes failed or timed out): nothing says the lock is gone,
+///   so the hold stays valid until its `valid_until` and the guard is
+///   returned; the watchdog decides at its next tick.
 pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
     if !hold.is_live() {
         return Err(hold.gone());
@@ -269,11 +283,21 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
         Ok(won) => {
             let mut r = locked(&hold.record);
             r.valid_until = r.valid_until.max(won.acquired.valid_until);
-            for (g, w) in r.granted.iter_mut().zip(&won.acquired.granted) {
-                *g |= *w;
+            let answers = won.acquired.granted.iter().zip(&won.missing);
+            for (g, (w, m)) in r.granted.iter_mut().zip(answers) {
+                // A node that lost the key holds nothing until repaired.
+                *g = (*g || *w) && !*m;
             }
             drop(r);
             won.late.finish(&hold);
+        }
+        Err(e @ Error::Lost { .. }) => {
+            // Gone on too many nodes for a quorum: the holder is told now.
+            if hold.transition(HoldState::Lost) {
+                warn!(lock = %hold.keys.name, "lock lost: a re-entry found it gone on too many nodes for a quorum");
+                let _ = hold.release_in_background(0);
+            }
+            return Err(e);
         }
         Err(e) => {
             // Still held until `valid_until`: re-entry does not change who

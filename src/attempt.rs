@@ -22,11 +22,20 @@ use crate::rollback::{LateGrants, Rollback};
 pub(crate) struct Won {
     pub(crate) acquired: Acquired,
     pub(crate) late: LateGrants,
+    /// Per node: answered that the key is missing (a re-entry's answer).
+    pub(crate) missing: Vec<bool>,
 }
 
 /// One fan-out of the acquire script. On success the grants belong to the
 /// caller; on failure (or if dropped) they are rolled back. With a `spot`,
 /// the attempt is a queued waiter's, and the answers update its place.
+///
+/// With a `prior_count`, it is a re-entry of a hold at that count: the
+/// nodes are asked in the re-entry mode, which never creates a missing key
+/// ([`NodeOps::reenter`](crate::node::NodeOps::reenter)), and when so many
+/// nodes answer that the key is missing or not ours (another holder, a key
+/// of another type) that no quorum can confirm the hold, the attempt fails
+/// with [`Error::Lost`], as the watchdog's renewal would find it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn attempt(
     nodes: &Arc<Nodes>,
@@ -58,9 +67,12 @@ pub(crate) async fn attempt(
         let timeout = nodes.call_timeout(lease);
         let place = spot.as_deref_mut().map(Spot::place);
         let mut fan = FanOut::start(nodes.len(), timeout, |i| {
-            nodes
-                .node(i)
-                .acquire(keys, holder_id, lease, count, place.as_ref())
+            let node = nodes.node(i);
+            if prior_count > 0 {
+                node.reenter(keys, holder_id, lease, count)
+            } else {
+                node.acquire(keys, holder_id, lease, count, place.as_ref())
+            }
         });
         fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
             .await;
@@ -82,6 +94,7 @@ pub(crate) async fn attempt(
                     Some(Ok(Grant::Taken(p, t))) => {
                         debug!(node = i, pttl = ?p, ticket = t, "taken")
                     }
+                    Some(Ok(Grant::Missing)) => debug!(node = i, "missing"),
                     Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
                     None => debug!(node = i, "pending"),
                 }
@@ -95,15 +108,26 @@ pub(crate) async fn attempt(
             span.record("outcome", "missed");
             let (replies, _) = fan.into_parts();
             rollback.run(&replies).await;
+            if prior_count > 0 && unconfirmable(nodes, &replies, tally) {
+                span.record("outcome", "lost");
+                return Err(Error::Lost {
+                    name: keys.name.to_string(),
+                });
+            }
             return Err(missed(nodes, &keys.name, &replies, tally));
         }
         let (replies, rest) = fan.into_parts();
         let mut granted = vec![false; replies.len()];
+        let mut missing = vec![false; replies.len()];
         let mut token = 0;
         for (i, r) in replies.iter().enumerate() {
-            if let Some(Ok(Grant::Granted(t))) = r {
-                granted[i] = true;
-                token = token.max(*t);
+            match r {
+                Some(Ok(Grant::Granted(t))) => {
+                    granted[i] = true;
+                    token = token.max(*t);
+                }
+                Some(Ok(Grant::Missing)) => missing[i] = true,
+                _ => {}
             }
         }
         let fenced = if prior_count == 0 {
@@ -132,6 +156,7 @@ pub(crate) async fn attempt(
                         granted,
                     },
                     late: LateGrants { rest },
+                    missing,
                 })
             }
             (Err(failures), _) => {
@@ -268,6 +293,23 @@ pub(crate) async fn fence_quorum(
     }
     debug!(lock = %keys.name, token, required, "fence counters could not be raised on a quorum");
     Err(failures)
+}
+
+/// A re-entry that missed the quorum because the hold is gone: so many
+/// nodes answered that the key is missing, another holder's, or of another
+/// type, that the others could not make a quorum (the watchdog's rule for a
+/// loss). Nodes that failed or did not answer may still hold it.
+fn unconfirmable(
+    nodes: &Nodes,
+    replies: &[Option<Result<Grant, NodeError>>],
+    tally: Tally,
+) -> bool {
+    let wrong = replies
+        .iter()
+        .filter(|r| matches!(r, Some(Err(e)) if e.kind == NodeErrorKind::WrongType))
+        .count();
+    let absent = tally.taken + tally.missing + wrong;
+    nodes.len().saturating_sub(absent) < nodes.required()
 }
 
 /// The error of an attempt on `name` (a lock name, or a set's label) that

@@ -190,7 +190,10 @@ pub enum Error {
         name: String,
     },
 
-    /// The watchdog could no longer confirm the lock on a quorum of nodes.
+    /// The watchdog could no longer confirm the lock on a quorum of nodes,
+    /// or a re-entry found it missing or another holder's on so many nodes
+    /// that no quorum could confirm it (forced, or lost by nodes restarted
+    /// empty).
     #[error("lock {name:?} was lost: fewer than the quorum confirmed it in time")]
     Lost {
         /// The lock name.

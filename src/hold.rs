@@ -25,7 +25,8 @@ pub enum HoldState {
     /// Released by its last guard.
     Released,
     /// No longer held: the watchdog could not confirm it on a quorum in
-    /// time, or its validity ran out (a fixed lease, or renewal that did not
+    /// time, a re-entry found it gone on too many nodes for a quorum (forced,
+    /// or lost by nodes restarted empty), or its validity ran out (a fixed lease, or renewal that did not
     /// land before [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
     /// Never later than `valid_until`.
     Lost,

@@ -167,7 +167,10 @@ impl LockRequest<'_> {
     /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
     /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
     /// - [`Error::WrongType`] when the lock key holds a non-hash value;
-    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid.
+    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid;
+    ///   [`Error::Lost`] also when the re-entry finds the lock missing (forced, or lost by
+    ///   nodes restarted empty) or another holder's on so many nodes that no quorum can
+    ///   confirm it: a re-entry never re-creates the lock, and the hold is then lost.
     ///
     /// # Cancel safety
     ///

@@ -214,6 +214,8 @@ impl<T> Stragglers<T> {
 pub(crate) struct Tally {
     pub(crate) granted: usize,
     pub(crate) taken: usize,
+    /// Re-entry only: the key is missing.
+    pub(crate) missing: usize,
     pub(crate) failed: usize,
     pub(crate) pending: usize,
 }
@@ -237,6 +239,7 @@ impl Tally {
                 None => t.pending += 1,
                 Some(Ok(Grant::Granted(_))) => t.granted += 1,
                 Some(Ok(Grant::Taken(..))) => t.taken += 1,
+                Some(Ok(Grant::Missing)) => t.missing += 1,
                 Some(Err(_)) => t.failed += 1,
             }
         }

@@ -100,8 +100,8 @@ impl Rollback {
     }
 
     /// Rolls back and waits for it (each node for at most the node
-    /// timeout): a node that answered "taken" holds nothing of ours and is
-    /// skipped. Waiting keeps a retry from finding this attempt's grants
+    /// timeout): a node that answered "taken" (or, to a re-entry, "missing")
+    /// holds nothing of ours and is skipped. Waiting keeps a retry from finding this attempt's grants
     /// still in place and mistaking them for another holder's; a failed
     /// last attempt therefore returns up to one node timeout after its wait.
     pub(crate) async fn run(mut self, replies: &[Option<Result<Grant, NodeError>>]) {
@@ -114,7 +114,7 @@ impl Rollback {
         }
         let skip: Vec<bool> = replies
             .iter()
-            .map(|r| matches!(r, Some(Ok(Grant::Taken(..)))))
+            .map(|r| matches!(r, Some(Ok(Grant::Taken(..) | Grant::Missing))))
             .collect();
         send_all(self.calls(&skip), self.nodes.config.node_timeout).await;
         self.armed = false;

@@ -251,6 +251,67 @@ async fn acquire_grants_reenters_and_reports_the_holder() {
     );
 }
 
+/// `acquire.lua` with ARGV[4] = 1 (a re-entry): our key is re-entered, a
+/// missing key is reported as `{3, 0}` and never created (no INCR).
+#[tokio::test]
+async fn acquire_in_reentry_mode_reports_a_missing_key_and_creates_nothing() {
+    let mut c = raw(0).await;
+    let k = keys();
+    async fn reenter(c: &mut MultiplexedConnection, k: &Keys, owner: &str, count: u32) -> Vec<i64> {
+        script("acquire")
+            .key(&k.lock)
+            .key(&k.fence)
+            .arg(owner)
+            .arg(60_000)
+            .arg(count)
+            .arg(1)
+            .invoke_async(c)
+            .await
+            .expect("acquire")
+    }
+    let missing = reenter(&mut c, &k, "a", 2).await;
+    assert_eq!(missing, vec![3, 0]);
+    assert_eq!(pttl(&mut c, &k).await, -2, "no key created");
+    assert_eq!(fence(&mut c, &k).await, None, "no INCR");
+    assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 1]);
+    let again = reenter(&mut c, &k, "a", 2).await;
+    assert_eq!(again, vec![2, 1]);
+    assert_eq!(hget(&mut c, &k, "a").await, Some(2));
+    let taken = reenter(&mut c, &k, "b", 1).await;
+    assert_eq!(taken[0], 0);
+}
+
+/// `release.lua` with the queue key of another type: WRONGTYPE, and the
+/// lock and the fence counter are as they were (an error changes nothing).
+#[tokio::test]
+async fn release_with_a_queue_key_of_another_type_errors_and_changes_nothing() {
+    let mut c = raw(0).await;
+    let k = keys();
+    assert_eq!(acquire(&mut c, &k, "a", 1).await, vec![1, 1]);
+    let _: () = redis::cmd("SET")
+        .arg(&k.queue)
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .expect("SET");
+    let err = script("release")
+        .key(&k.lock)
+        .key(&k.channel)
+        .key(&k.fence)
+        .key(&k.queue)
+        .key(&k.timeouts)
+        .arg("a")
+        .arg(0)
+        .arg(60_000)
+        .arg(5)
+        .invoke_async::<i64>(&mut c)
+        .await
+        .expect_err("WRONGTYPE");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(hget(&mut c, &k, "a").await, Some(1), "the lock is kept");
+    assert_eq!(fence(&mut c, &k).await, Some(1), "the counter is kept");
+}
+
 #[tokio::test]
 async fn acquire_on_a_wrong_type_key_errors_and_changes_nothing() {
     let mut c = raw(0).await;

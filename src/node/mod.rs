@@ -40,6 +40,9 @@ pub(crate) enum Grant {
     /// time that waiter has left to claim it). Carries the waiter's ticket
     /// on this node when it asked for a place in the queue (0 otherwise).
     Taken(Option<Duration>, u64),
+    /// Re-entry only ([`NodeOps::reenter`]): the key is missing (forced,
+    /// expired, or the node restarted empty); nothing was created.
+    Missing,
 }
 
 /// A waiter's place in a lock's queue, sent with each of its attempts
@@ -129,6 +132,20 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         lease: Duration,
         count: u32,
         place: Option<&Place>,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+
+    /// Re-enters a hold of `owner` (`scripts/acquire.lua` in its re-entry
+    /// mode): `Granted` with the fence counter when `owner` holds the lock
+    /// (the count is set to `count` and the lease refreshed), `Taken` when
+    /// another holder does, `Missing` when there is no key. A missing key is
+    /// never created: a lock forced, or lost by a node restarted empty, must
+    /// not come back through a re-entry.
+    fn reenter(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
     ) -> BoxFuture<'static, Result<Grant, NodeError>>;
 
     /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),

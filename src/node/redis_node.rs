@@ -226,8 +226,8 @@ async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
 }
 
 /// Reads an `acquire`, `acquire_queued` or `acquire_all` reply: `{granted
-/// or re-entered, fence counter}` or `{taken, PTTL or wait, [ticket]}`
-/// (a negative wait is unknown).
+/// or re-entered, fence counter}`, `{taken, PTTL or wait, [ticket]}` (a
+/// negative wait is unknown) or, for a re-entry, `{missing, 0}`.
 fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
     let code = reply.first().and_then(int);
     let value = reply.get(1).and_then(int);
@@ -235,6 +235,7 @@ fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
         (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
             Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
         }
+        (Some(scripts::ACQ_MISSING), _) => Ok(Grant::Missing),
         (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
             u64::try_from(pttl).ok().map(Duration::from_millis),
             reply
@@ -386,6 +387,30 @@ impl NodeOps for RedisNode {
                         .await?
                 }
             };
+            grant(&reply, "acquire")
+        })
+    }
+
+    fn reenter(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let call = self.script_call();
+        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+        Box::pin(async move {
+            let reply: Vec<Value> = call?
+                .run(
+                    &scripts::ACQUIRE,
+                    &[&keys.lock, &keys.fence],
+                    Resend::Never,
+                    |c| {
+                        c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
+                    },
+                )
+                .await?;
             grant(&reply, "acquire")
         })
     }

@@ -29,10 +29,20 @@
 --                           free but another waiter's turn, how long that
 --                           waiter has left to claim it (-1: unknown).
 local now = now_ms()
+-- The keys are read for their type before anything is written (a script
+-- stopped by an error keeps the writes it made, and an error reply must
+-- mean nothing changed): a lock key that is not a hash raises WRONGTYPE in
+-- HEXISTS, a fence counter that is not a string in GET when it would be
+-- used (the lock free, or ours), and a queue key of another type in the
+-- first read of `drop_gone`.
+local pttl = redis.call('pttl', KEYS[1])
+local ours = pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[1]) == 1
+if pttl == -2 or ours then
+  redis.call('get', KEYS[2])
+end
 -- Waiters that stopped calling are dropped from the head of the queue; the
 -- next one is told if the lock is free.
 local head, dropped = drop_gone(KEYS[3], KEYS[4], now)
-local pttl = redis.call('pttl', KEYS[1])
 local wait = pttl
 if pttl == -2 then
   if ARGV[7] == '0' or not head or head == ARGV[4] then
@@ -47,7 +57,7 @@ if pttl == -2 then
     redis.pcall('publish', KEYS[5], head)
   end
   wait = tonumber(redis.call('zscore', KEYS[4], head)) - now
-elseif redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+elseif ours then
   local fence = tonumber(redis.call('get', KEYS[2]) or '0')
   redis.call('hset', KEYS[1], ARGV[1], ARGV[3])
   redis.call('pexpire', KEYS[1], ARGV[2])

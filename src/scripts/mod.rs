@@ -126,6 +126,8 @@ pub(crate) const ACQ_GRANTED: i64 = 1;
 pub(crate) const ACQ_REENTERED: i64 = 2;
 /// Acquire reply code: another owner holds it.
 pub(crate) const ACQ_TAKEN: i64 = 0;
+/// Acquire reply code, re-entry only: the key is missing (nothing created).
+pub(crate) const ACQ_MISSING: i64 = 3;
 
 /// Release reply code: deleted and published.
 pub(crate) const REL_RELEASED: i64 = 2;

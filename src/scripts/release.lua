@@ -26,20 +26,32 @@ if not redis.call('hget', KEYS[1], ARGV[1]) then
   end
   return -1
 end
+-- Every key is read before anything is written (a script stopped by an
+-- error keeps the writes it made, and an error reply must mean nothing
+-- changed): the fence counter, then, for a full release, the queue, whose
+-- gone waiters are dropped (a queue or timeouts key of another type raises
+-- WRONGTYPE in `drop_gone` before its first write).
 local token = tonumber(ARGV[4])
-if token > 0 and tonumber(redis.call('get', KEYS[3]) or '0') < token then
-  redis.call('set', KEYS[3], token)
+local raise = false
+if token > 0 then
+  raise = tonumber(redis.call('get', KEYS[3]) or '0') < token
 end
 if tonumber(ARGV[2]) > 0 then
+  if raise then
+    redis.call('set', KEYS[3], token)
+  end
   redis.call('hset', KEYS[1], ARGV[1], ARGV[2])
   redis.call('pexpire', KEYS[1], ARGV[3])
   return 1
 end
-redis.call('del', KEYS[1])
 local head = nil
 if redis.call('exists', KEYS[4]) == 1 then
   head = drop_gone(KEYS[4], KEYS[5], now_ms())
 end
+if raise then
+  redis.call('set', KEYS[3], token)
+end
+redis.call('del', KEYS[1])
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
 redis.pcall('publish', KEYS[2], (head or '') .. ' ' .. ARGV[1])

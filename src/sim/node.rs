@@ -310,6 +310,17 @@ impl NodeOps for SimNode {
         })
     }
 
+    fn reenter(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.call("reenter", move |n| n.reenter(&k, &o, lease, count))
+    }
+
     fn leave(
         &self,
         keys: &Arc<Keys>,

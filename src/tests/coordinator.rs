@@ -187,7 +187,8 @@ async fn reentry_converges_counts_and_needs_as_many_releases() {
     let b = me.scope(m.lock("job")).await.expect("re-enter");
     assert_eq!(b.hold_count(), 2);
     assert_eq!(a.fencing_token(), b.fencing_token());
-    // A node that lost the key gets it back with the authoritative count.
+    // A node that lost the key gets it back with the authoritative count:
+    // the re-entry creates nothing, the watchdog's next tick repairs it.
     fakes[0].wipe();
     let c = m
         .request("job")
@@ -196,6 +197,8 @@ async fn reentry_converges_counts_and_needs_as_many_releases() {
         .await
         .expect("re-enter again");
     assert_eq!(c.hold_count(), 3);
+    assert_eq!(fakes[0].holder(KEY), None);
+    tokio::time::sleep(Duration::from_secs(4)).await;
     for f in &fakes {
         assert_eq!(f.holder(KEY).map(|h| h.1), Some(3));
     }

@@ -59,6 +59,17 @@ impl NodeOps for Delayed {
         self.later(move |n| n.acquire(&k, &o, lease, count, p.as_ref()))
     }
 
+    fn reenter(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
+        self.later(move |n| n.reenter(&k, &o, lease, count))
+    }
+
     fn leave(
         &self,
         keys: &Arc<Keys>,

@@ -14,6 +14,9 @@ use crate::keys::Keys;
 use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
 use crate::sync::locked;
 
+/// What the scripts read before they write (re-entry, queue types).
+mod reads;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     Normal,
@@ -163,6 +166,7 @@ impl FakeNode {
         let mut s = locked(&self.state);
         s.locks.remove(key);
         s.fences.remove(key);
+        s.queues.remove(key);
         s.foreign.insert(key.to_owned());
     }
 
@@ -404,9 +408,8 @@ fn acquire_queued(
     p: &Place,
 ) -> Result<Grant, NodeError> {
     let now = Instant::now();
+    reads::queued_types(s, keys, owner)?;
     let mut q = s.queues.remove(&keys.queue()).unwrap_or_default();
-    // The script drops gone waiters first; an error after that (a key of
-    // another type) keeps what was written before it.
     q.drop_gone(now);
     let answer = place_in_queue(s, &mut q, keys, owner, lease, count, p, now);
     if !q.order.is_empty() {
@@ -492,21 +495,35 @@ impl NodeOps for FakeNode {
         })
     }
 
+    fn reenter(
+        &self,
+        keys: &Arc<Keys>,
+        owner: &Arc<str>,
+        lease: Duration,
+        count: u32,
+    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
+        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+        self.try_run(move |s| reads::reenter(s, &keys, &owner, lease, count))
+    }
+
     fn leave(
         &self,
         keys: &Arc<Keys>,
         waiter: &Arc<str>,
     ) -> BoxFuture<'static, Result<bool, NodeError>> {
         let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        self.run(move |s| {
+        self.try_run(move |s| {
+            if s.foreign.contains(&keys.queue()) {
+                return Err(wrong_type(&keys.queue()));
+            }
             let Some(q) = s.queues.get_mut(&keys.queue()) else {
-                return false;
+                return Ok(false);
             };
             let left = q.remove(&waiter);
             if q.order.is_empty() {
                 s.queues.remove(&keys.queue());
             }
-            left
+            Ok(left)
         })
     }
 
@@ -535,6 +552,10 @@ impl NodeOps for FakeNode {
             None => Ok(Released::Missing),
             Some(e) if *e.owner != *owner => Ok(Released::OtherOwner),
             Some(_) if token > 0 && s.foreign.contains(&keys.fence) => Err(wrong_type(&keys.fence)),
+            // A full release reads the queue before it deletes anything.
+            Some(_) if count == 0 && s.foreign.contains(&keys.queue()) => {
+                Err(wrong_type(&keys.queue()))
+            }
             Some(e) => {
                 let f = s.fences.entry(keys.fence.clone()).or_insert(0);
                 *f = (*f).max(token);

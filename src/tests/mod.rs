@@ -9,6 +9,7 @@ mod fair;
 mod limits;
 mod multi;
 mod node_cases;
+mod reentry;
 mod safety;
 mod scale;
 mod suspend;

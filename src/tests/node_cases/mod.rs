@@ -42,6 +42,13 @@ enum Op {
         lease: u64,
         count: u32,
     },
+    /// `acquire.lua` in its re-entry mode (never creates a missing key).
+    Reenter {
+        name: &'static str,
+        holder: &'static str,
+        lease: u64,
+        count: u32,
+    },
     /// `acquire_queued.lua`: an acquire by a waiter with a place in the
     /// lock's queue.
     AcquireQueued {
@@ -85,6 +92,8 @@ enum Op {
     Status(&'static str),
     /// A string at the lock key of this name.
     ForeignLock(&'static str),
+    /// A string at the queue key of this name.
+    ForeignQueue(&'static str),
     /// A hash at the node's fence counter.
     ForeignFence,
     Sleep(u64),
@@ -99,6 +108,8 @@ enum Op {
 enum Out {
     Granted(u64),
     Taken(Option<Duration>),
+    /// A re-entry found no key.
+    Missing,
     /// Not granted, with a place in the queue: the wait and the ticket.
     Queued {
         wait: Option<Duration>,
@@ -193,6 +204,14 @@ fn keys(name: &str) -> Arc<Keys> {
     Arc::new(Keys::new(PREFIX, name))
 }
 
+fn grant(g: Grant) -> Out {
+    match g {
+        Grant::Granted(t) => Out::Granted(t),
+        Grant::Taken(p, _) => Out::Taken(p),
+        Grant::Missing => Out::Missing,
+    }
+}
+
 fn outcome<T>(r: Result<T, crate::error::NodeError>, f: impl FnOnce(T) -> Out) -> Out {
     r.map_or_else(|e| Out::Failed(e.kind), f)
 }
@@ -219,14 +238,20 @@ impl Side {
                 holder,
                 lease,
                 count,
-            } => outcome(
-                n.acquire(&keys(name), &Arc::from(*holder), ms(*lease), *count, None)
-                    .await,
-                |g| match g {
-                    Grant::Granted(t) => Out::Granted(t),
-                    Grant::Taken(p, _) => Out::Taken(p),
-                },
-            ),
+            }
+            | Op::Reenter {
+                name,
+                holder,
+                lease,
+                count,
+            } => {
+                let (k, h, lease) = (keys(name), Arc::from(*holder), ms(*lease));
+                let call = match op {
+                    Op::Reenter { .. } => n.reenter(&k, &h, lease, *count),
+                    _ => n.acquire(&k, &h, lease, *count, None),
+                };
+                outcome(call.await, grant)
+            }
             Op::AcquireQueued {
                 name,
                 holder,
@@ -253,8 +278,8 @@ impl Side {
                     )
                     .await,
                     |g| match g {
-                        Grant::Granted(t) => Out::Granted(t),
                         Grant::Taken(wait, ticket) => Out::Queued { wait, ticket },
+                        g => grant(g),
                     },
                 )
             }
@@ -288,10 +313,7 @@ impl Side {
                 outcome(
                     n.acquire_all(&set, &Arc::from(*holder), ms(*lease), *count)
                         .await,
-                    |g| match g {
-                        Grant::Granted(t) => Out::Granted(t),
-                        Grant::Taken(p, _) => Out::Taken(p),
-                    },
+                    grant,
                 )
             }
             Op::Release {
@@ -345,8 +367,11 @@ impl Side {
                 pttl: s.pttl,
                 fence: s.fence,
             }),
-            Op::ForeignLock(name) => {
-                let key = keys(name).lock.clone();
+            Op::ForeignLock(name) | Op::ForeignQueue(name) => {
+                let key = match op {
+                    Op::ForeignQueue(_) => keys(name).queue(),
+                    _ => keys(name).lock.clone(),
+                };
                 match &self.ctl {
                     Ctl::Fake(f) => f.put_foreign(&key),
                     Ctl::Real(r) => Self::admin_cmd(r, redis::cmd("SET").arg(key).arg("x")).await,
@@ -506,7 +531,11 @@ fn node_cases_names_are_unique_and_steps_answer() {
         for (op, expect) in &case.steps {
             let action = matches!(
                 op,
-                Op::Sleep(_) | Op::Restart { .. } | Op::ForeignLock(_) | Op::ForeignFence
+                Op::Sleep(_)
+                    | Op::Restart { .. }
+                    | Op::ForeignLock(_)
+                    | Op::ForeignQueue(_)
+                    | Op::ForeignFence
             );
             assert_eq!(
                 action,

@@ -22,6 +22,16 @@ fn acquire(name: &'static str, holder: &'static str, lease: u64, count: u32) -> 
     }
 }
 
+/// `acquire.lua` in its re-entry mode.
+fn reenter(name: &'static str, holder: &'static str, count: u32) -> Op {
+    Op::Reenter {
+        name,
+        holder,
+        lease: L,
+        count,
+    }
+}
+
 /// Holder of the waiters' grants, besides `H1` and `H2`.
 const H3: &str = "holder-3";
 const W1: &str = "waiter-1";
@@ -478,14 +488,50 @@ pub(super) fn cases() -> Vec<Case> {
             .step(release("a", H1, 0, 1), Out::Released(Deleted))
             .step(Op::Status("a"), free(1))
             .step(Op::Queue("a"), queue(&[W2])),
-        Case::new("queue: a wrong-type lock key errors; gone waiters are still dropped")
+        Case::new("queue: a wrong-type lock key errors and changes nothing; gone waiters stay")
             .step(acquire("a", H1, L, 1), granted(1))
             .step(place("a", H2, W1, 0, true, 100), queued(L, 1))
             .step(place("a", H3, W2, 0, true, Q), queued(L, 2))
             .act(Op::Sleep(300))
             .act(Op::ForeignLock("a"))
             .step(place("a", H3, W2, 0, true, Q), WRONG_TYPE)
-            .step(Op::Queue("a"), queue(&[W2])),
+            .step(Op::Queue("a"), queue(&[W1, W2]))
+            .step(Op::ForceRelease("a"), Out::Forced(true))
+            .act(Op::ForeignFence)
+            .step(place("a", H3, W2, 0, true, Q), WRONG_TYPE)
+            .step(Op::Queue("a"), queue(&[W1, W2])),
+        Case::new("a queue key of another type: release changes nothing and errors")
+            .step(acquire("a", H1, L, 2), granted(1))
+            .act(Op::ForeignQueue("a"))
+            .step(release("a", H1, 0, 7), WRONG_TYPE)
+            .step(Op::Status("a"), held(H1, 2, L, 1))
+            .step(release("a", H1, 1, 5), Out::Released(Lowered))
+            .step(Op::Status("a"), held(H1, 1, L, 5))
+            .step(release("a", H1, 0, 0), WRONG_TYPE)
+            .step(place("a", H2, W1, 0, true, Q), WRONG_TYPE)
+            .step(leave("a", W1), WRONG_TYPE)
+            .step(Op::Status("a"), held(H1, 1, L, 5))
+            .step(Op::ForceRelease("a"), Out::Forced(true))
+            .step(Op::Status("a"), free(5)),
+        Case::new("re-entry mode: ours is re-entered, another's is taken, a missing key is never created")
+            .step(reenter("a", H1, 2), Out::Missing)
+            .step(Op::Status("a"), free(0))
+            .step(acquire("a", H1, 1_000, 1), granted(1))
+            .step(reenter("a", H1, 2), granted(1))
+            .step(Op::Status("a"), held(H1, 2, L, 1))
+            .step(reenter("a", H2, 1), taken(L))
+            .step(Op::ForceRelease("a"), Out::Forced(true))
+            .step(reenter("a", H1, 3), Out::Missing)
+            .step(Op::Status("a"), free(1))
+            .act(Op::ForeignLock("w"))
+            .step(reenter("w", H1, 2), WRONG_TYPE)
+            .act(Op::ForeignFence)
+            .step(reenter("b", H1, 2), Out::Missing),
+        Case::new("re-entry mode: a key lost by a restart empty stays missing")
+            .step(acquire("a", H1, L, 1), granted(1))
+            .act(Op::Restart { keep_data: false })
+            .step(reenter("a", H1, 2), Out::Missing)
+            .step(Op::Status("a"), free(0)),
         Case::new("queue: a wrong-type fence errors a grant; the waiter keeps its place")
             .step(acquire("a", H1, L, 1), granted(1))
             .step(place("a", H2, W1, 0, true, Q), queued(L, 1))
