@@ -519,6 +519,12 @@ async fn flushall(conns: &[MultiplexedConnection]) {
 }
 
 fn main() -> Result<(), BoxError> {
+    // `cargo test --all-targets` runs bench binaries without `--bench`:
+    // do nothing there rather than the whole benchmark in debug mode.
+    if !std::env::args().skip(1).any(|a| a == "--bench") {
+        println!("scale: run with `cargo bench --bench scale` (skipped under cargo test)");
+        return Ok(());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -315,6 +315,11 @@ fn fmt_opt_ms(d: Option<Duration>) -> String {
 pub(crate) struct NodeError {
     pub(crate) kind: NodeErrorKind,
     pub(crate) message: String,
+    /// Set when the call never reached the node: failed at once by the
+    /// node's pause after a refused connection, or refused itself, and no
+    /// earlier try of it may have run. It may be sent from this instant,
+    /// when the pause ends.
+    pub(crate) unsent_until: Option<tokio::time::Instant>,
 }
 
 impl NodeError {
@@ -322,6 +327,7 @@ impl NodeError {
         Self {
             kind,
             message: message.into(),
+            unsent_until: None,
         }
     }
 

@@ -7,13 +7,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::debug;
 
 use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{NodeOps, Released};
-use crate::quorum::{FanOut, Stragglers};
+use crate::quorum::{deadline_after, FanOut, Stragglers};
 use crate::resume::Resume;
 use crate::status::NodeStatus;
 use crate::sync::Background;
@@ -127,7 +130,7 @@ impl Nodes {
     ) -> (ReleaseTally, Stragglers<Released>) {
         let required = self.required();
         let mut fan = FanOut::start(self.len(), self.call_timeout(lease), |i| {
-            self.list[i].release(keys, holder, left, lease, token)
+            self.release_call(i, keys, holder, left, lease, token)
         });
         fan.until(|f| {
             let (mut released, mut pending) = (0, 0);
@@ -153,6 +156,78 @@ impl Nodes {
             }
         }
         (t, rest)
+    }
+
+    /// Node `i`'s release of all but `left` levels of `holder`'s hold (a
+    /// rollback too). One that meets the node's pause after a refused
+    /// connection was never sent: it is sent when the pause ends (see
+    /// [`Nodes::after_pause`]), so that a node back with its data (it was
+    /// persisted) does not keep the key for the rest of the lease.
+    pub(crate) fn release_call(
+        &self,
+        i: usize,
+        keys: &Arc<Keys>,
+        holder: &Arc<str>,
+        left: u32,
+        lease: Duration,
+        token: u64,
+    ) -> BoxFuture<'static, Result<Released, NodeError>> {
+        let (keys, holder) = (Arc::clone(keys), Arc::clone(holder));
+        self.after_pause(i, lease, move |n| {
+            n.release(&keys, &holder, left, lease, token)
+        })
+    }
+
+    /// Node `i`'s `leave` of `waiter` from the queue of `keys`; as
+    /// [`Nodes::release_call`], sent when the pause ends if it met one.
+    pub(crate) fn leave_call(
+        &self,
+        i: usize,
+        keys: &Arc<Keys>,
+        waiter: &Arc<str>,
+    ) -> BoxFuture<'static, Result<bool, NodeError>> {
+        let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
+        self.after_pause(i, self.config.queue_timeout, move |n| {
+            n.leave(&keys, &waiter)
+        })
+    }
+
+    /// Makes `call` to node `i` and answers as it does. When the node's
+    /// pause after a refused connection failed it without sending it (the
+    /// error's `unsent_until`), it is sent again as background work once
+    /// the pause ends: once, and again only while it keeps meeting the
+    /// pause unsent, so a call that may have run is never sent twice. Only
+    /// for calls whose late arrival is harmless (a release or a rollback
+    /// deletes or lowers what one hold owns, and a hold's id is never
+    /// reused; a `leave` removes one waiter), and only within `life`, the
+    /// longest the state they undo can last on the node (the lease, the
+    /// queue timeout); each try waits for its answer for the node timeout.
+    fn after_pause<T, C>(
+        &self,
+        i: usize,
+        life: Duration,
+        call: C,
+    ) -> BoxFuture<'static, Result<T, NodeError>>
+    where
+        T: Send + 'static,
+        C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>> + Send + Sync + 'static,
+    {
+        let node = Arc::clone(&self.list[i]);
+        let first = call(&*node);
+        let background = Arc::clone(&self.background);
+        let end = deadline_after(Instant::now(), life);
+        let timeout = self.config.node_timeout;
+        Box::pin(async move {
+            let r = first.await;
+            if let Err(NodeError {
+                unsent_until: Some(at),
+                ..
+            }) = &r
+            {
+                background.spawn(send_after_pause(node, i, call, *at, end, timeout));
+            }
+            r
+        })
     }
 
     /// Deletes the lock on every node, whoever holds it; returns on how many
@@ -217,4 +292,44 @@ pub(crate) struct ReleaseTally {
     /// Nodes that had not answered when the release was decided.
     pub(crate) pending: usize,
     pub(crate) failures: Vec<NodeFailure>,
+}
+
+/// Sends `call` to node `i` once its pause ends (`at`), and again each time
+/// it meets a pause unsent, as long as that ends before `end`; each try has
+/// `timeout` to answer.
+async fn send_after_pause<T, C>(
+    node: Arc<dyn NodeOps>,
+    i: usize,
+    call: C,
+    mut at: Instant,
+    end: Instant,
+    timeout: Duration,
+) where
+    C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>>,
+{
+    while at < end {
+        tokio::time::sleep_until(at).await;
+        match tokio::time::timeout(timeout, call(&*node)).await {
+            Ok(Err(NodeError {
+                unsent_until: Some(next),
+                ..
+            })) => at = next,
+            Ok(Ok(_)) => {
+                debug!(node = i, "sent after the node's pause");
+                return;
+            }
+            Ok(Err(e)) => {
+                debug!(node = i, error = %e.message, "failed after the node's pause");
+                return;
+            }
+            Err(_) => {
+                debug!(node = i, "timed out after the node's pause");
+                return;
+            }
+        }
+    }
+    debug!(
+        node = i,
+        "the node's pause outlasted what the call undoes; not sent"
+    );
 }

@@ -137,7 +137,7 @@ impl Drop for Spot {
             .iter()
             .enumerate()
             .filter(|(_, q)| **q)
-            .map(|(i, _)| self.nodes.node(i).leave(&self.keys, &self.place.waiter))
+            .map(|(i, _)| self.nodes.leave_call(i, &self.keys, &self.place.waiter))
             .collect();
         let timeout = self.nodes.config.node_timeout;
         self.nodes.spawn(async move {

@@ -87,7 +87,8 @@ impl Rollback {
         (0..self.nodes.len())
             .filter(|i| !skip.get(*i).copied().unwrap_or(false))
             .map(|i| {
-                let call = self.nodes.node(i).release(
+                let call = self.nodes.release_call(
+                    i,
                     &self.keys,
                     &self.holder_id,
                     self.restore,
@@ -100,8 +101,10 @@ impl Rollback {
     }
 
     /// Rolls back and waits for it (each node for at most the node
-    /// timeout): a node that answered "taken" (or, to a re-entry, "missing")
-    /// holds nothing of ours and is skipped. Waiting keeps a retry from finding this attempt's grants
+    /// timeout): a node that answered "taken" (or, to a re-entry,
+    /// "missing"), or that the acquire never reached (refused, or failed by
+    /// the pause after a refused connection), holds nothing of ours and is
+    /// skipped. Waiting keeps a retry from finding this attempt's grants
     /// still in place and mistaking them for another holder's; a failed
     /// last attempt therefore returns up to one node timeout after its wait.
     pub(crate) async fn run(mut self, replies: &[Option<Result<Grant, NodeError>>]) {
@@ -114,7 +117,11 @@ impl Rollback {
         }
         let skip: Vec<bool> = replies
             .iter()
-            .map(|r| matches!(r, Some(Ok(Grant::Taken(..) | Grant::Missing))))
+            .map(|r| match r {
+                Some(Ok(Grant::Taken(..) | Grant::Missing)) => true,
+                Some(Err(e)) => e.unsent_until.is_some(),
+                _ => false,
+            })
             .collect();
         send_all(self.calls(&skip), self.nodes.config.node_timeout).await;
         self.armed = false;

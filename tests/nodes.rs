@@ -381,3 +381,74 @@ async fn a_node_refusing_connections_fails_calls_at_once_and_is_used_when_back()
     .await;
     assert!(back, "the node was not used again after it came back");
 }
+
+/// Calls `m`'s nodes, one of them down and refusing connections, until a
+/// call has just dialled it and been refused: its pause, grown to its
+/// ceiling (1 s) by the refusals before, starts afresh then. The first
+/// contact is a status read, which meets the dead connection without
+/// leaving a rollback behind: every acquire after it is refused unsent.
+async fn refused_just_now(m: &LockManager, name: &str) {
+    let _ = m.status(name).await;
+    let start = std::time::Instant::now();
+    loop {
+        let err = m
+            .try_lock(name, Duration::ZERO)
+            .await
+            .expect_err("a node is down under Quorum::All");
+        let paused = err.to_string().contains("dialled again after a pause");
+        if !paused && start.elapsed() >= Duration::from_millis(1_600) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the down node never refused a dial: {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_release_met_by_the_refused_node_pause_is_sent_when_the_pause_ends() {
+    let nodes = start(3);
+    let m = all_of(&nodes, Duration::from_millis(300)).await;
+    warm_up(&m, "paused-release").await;
+    let g = m
+        .request("paused-release")
+        .lease(Duration::from_secs(20))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("lock");
+    // Node 2 goes down with its data on disk, and refuses connections
+    // until it is back: the calls to it meet the breaker's pause.
+    let mut c = raw(&nodes, 2).await;
+    let _: () = redis::cmd("SAVE")
+        .query_async(&mut c)
+        .await
+        .expect("SAVE on node 2");
+    nodes.kill(2);
+    refused_just_now(&m, "paused-release-other").await;
+    // Back with the lock key (persistence), within the pause.
+    nodes.restart(2).expect("restart node 2");
+    assert!(
+        has_key(&nodes, 2, "paused-release").await,
+        "node 2 came back without its data"
+    );
+    let released = g.release().await.expect_err("node 2 missed the release");
+    assert!(
+        released.to_string().contains("dialled again after a pause"),
+        "the release did not meet the pause: {released}"
+    );
+    // The release was never sent to node 2: it is sent once the pause ends
+    // (at most 1 s, one more if the first call after it meets the stale
+    // refusal), long before the 20 s lease ends.
+    let deleted = support::eventually(Duration::from_secs(5), || async {
+        !has_key(&nodes, 2, "paused-release").await
+    })
+    .await;
+    assert!(
+        deleted,
+        "node 2 kept the lock key after the release (PTTL {} ms)",
+        support::masters::pttl(&nodes, 2, "paused-release").await
+    );
+}

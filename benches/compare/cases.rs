@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::contenders::{floor_owner, Attempt, Lockers, QlWait, Who};
-use crate::measures::{nanos, Results};
+use crate::measures::{nanos, Results, TpTask};
 
 /// Case 1: lock + unlock of distinct keys by one task; nanoseconds per cycle.
 pub(crate) async fn uncontended(
@@ -34,14 +34,6 @@ pub(crate) async fn uncontended(
         }
     }
     samples
-}
-
-#[derive(Default)]
-pub(crate) struct TpTask {
-    pub(crate) ok: u64,
-    pub(crate) busy: u64,
-    pub(crate) failed: u64,
-    pub(crate) first_error: Option<String>,
 }
 
 /// Case 2: `tasks` tasks over `names` for `secs`, one attempt per cycle.

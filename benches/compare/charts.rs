@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use serde_json::{json, Value};
 
 use crate::contenders::ALL;
-use crate::report::target_dir;
+use crate::settings::target_dir;
 use crate::{BoxError, Measured, Run};
 
 pub(crate) const CDF_FILE: &str = "bench-latency-cdf.svg";

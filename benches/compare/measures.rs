@@ -6,16 +6,20 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 
-use crate::cases::TpTask;
 use crate::contenders::Who;
 use crate::BoxError;
 
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What the tasks of one throughput round (`cases::throughput`) counted.
+#[derive(Default)]
+pub(crate) struct TpTask {
+    pub(crate) ok: u64,
+    pub(crate) busy: u64,
+    pub(crate) failed: u64,
+    pub(crate) first_error: Option<String>,
 }
 
 /// Nearest-rank percentile of sorted nanoseconds.

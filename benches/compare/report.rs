@@ -2,13 +2,12 @@
 //! (`target/bench/compare.json`).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
 use crate::contenders::ALL;
 use crate::measures::{info_field, median, Results};
-use crate::settings::Settings;
+use crate::settings::{target_dir, Settings};
 use crate::{BoxError, Measured, Run};
 
 pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -93,13 +92,6 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> Option<String> {
 pub(crate) fn cpu_model() -> Option<String> {
     let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     info_field(&s.replace('\t', ""), "model name").map(str::to_owned)
-}
-
-pub(crate) fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
-        PathBuf::from,
-    )
 }
 
 /// A row without a target.

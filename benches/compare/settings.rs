@@ -1,12 +1,25 @@
-//! The knobs of a run, from the environment.
+//! The knobs of a run, from the environment, and where its files go.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::measures::ms;
 use crate::BoxError;
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Cargo's target directory: the JSON report and the charts of partial
+/// runs go under `bench/` there.
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
+        PathBuf::from,
+    )
+}
 
 /// The cases a run can select with `QUORUMLOCK_BENCH_CASES`.
 pub(crate) const CASES: [&str; 5] = ["uncontended", "throughput", "handoff", "watchdog", "faults"];

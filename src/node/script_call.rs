@@ -45,6 +45,9 @@ const DOWN_MAX: Duration = Duration::from_secs(1);
 /// 1 s while refusals go on, and the first call after the pause dials
 /// again. A refused call could not have run, so failing it early changes
 /// nothing but cost; a node that comes back is used again within a pause.
+/// The error of a call failed so, or refused, and never sent, says until
+/// when the pause lasts ([`NodeError::unsent_until`]), so that a release
+/// met by it can be sent once it ends (see `Nodes::release_call`).
 #[derive(Default)]
 pub(super) struct Breaker {
     /// Until when calls fail at once, and the pause after the next refusal.
@@ -55,18 +58,24 @@ impl Breaker {
     /// Fails at once while the node is known to refuse connections.
     pub(super) fn check(&self) -> Result<(), NodeError> {
         match *locked(&self.down) {
-            Some((until, _)) if Instant::now() < until => Err(NodeError::new(
-                NodeErrorKind::Connection,
-                "connection refused; the node is dialled again after a pause",
-            )),
+            Some((until, _)) if Instant::now() < until => Err(NodeError {
+                unsent_until: Some(until),
+                ..NodeError::new(
+                    NodeErrorKind::Connection,
+                    "connection refused; the node is dialled again after a pause",
+                )
+            }),
             _ => Ok(()),
         }
     }
 
-    fn refused(&self) {
+    /// A connect was refused: pauses; returns when the pause ends.
+    fn refused(&self) -> Instant {
         let mut down = locked(&self.down);
         let pause = down.map_or(DOWN_MIN, |(_, p)| (p * 2).min(DOWN_MAX));
-        *down = Some((Instant::now() + pause, pause));
+        let until = Instant::now() + pause;
+        *down = Some((until, pause));
+        until
     }
 
     fn answered(&self) {
@@ -97,8 +106,17 @@ impl ScriptCall {
     ) -> Result<T, NodeError> {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
         let mut no_script_resent = false;
+        // Whether a try may have run: one that met a refused connection or
+        // `NOSCRIPT` did not. A call failed by the pause with no such try
+        // was never sent, and its error says so.
+        let mut may_have_run = false;
         loop {
-            self.breaker.check()?;
+            if let Err(mut e) = self.breaker.check() {
+                if may_have_run {
+                    e.unsent_until = None;
+                }
+                return Err(e);
+            }
             tries -= 1;
             let loaded = &self.loaded[script.id];
             let send_body = !loaded.load(Ordering::Acquire);
@@ -112,8 +130,11 @@ impl ScriptCall {
                 }
                 Err(e) => {
                     forget_scripts(&self.loaded, &e);
+                    let mut unsent_until = None;
                     if e.is_connection_refusal() {
-                        self.breaker.refused();
+                        unsent_until = Some(self.breaker.refused());
+                    } else if !no_script(&e) {
+                        may_have_run = true;
                     }
                     // NOSCRIPT means nothing ran: sending the same call again
                     // as EVAL cannot reorder it behind anything, whatever the
@@ -125,7 +146,11 @@ impl ScriptCall {
                         continue;
                     }
                     if !(broken(&e) && tries > 0) {
-                        return Err(map_err(&e));
+                        let mut err = map_err(&e);
+                        if !may_have_run {
+                            err.unsent_until = unsent_until;
+                        }
+                        return Err(err);
                     }
                 }
             }
@@ -164,6 +189,10 @@ mod tests {
         b.refused();
         let e = b.check().expect_err("fails at once after a refusal");
         assert_eq!(e.kind, NodeErrorKind::Connection);
+        assert!(
+            e.unsent_until.is_some(),
+            "the error says the call was not sent"
+        );
         tokio::time::sleep(DOWN_MIN).await;
         assert!(b.check().is_ok(), "dialled again after the pause");
         // Refused again: the pause doubles, up to its ceiling.
