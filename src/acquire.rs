@@ -79,13 +79,16 @@ impl Acquisition<'_> {
         let mut attempt_no: u32 = 0;
         let mut spot = fair.then(|| Spot::new(self.nodes, &keys, owner.waiter_id(), true));
         let mut waiter: Option<Waiter> = None;
+        // A release by this owner is one of this acquisition's rollbacks:
+        // it does not ring its waiter (see `wait::bells`).
+        let owner_id = owner.shared_id();
         if wait != Wait::Up(Duration::ZERO) {
             // Local order: while plain waiters of this manager are queued
             // for the lock, a plain newcomer queues behind them instead of
             // barging in. (Fair waiters do not hold it back, and a fair
             // request needs a place of its own on the nodes: it attempts.)
             if !fair {
-                waiter = self.notifier.join_if_queued(&keys.channel);
+                waiter = self.notifier.join_if_queued(&keys.channel, &owner_id);
             }
             // A request whose release channel this manager already listens
             // on joins it before its first attempt (a fair one by name), so
@@ -94,7 +97,9 @@ impl Acquisition<'_> {
             // per contended acquisition).
             if waiter.is_none() {
                 let id = spot.as_ref().map(|s| Arc::clone(s.waiter()));
-                waiter = self.notifier.join_if_covered(&keys.channel, id.as_ref());
+                waiter = self
+                    .notifier
+                    .join_if_covered(&keys.channel, id.as_ref(), &owner_id);
             }
             if waiter.is_some() && spot.is_none() {
                 spot = Some(Spot::new(self.nodes, &keys, owner.waiter_id(), false));
@@ -180,9 +185,9 @@ impl Acquisition<'_> {
                 // A release naming a fair waiter rings that waiter: its turn
                 // on the nodes. One naming a plain waiter of ours rings the
                 // local head, which keeps the order among local waiters.
-                let w = self
-                    .notifier
-                    .waiter(&keys.channel, s.fair().then(|| s.waiter()));
+                let w =
+                    self.notifier
+                        .waiter(&keys.channel, s.fair().then(|| s.waiter()), &owner_id);
                 if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
                     w.holder_seen(pttl);
                 }

@@ -34,6 +34,12 @@ use crate::sync::locked;
 /// One waiter's doorbell.
 #[derive(Default)]
 pub(super) struct Bell {
+    /// The id of the owner the waiter acquires for: a release by this
+    /// owner is one of the waiter's own rollbacks (a failed attempt undoing
+    /// its minority of grants), which does not ring it: the lock is still
+    /// held elsewhere, and an attempt at once would miss and roll back
+    /// again, a hot loop while the quorum is out of reach.
+    pub(super) owner: Arc<str>,
     /// Rings so far: a waiter compares it with the count it last saw.
     pub(super) rings: AtomicU64,
     /// A ring since the waiter last looked needs no quorum of rings.
@@ -65,6 +71,14 @@ impl Bell {
         self.rings.fetch_add(1, Ordering::AcqRel);
         wakeups.fetch_add(1, Ordering::Relaxed);
         self.notify.notify_one();
+    }
+
+    /// Whether a release by `releaser` (a holder id) is this waiter's own.
+    fn own(&self, releaser: &str) -> bool {
+        !self.owner.is_empty()
+            && releaser
+                .strip_prefix(&*self.owner)
+                .is_some_and(|rest| rest.starts_with(":hold-"))
     }
 
     /// Wakes the waiter without a ring: it re-reads where it stands (it
@@ -110,9 +124,12 @@ impl Channel {
         }
     }
 
-    /// Adds a waiter; returns its bell.
-    pub(super) fn join(&self, kind: &Kind<'_>) -> Arc<Bell> {
-        let bell = Arc::new(Bell::default());
+    /// Adds a waiter acquiring for `owner`; returns its bell.
+    pub(super) fn join(&self, kind: &Kind<'_>, owner: &Arc<str>) -> Arc<Bell> {
+        let bell = Arc::new(Bell {
+            owner: Arc::clone(owner),
+            ..Bell::default()
+        });
         match kind {
             Kind::Plain(ticket) => {
                 locked(&self.plain).insert(*ticket, Arc::clone(&bell));
@@ -160,10 +177,10 @@ impl Channel {
         !fair_first && locked(&self.plain).keys().next() == Some(&ticket)
     }
 
-    /// Rings the head of the FIFO.
-    fn wake_head(&self, wakeups: &AtomicU64, prompt: bool) {
+    /// Rings the head of the FIFO, unless `releaser` is its own owner.
+    fn wake_head(&self, wakeups: &AtomicU64, prompt: bool, releaser: &str) {
         let head = locked(&self.plain).values().next().cloned();
-        if let Some(bell) = head {
+        if let Some(bell) = head.filter(|b| !b.own(releaser)) {
             bell.ring_for(wakeups, prompt);
         }
     }
@@ -181,14 +198,16 @@ impl Channel {
         if !id.is_empty() {
             let named = locked(&self.fair).get(id).cloned();
             if let Some(bell) = named {
-                bell.ring_for(wakeups, prompt);
+                if !bell.own(releaser) {
+                    bell.ring_for(wakeups, prompt);
+                }
                 return;
             }
             if !ours(id) {
                 return;
             }
         }
-        self.wake_head(wakeups, prompt);
+        self.wake_head(wakeups, prompt, releaser);
     }
 
     /// Coverage changed (a pub/sub connection came or went): every waiter
@@ -296,6 +315,10 @@ mod tests {
 
     const ME: &str = "host@1#aaaa";
 
+    fn owner() -> Arc<str> {
+        format!("{ME}:owner-7").into()
+    }
+
     fn rings(b: &Bell) -> u64 {
         b.rings.load(Ordering::Acquire)
     }
@@ -311,7 +334,7 @@ mod tests {
     #[test]
     fn a_release_rings_only_the_head_of_the_fifo() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
-        let bells: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t))).collect();
+        let bells: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t), &owner())).collect();
         c.on_message(&msg("", &format!("{ME}:owner-1:hold-1@0")), ME, &w);
         assert_eq!(
             bells.iter().map(|b| rings(b)).collect::<Vec<_>>(),
@@ -333,7 +356,7 @@ mod tests {
     #[test]
     fn a_message_naming_another_managers_waiter_rings_nobody_here() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
-        let head = c.join(&Kind::Plain(0));
+        let head = c.join(&Kind::Plain(0), &owner());
         c.on_message(&msg("other@2#bbbb:owner-3:wait-1", ""), ME, &w);
         assert_eq!(rings(&head), 0);
         // Naming a plain waiter of ours (or one that left) rings the head.
@@ -344,9 +367,9 @@ mod tests {
     #[test]
     fn a_message_naming_a_fair_waiter_rings_it_and_not_the_head() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
-        let head = c.join(&Kind::Plain(0));
+        let head = c.join(&Kind::Plain(0), &owner());
         let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
-        let fair = c.join(&Kind::Fair(&id));
+        let fair = c.join(&Kind::Fair(&id), &owner());
         c.on_message(&msg(&id, ""), ME, &w);
         assert_eq!((rings(&head), rings(&fair)), (0, 1));
     }
@@ -355,7 +378,7 @@ mod tests {
     fn fair_waiters_are_not_in_the_fifo() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
         let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
-        let fair = c.join(&Kind::Fair(&id));
+        let fair = c.join(&Kind::Fair(&id), &owner());
         assert!(!c.has_plain_waiters(), "a plain newcomer would defer to it");
         c.wake_all(&w);
         assert_eq!(
@@ -371,7 +394,7 @@ mod tests {
     #[test]
     fn a_head_that_gives_up_rings_the_next_and_one_that_wins_nudges_it() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
-        let b: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t))).collect();
+        let b: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t), &owner())).collect();
         c.leave(&Kind::Plain(0), false, &w);
         assert_eq!(rings(&b[1]), 1);
         assert!(prompt(&b[1]), "the lock may be free: attempt at once");
@@ -380,16 +403,31 @@ mod tests {
         assert_eq!(rings(&b[2]), 0, "the lock is ours: the next only re-arms");
         assert!(c.is_head(2));
         // Leaving from the middle rings nobody.
-        let b3 = c.join(&Kind::Plain(3));
-        let _b4 = c.join(&Kind::Plain(4));
+        let b3 = c.join(&Kind::Plain(3), &owner());
+        let _b4 = c.join(&Kind::Plain(4), &owner());
         c.leave(&Kind::Plain(3), false, &w);
         assert_eq!((rings(&b[2]), rings(&b3)), (0, 0));
     }
 
     #[test]
+    fn a_waiters_own_rollback_does_not_ring_it() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let head = c.join(&Kind::Plain(0), &owner());
+        let id: Arc<str> = format!("{ME}:owner-7:wait-2").into();
+        let fair = c.join(&Kind::Fair(&id), &owner());
+        // The rollback of a failed attempt of owner-7 (its holder id).
+        c.on_message(&msg("", &format!("{ME}:owner-7:hold-9@0")), ME, &w);
+        c.on_message(&msg(&id, &format!("{ME}:owner-7:hold-9@0")), ME, &w);
+        assert_eq!((rings(&head), rings(&fair)), (0, 0));
+        // owner-70 is another owner.
+        c.on_message(&msg("", &format!("{ME}:owner-70:hold-1@0")), ME, &w);
+        assert_eq!(rings(&head), 1);
+    }
+
+    #[test]
     fn garbage_payloads_ring_the_head_at_most() {
         let (c, w) = (Channel::new(3), AtomicU64::new(0));
-        let head = c.join(&Kind::Plain(0));
+        let head = c.join(&Kind::Plain(0), &owner());
         for payload in [&b"\xff\xfe"[..], b"", b" ", b"x y z"] {
             c.on_message(payload, ME, &w);
         }

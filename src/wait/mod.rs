@@ -116,9 +116,14 @@ impl Notifier {
     /// Joins the waiters of `channel`, subscribing on every node if this is
     /// the first one: a plain waiter at the back of the local FIFO, a fair
     /// one (with its id in the nodes' queue) rung by name only.
-    pub(crate) fn waiter(&self, channel: &str, fair: Option<&Arc<str>>) -> Waiter {
+    pub(crate) fn waiter(
+        &self,
+        channel: &str,
+        fair: Option<&Arc<str>>,
+        owner: &Arc<str>,
+    ) -> Waiter {
         let mut channels = locked(&self.shared.board.channels);
-        self.enter(&mut channels, channel, fair)
+        self.enter(&mut channels, channel, fair, owner)
     }
 
     /// Joins the plain waiters of `channel` only if some are queued already
@@ -126,21 +131,26 @@ impl Notifier {
     /// waiters do not hold it back). Decided under the channel map's lock,
     /// so a newcomer that arrives as the last waiter leaves either finds
     /// the queue empty or becomes its head.
-    pub(crate) fn join_if_queued(&self, channel: &str) -> Option<Waiter> {
+    pub(crate) fn join_if_queued(&self, channel: &str, owner: &Arc<str>) -> Option<Waiter> {
         let mut channels = locked(&self.shared.board.channels);
         let queued = channels.get(channel).is_some_and(|c| c.has_plain_waiters());
-        queued.then(|| self.enter(&mut channels, channel, None))
+        queued.then(|| self.enter(&mut channels, channel, None, owner))
     }
 
     /// Joins the waiters of `channel` only if this manager is subscribed to
     /// it on enough nodes already (other waiters wait on it): a waiter that listens before its first attempt
     /// needs no second one to catch a release that came before it listened.
-    pub(crate) fn join_if_covered(&self, channel: &str, fair: Option<&Arc<str>>) -> Option<Waiter> {
+    pub(crate) fn join_if_covered(
+        &self,
+        channel: &str,
+        fair: Option<&Arc<str>>,
+        owner: &Arc<str>,
+    ) -> Option<Waiter> {
         let mut channels = locked(&self.shared.board.channels);
         let covered = channels
             .get(channel)
             .is_some_and(|c| c.coverage() >= self.shared.needed);
-        covered.then(|| self.enter(&mut channels, channel, fair))
+        covered.then(|| self.enter(&mut channels, channel, fair, owner))
     }
 
     fn enter(
@@ -148,6 +158,7 @@ impl Notifier {
         channels: &mut std::collections::HashMap<Arc<str>, Arc<Channel>>,
         channel: &str,
         fair: Option<&Arc<str>>,
+        owner: &Arc<str>,
     ) -> Waiter {
         let name: Arc<str> = channel.into();
         let chan = match channels.get(channel) {
@@ -171,7 +182,7 @@ impl Notifier {
                     .fetch_add(1, Ordering::Relaxed),
             ),
         };
-        let bell = chan.join(&kind);
+        let bell = chan.join(&kind, owner);
         Waiter {
             chan,
             bell,

@@ -90,7 +90,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
     );
-    let w = notifier.waiter("ch", None);
+    let w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(5)).await;
     assert!(
         w.covered(),
@@ -119,9 +119,9 @@ async fn the_last_waiter_leaving_unsubscribes_at_once() {
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
     );
-    let a = notifier.waiter("ch", None);
+    let a = notifier.waiter("ch", None, &"me:owner-1".into());
     a.confirmed(Duration::from_secs(1)).await;
-    let b = notifier.waiter("ch", None);
+    let b = notifier.waiter("ch", None, &"me:owner-1".into());
     drop(a);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(notifier.stats().channels, 1, "a waiter is left");
@@ -143,7 +143,7 @@ async fn a_release_message_rings_the_head_through_the_feed() {
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
     );
-    let mut w = notifier.waiter("ch", None);
+    let mut w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(1)).await;
     w.mark();
     for tx in locked(&feed.senders).iter() {
