@@ -248,12 +248,7 @@ impl LockManager {
     ) -> Self {
         let feeds: Vec<_> = nodes.iter().map(|n| n.feed()).collect();
         let client_id = new_client_id();
-        let notifier = Notifier::start(
-            &client_id,
-            feeds,
-            config.required,
-            config.connect_timeout,
-        );
+        let notifier = Notifier::start(&client_id, feeds, config.required, config.connect_timeout);
         let nodes = Arc::new(Nodes::new(config, nodes, client_id));
         let inner = Arc::new(Inner {
             notifier,

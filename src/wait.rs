@@ -575,6 +575,7 @@ async fn pause(delay: Duration, commands: &mut mpsc::UnboundedReceiver<Command>)
     tokio::pin!(sleep);
     loop {
         tokio::select! {
+            biased;
             () = &mut sleep => return true,
             cmd = commands.recv() => if cmd.is_none() { return false },
         }
@@ -636,6 +637,7 @@ async fn node_task(
         drop(s);
         while ok {
             tokio::select! {
+                biased;
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         let Some(s) = shared.upgrade() else { return };

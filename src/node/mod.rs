@@ -24,7 +24,9 @@ use crate::error::NodeError;
 use crate::keys::Keys;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
-pub(crate) use self::feed::{Feed, FeedConn, FeedMessage, FeedSink, RedisFeed};
+pub(crate) use self::feed::{Feed, FeedConn, RedisFeed};
+#[cfg(test)]
+pub(crate) use self::feed::{FeedMessage, FeedSink};
 pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 

@@ -16,7 +16,7 @@ use crate::scripts;
 
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
-use super::{Feed, Grant, NodeLockState, NodeOps, Place, Released, RedisFeed, RenewBatch, Renewed};
+use super::{Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {

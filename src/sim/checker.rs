@@ -32,6 +32,13 @@ pub(crate) enum Invariant {
     Bounded,
     /// A task hung or panicked.
     Liveness,
+    /// A live waiter wanted a lock that was free on a quorum of nodes it
+    /// could reach, and nobody was granted it within the bound (see
+    /// `liveness`).
+    Progress,
+    /// Node calls went round without virtual time passing (a spin: on a
+    /// real network, a hot loop of round trips).
+    Spin,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through

@@ -41,6 +41,7 @@
 mod checker;
 mod clients;
 mod faults;
+mod feed;
 mod node;
 mod tests;
 
@@ -185,6 +186,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();
+    let spin = node::Spin::new(log.clone());
     for p in 0..params.procs {
         let process = LinkCtl::new();
         let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
@@ -198,6 +200,8 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
                     node: Arc::clone(n),
                     link: Arc::clone(l),
                     process: Arc::clone(&process),
+                    timeout: params.node_timeout,
+                    spin: Arc::clone(&spin),
                 }) as Arc<dyn NodeOps>
             })
             .collect();
@@ -206,6 +210,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             .lease(params.lease)
             .node_timeout(params.node_timeout)
             .queue_timeout(Duration::from_millis(300))
+            .connect_timeout(2 * params.node_timeout)
             .backoff(
                 Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
                     .expect("valid backoff"),
