@@ -42,6 +42,7 @@ mod checker;
 mod clients;
 mod faults;
 mod feed;
+mod liveness;
 mod node;
 mod tests;
 
@@ -127,6 +128,13 @@ impl Params {
     }
 }
 
+/// The clients' queue timeout: short, so that waiters cut off by faults
+/// (or dead) are skipped within the run.
+const QUEUE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The clients' longest backoff.
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
 /// What a run produced.
 pub(crate) struct Outcome {
     pub(crate) log: String,
@@ -209,12 +217,9 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             .quorum(Quorum::Majority)
             .lease(params.lease)
             .node_timeout(params.node_timeout)
-            .queue_timeout(Duration::from_millis(300))
+            .queue_timeout(QUEUE_TIMEOUT)
             .connect_timeout(2 * params.node_timeout)
-            .backoff(
-                Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
-                    .expect("valid backoff"),
-            )
+            .backoff(Backoff::new(Duration::from_millis(5), BACKOFF_MAX).expect("valid backoff"))
             .build_with(ops)
             .expect("a valid simulated cluster");
         let client_id = manager
@@ -245,6 +250,16 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
         )),
     );
     let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
+    let watch = liveness::Watch {
+        log: log.clone(),
+        wants: Arc::clone(&ctx.wants),
+        nodes: ctx.nodes.clone(),
+        links: ctx.links.clone(),
+        procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
+        locks: LOCKS.iter().map(|l| (*l).to_owned()).collect(),
+        bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
+    };
+    let monitor = tokio::spawn(watch.run(params.client_end));
     let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
     let mut tasks = Vec::new();
     for p in 0..params.procs {
@@ -275,6 +290,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             ),
         }
     }
+    let _ = monitor.await;
     faults::heal_all(&ctx);
     for p in &ctx.procs {
         if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())

@@ -55,13 +55,6 @@ impl Hub {
         locked(&self.subs).clear();
     }
 
-    /// Subscriber connections alive now.
-    pub(crate) fn connections(&self) -> usize {
-        let mut subs = locked(&self.subs);
-        subs.retain(|s| !locked(s).tx.is_closed());
-        subs.len()
-    }
-
     fn open(self: &Arc<Self>) -> FeedConn {
         let (tx, rx) = mpsc::unbounded_channel();
         let sub = Arc::new(Mutex::new(Sub {
