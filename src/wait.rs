@@ -614,7 +614,8 @@ async fn node_task(
             return;
         };
         s.reconnects.fetch_add(1, Ordering::Relaxed);
-        let current: Vec<(Arc<str>, Arc<Channel>)> = locked(&s.channels)
+        // Sorted: a seeded simulation replays the same wake-ups.
+        let current: BTreeMap<Arc<str>, Arc<Channel>> = locked(&s.channels)
             .iter()
             .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
             .collect();
@@ -685,8 +686,9 @@ async fn node_task(
         let Some(s) = shared.upgrade() else {
             return;
         };
-        let channels: Vec<Arc<Channel>> = locked(&s.channels).values().cloned().collect();
-        for c in channels {
+        let channels: BTreeMap<Arc<str>, Arc<Channel>> =
+            locked(&s.channels).clone().into_iter().collect();
+        for c in channels.into_values() {
             c.subscribed[i].store(false, Ordering::Release);
             c.wake_all(&s);
         }

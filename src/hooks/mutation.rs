@@ -16,6 +16,16 @@ pub(crate) enum Mutation {
     /// Queued waiters never send a ticket: each node orders them by its
     /// own arrival order, as a single-node fair lock does.
     PerNodeOrder,
+    /// A plain waiter deferred to a local waiter has no refresh bound (it
+    /// sleeps until the holder's known expiry), and a winner does not pass
+    /// the turn to the next local waiter: with a release naming a dead
+    /// waiter, the deferred one stalls for a lease (liveness defect 1).
+    /// Not wired yet: today's code behaves this way (see `sim::scenario`).
+    DeferredUnbounded,
+    /// A plain request defers to local fair waiters queued before it, even
+    /// when they cannot take their turn (liveness defect 2). Not wired yet:
+    /// today's code behaves this way.
+    DeferToFair,
 }
 
 impl Mutation {
@@ -25,6 +35,8 @@ impl Mutation {
             Self::RenewLapsed => 2,
             Self::SingleTryFence => 4,
             Self::PerNodeOrder => 8,
+            Self::DeferredUnbounded => 16,
+            Self::DeferToFair => 32,
         }
     }
 }

@@ -171,8 +171,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         fair = ctx.params.fair && !matches!(ask, Ask::Lease(_)) && up_to(1) == 0;
         Box::pin(if fair { req.fair() } else { req }.acquire())
     };
-    let want = (!matches!(ask, Ask::TryLock(w) if w.is_zero()))
-        .then(|| ctx.wants.enter(who.0, who.1, l, fair));
+    let want = ctx.want(who, l, fair, matches!(ask, Ask::TryLock(w) if w.is_zero()));
     let start = Instant::now();
     let since = ctx.log.mark();
     // Some acquisitions are dropped mid-flight; the rest are cut at the end.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::checker::{Ev, Invariant, Log, WORLD};
+use super::checker::{Ev, Invariant, Log, Who, WORLD};
 use super::node::{Cut, Health, LinkCtl, NodeCtl};
 use crate::sync::locked;
 
@@ -42,29 +42,49 @@ const MARGIN: Duration = Duration::from_millis(20);
 struct Want {
     lock: usize,
     fair: bool,
+    /// A request with time to wait (a `try_lock(ZERO)` has none).
+    waits: bool,
     serial: u64,
 }
 
-/// The waiting requests, by process and task.
+/// The requests in flight, by process and task, and when a request of
+/// each lock last ended.
 #[derive(Default)]
 pub(crate) struct Wants {
     now: Mutex<(HashMap<(usize, usize), Want>, u64)>,
+    /// By lock: when a request last ended (granted or not). A grant
+    /// released at once leaves no key for the monitor to see; the end of
+    /// its request restarts every clock of the lock instead.
+    ended: Mutex<HashMap<usize, Instant>>,
 }
 
 impl Wants {
     /// Records that task `t` of process `p` waits for lock `lock` until the
     /// returned guard is dropped.
-    pub(crate) fn enter(self: &Arc<Self>, p: usize, t: usize, lock: usize, fair: bool) -> Leave {
+    pub(crate) fn enter(
+        self: &Arc<Self>,
+        (p, t): (usize, usize),
+        lock: usize,
+        fair: bool,
+        waits: bool,
+    ) -> Leave {
         let mut w = locked(&self.now);
         w.1 += 1;
         let serial = w.1;
-        w.0.insert((p, t), Want { lock, fair, serial });
+        let want = Want {
+            lock,
+            fair,
+            waits,
+            serial,
+        };
+        w.0.insert((p, t), want);
         Leave(Arc::clone(self), (p, t), serial)
     }
 
     /// Processes with a waiting request now.
     pub(crate) fn waiting(&self) -> Vec<usize> {
-        let mut ps: Vec<usize> = locked(&self.now).0.keys().map(|k| k.0).collect();
+        let w = locked(&self.now);
+        let mut ps: Vec<usize> = w.0.iter().filter(|x| x.1.waits).map(|x| x.0 .0).collect();
         ps.sort_unstable();
         ps.dedup();
         ps
@@ -77,9 +97,17 @@ pub(crate) struct Leave(Arc<Wants>, (usize, usize), u64);
 impl Drop for Leave {
     fn drop(&mut self) {
         let mut w = locked(&self.0.now);
-        if w.0.get(&self.1).is_some_and(|x| x.serial == self.2) {
+        if let Some(x) = w.0.get(&self.1).filter(|x| x.serial == self.2).copied() {
             w.0.remove(&self.1);
+            locked(&self.0.ended).insert(x.lock, Instant::now());
         }
+    }
+}
+
+impl super::clients::Ctx {
+    /// Records a request of task `who` for `lock` until the guard drops.
+    pub(crate) fn want(&self, who: Who, lock: usize, fair: bool, no_wait: bool) -> Leave {
+        self.wants.enter((who.0, who.1), lock, fair, !no_wait)
     }
 }
 
@@ -157,10 +185,12 @@ impl Watch {
             let mut keep = HashMap::new();
             for ((p, t), w) in wants {
                 let live = self.procs[p].cut() == Cut::None;
-                if !live || !self.free_for(p, w.lock) {
+                if !w.waits || !live || !self.free_for(p, w.lock) {
                     continue;
                 }
-                let start = *since.get(&w.serial).unwrap_or(&now);
+                let ended = locked(&self.wants.ended).get(&w.lock).copied();
+                let seen = *since.get(&w.serial).unwrap_or(&now);
+                let start = ended.map_or(seen, |e| seen.max(e));
                 let bound = if w.fair {
                     self.bound.fair
                 } else {

@@ -44,6 +44,7 @@ mod faults;
 mod feed;
 mod liveness;
 mod node;
+mod scenario;
 mod tests;
 
 use std::sync::{Arc, Mutex};

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
+use super::scenario::{self, Scenario};
 use super::{run, run_traced, Mode};
 use crate::hooks::mutation::{self, Mutation};
 
@@ -60,6 +61,8 @@ fn mutation_name(m: Mutation) -> &'static str {
         Mutation::RenewLapsed => "renew-lapsed",
         Mutation::SingleTryFence => "single-try-fence",
         Mutation::PerNodeOrder => "per-node-order",
+        Mutation::DeferredUnbounded => "deferred-unbounded",
+        Mutation::DeferToFair => "defer-to-fair",
     }
 }
 
@@ -284,6 +287,8 @@ fn replay() {
         Ok("renew-lapsed") => Some(Mutation::RenewLapsed),
         Ok("single-try-fence") => Some(Mutation::SingleTryFence),
         Ok("per-node-order") => Some(Mutation::PerNodeOrder),
+        Ok("deferred-unbounded") => Some(Mutation::DeferredUnbounded),
+        Ok("defer-to-fair") => Some(Mutation::DeferToFair),
         _ => None,
     };
     let _m = m.map(mutation::enable);
@@ -330,4 +335,58 @@ fn mutation_single_try_fence_raise_is_caught() {
         Some(Mutation::SingleTryFence),
         &[Invariant::Fencing],
     );
+}
+
+/// Runs a liveness scenario with `m` switched on (or none); its Progress
+/// violations.
+fn scenario_progress(s: Scenario, m: Option<Mutation>) -> (Vec<String>, String) {
+    let _m = m.map(mutation::enable);
+    let started = WallClock::now();
+    let (violations, log) = scenario::run(s);
+    eprintln!(
+        "sim: scenario {s:?} {:?} in {:.1}s",
+        m.map(mutation_name),
+        started.elapsed().as_secs_f64()
+    );
+    let progress = violations
+        .into_iter()
+        .filter(|(i, _)| *i == Invariant::Progress)
+        .map(|(_, what)| what)
+        .collect();
+    (progress, log)
+}
+
+/// Defect 1 (a deferred waiter stalls a lease behind a dead waiter) breaks
+/// the liveness invariant. On this branch the code still behaves as the
+/// mutation says, so this holds with or without the switch.
+#[test]
+fn mutation_deferred_unbounded_is_caught() {
+    let s = Scenario::DeferredBehindDead;
+    let (v, log) = scenario_progress(s, Some(Mutation::DeferredUnbounded));
+    assert!(!v.is_empty(), "{s:?}: no Progress violation\n{log}");
+    eprintln!("sim: {s:?}: {}", v[0]);
+}
+
+/// Defect 2 (a plain request held back by a local fair waiter behind a
+/// dead head) breaks the liveness invariant.
+#[test]
+fn mutation_defer_to_fair_is_caught() {
+    let s = Scenario::PlainBehindFair;
+    let (v, log) = scenario_progress(s, Some(Mutation::DeferToFair));
+    assert!(!v.is_empty(), "{s:?}: no Progress violation\n{log}");
+    eprintln!("sim: {s:?}: {}", v[0]);
+}
+
+#[test]
+#[ignore = "needs the liveness fixes"]
+fn deferred_waiter_behind_a_dead_waiter_makes_progress() {
+    let (v, log) = scenario_progress(Scenario::DeferredBehindDead, None);
+    assert!(v.is_empty(), "{v:?}\n{log}");
+}
+
+#[test]
+#[ignore = "needs the liveness fixes"]
+fn plain_request_behind_a_stuck_fair_waiter_makes_progress() {
+    let (v, log) = scenario_progress(Scenario::PlainBehindFair, None);
+    assert!(v.is_empty(), "{v:?}\n{log}");
 }
