@@ -614,11 +614,11 @@ async fn node_task(
             return;
         };
         s.reconnects.fetch_add(1, Ordering::Relaxed);
-        // Sorted: a seeded simulation replays the same wake-ups.
-        let current: BTreeMap<Arc<str>, Arc<Channel>> = locked(&s.channels)
+        let mut current: Vec<(Arc<str>, Arc<Channel>)> = locked(&s.channels)
             .iter()
             .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
             .collect();
+        current.sort_by(|a, b| a.0.cmp(&b.0)); // a seeded simulation replays its wake-ups
         let mut ok = true;
         if !current.is_empty() {
             let names: Vec<Arc<str>> = current.iter().map(|(k, _)| Arc::clone(k)).collect();

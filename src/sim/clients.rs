@@ -114,7 +114,7 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
     while Instant::now() < end {
         ctx.procs[p].gate().await;
         // Task `t` of every process uses lock `t`: processes contend, the
-        // tasks of one process do not (see the module docs of `sim`).
+        // tasks of one process do not (determinism: see the `sim` docs).
         let l = t % LOCKS.len();
         // Sets mode: a third of the sessions take locks `l` and `l + 1`
         // together (a set polls: never a second local waiter of a lock).

@@ -47,11 +47,14 @@ struct Want {
     serial: u64,
 }
 
+/// Requests by process and task.
+type Registry = HashMap<(usize, usize), Want>;
+
 /// The requests in flight, by process and task, and when a request of
 /// each lock last ended.
 #[derive(Default)]
 pub(crate) struct Wants {
-    now: Mutex<(HashMap<(usize, usize), Want>, u64)>,
+    now: Mutex<(Registry, u64)>,
     /// By lock: when a request last ended (granted or not). A grant
     /// released at once leaves no key for the monitor to see; the end of
     /// its request restarts every clock of the lock instead.

@@ -6,7 +6,16 @@
 //! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link:
 //!   fail fast, black hole, slow links (requests and replies jittered,
 //!   requests delivered in order), one-way link cuts, restarts with data or
-//!   empty, clock jumps (`FakeNode::jump_clock`);
+//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
+//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! - `feed`: the release feed of each link. The fakes publish what the
+//!   scripts publish (`tests::fake_feed`); on the way the link's faults
+//!   apply: an open fails on a refusing node and hangs on a black hole or a
+//!   cut link (the waiters bound it with the connect timeout), messages are
+//!   lost and duplicated while the link is lossy, delayed (in order) while
+//!   the node is slow, dropped on a reply-cut link or to a stalled process,
+//!   and every connection of a node dies with its restart, or of a link
+//!   with a kill (the stream ends; the waiters poll and reconnect);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
 //! - `clients`: processes (one manager each) with several tasks doing
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
@@ -14,14 +23,30 @@
 //!   `force_unlock`, (in `Mode::Sets`) `try_lock_all` of two names, and
 //!   (in `Mode::Fair`) fair requests;
 //!   stalls pause a process's tasks, sockets and watchdog (`pause`), in
-//!   pause-heavy mode often from the moment a grant arrives; a monitor per
-//!   hold records when it believes itself valid;
+//!   pause-heavy mode often from the moment a grant arrives; a process may
+//!   also die while one of its tasks waits (stalled until the end of the
+//!   run: it never calls again and never leaves the queues, so its fair
+//!   or plain place is a dead waiter's); a monitor per hold records when it
+//!   believes itself valid;
 //! - `checker`: the event log and the invariants ([`checker::Invariant`]):
 //!   mutual exclusion, fencing order (also for a hold that comes back after
 //!   a lapse), `lost()` no later than `valid_until()`, no lock key after
-//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic;
-//! - `mutation`: deliberate bugs the tests must catch;
-//! - `tests`: the CI budget and the must-fail tests.
+//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic, no
+//!   spin;
+//! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
+//!   the nodes' actual keys every 5 ms: while a live waiter (its process
+//!   neither stalled nor dead) wants a lock that is free on a quorum of the
+//!   nodes its process reaches (up, not slow, link not cut), some waiter
+//!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
+//!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
+//!   its rollback, a lost split vote, timer jitter and quorum grace, and
+//!   sampling slack; one queue timeout more for a fair waiter, which may
+//!   have to outwait a head that never claims its turn). Any key showing
+//!   up, or any request of the lock ending, restarts the clock;
+//! - `scenario`: hand-built liveness histories (a waiter deferred behind a
+//!   dead waiter; a plain request behind a stuck fair waiter);
+//! - `tests`: the CI budget and the must-fail tests; the mutations they
+//!   switch on are in `crate::hooks::mutation`.
 //!
 //! Running it:
 //!
@@ -29,14 +54,18 @@
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence] [QUORUMLOCK_SIM_TRACE=1]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order]
+//!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
 //!
 //! Determinism needs every `tokio::select!` the history depends on to be
-//! `biased` and no two tasks of one manager waiting on one lock at once
-//! (see `clients`): tokio's unseedable RNG picks the wake order there.
+//! `biased` (tokio's unseedable RNG picks the branch otherwise), maps the
+//! waiters iterate walked in a fixed order, and, in the random modes, no
+//! two tasks of one manager waiting on one lock at once (task `t` of every
+//! process uses lock `t`). So the random modes never build two local
+//! waiters of one lock: the deferral defects are covered by `scenario`.
 
 mod checker;
 mod clients;

@@ -197,12 +197,14 @@ pub(crate) struct SimNode {
     pub(crate) spin: Arc<Spin>,
 }
 
-/// Calls at one virtual instant beyond which the run is spinning.
-const SPIN_CALLS: u32 = 40;
+/// Calls at one virtual instant beyond which the run is spinning: above
+/// the largest legitimate burst (every task's fan-out and rollback at one
+/// instant: 3 processes × 3 tasks × 5 nodes × 2 = 90).
+const SPIN_CALLS: u32 = 100;
 
 /// Counts node calls per virtual instant: past [`SPIN_CALLS`] the run is
 /// spinning (logged at the first such instant of a run), and the replies
-/// are slowed by half a node timeout, so that virtual time moves on and
+/// are slowed by a node timeout, so that virtual time moves on and
 /// the spin costs a bounded number of calls.
 pub(crate) struct Spin {
     log: Log,
@@ -261,7 +263,7 @@ impl SimNode {
         if !self.spin.spinning(what) {
             return reply;
         }
-        let slow = self.timeout / 2;
+        let slow = self.timeout;
         Box::pin(async move {
             tokio::time::sleep(slow).await;
             reply.await
