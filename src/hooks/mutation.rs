@@ -16,12 +16,13 @@ pub(crate) enum Mutation {
     /// Queued waiters never send a ticket: each node orders them by its
     /// own arrival order, as a single-node fair lock does.
     PerNodeOrder,
-    /// Only a waiter with a place on the nodes has a refresh bound, and a
-    /// winner does not pass the turn to the next local waiter: a deferred
-    /// waiter sleeps until the holder's expiry (the code before the fix).
+    /// A plain waiter deferred to a local waiter has no refresh bound (it
+    /// sleeps until the holder's known expiry), and a winner does not pass
+    /// the turn to the next local waiter: with a release naming a dead
+    /// waiter, the deferred one stalls for a lease (liveness defect 1).
     DeferredUnbounded,
-    /// A plain request defers to the local fair waiters too (the code
-    /// before the fix).
+    /// A plain request defers to local fair waiters queued before it, even
+    /// when they cannot take their turn (liveness defect 2).
     DeferToFair,
 }
 

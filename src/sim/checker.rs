@@ -32,6 +32,13 @@ pub(crate) enum Invariant {
     Bounded,
     /// A task hung or panicked.
     Liveness,
+    /// A live waiter wanted a lock that was free on a quorum of nodes it
+    /// could reach, and nobody was granted it within the bound (see
+    /// `liveness`).
+    Progress,
+    /// Node calls went round without virtual time passing (a spin: on a
+    /// real network, a hot loop of round trips).
+    Spin,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through
@@ -308,7 +315,9 @@ pub(crate) fn check(
         h.close(end);
         // A force-unlock is an administrative break: a hold whose
         // acquisition had started by then is no longer expected to be
-        // exclusive from then on.
+        // exclusive from then on. It is logged when asked for and again as
+        // it lands on each node (a delete that was in flight may land after
+        // `force_unlock` returned, and breaks the holds of that moment).
         let broken = breaks
             .iter()
             .filter(|(l, seq, _)| *l == h.lock && *seq >= h.since)

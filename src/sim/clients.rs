@@ -56,6 +56,7 @@ pub(crate) struct Ctx {
     pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
     /// Holder ids to hold numbers, in order of first sight.
     holds: Mutex<HashMap<String, usize>>,
+    pub(crate) wants: Arc<super::liveness::Wants>,
 }
 
 impl Ctx {
@@ -73,6 +74,7 @@ impl Ctx {
             nodes,
             links,
             holds: Mutex::default(),
+            wants: Arc::default(),
         }
     }
 
@@ -112,14 +114,10 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
     while Instant::now() < end {
         ctx.procs[p].gate().await;
         // Task `t` of every process uses lock `t`: processes contend, the
-        // tasks of one process do not. Two local waiters of one lock are
-        // woken through a `tokio::sync::watch`, whose wake order is random
-        // (its notifier shards are picked by tokio's unseedable RNG), which
-        // would make histories irreproducible.
+        // tasks of one process do not (determinism: see the `sim` docs).
         let l = t % LOCKS.len();
         // Sets mode: a third of the sessions take locks `l` and `l + 1`
-        // together. They never wait as local waiters (a set polls), so the
-        // one-waiter-per-lock rule above still holds.
+        // together (a set polls: never a second local waiter of a lock).
         if ctx.params.sets && up_to(2) == 0 {
             set_session(&ctx, who, l).await;
             continue;
@@ -159,6 +157,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     let m = &ctx.procs[who.0].manager;
     let owner = reenter.then(|| m.new_owner());
     let name = LOCKS[l];
+    let fair;
     let fut: BoxFuture<'_, Result<LockGuard, Error>> = {
         let mut req = m.request(name);
         if let Some(o) = &owner {
@@ -169,11 +168,10 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
             Ask::TryLock(w) => req.wait(w),
             Ask::Lease(lease) => req.lease(lease),
         };
-        if ctx.params.fair && !matches!(ask, Ask::Lease(_)) && up_to(1) == 0 {
-            req = req.fair();
-        }
-        Box::pin(req.acquire())
+        fair = ctx.params.fair && !matches!(ask, Ask::Lease(_)) && up_to(1) == 0;
+        Box::pin(if fair { req.fair() } else { req }.acquire())
     };
+    let want = ctx.want(who, l, fair, matches!(ask, Ask::TryLock(w) if w.is_zero()));
     let start = Instant::now();
     let since = ctx.log.mark();
     // Some acquisitions are dropped mid-flight; the rest are cut at the end.
@@ -187,6 +185,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         r = fut => Some(r),
         () = tokio::time::sleep_until(stop) => None,
     };
+    drop(want);
     let elapsed = start.elapsed();
     let late = match ask {
         // The wait, the last attempt's fan-out, and its rollback, which is

@@ -34,6 +34,13 @@ enum Kind {
     /// A process pause that starts as the process receives its next grant,
     /// before it acts on it.
     StallOnGrant,
+    /// A link's release messages are lost (and duplicated) for a while.
+    FeedLossy,
+    /// A link's pub/sub connections are killed (the waiters reconnect).
+    FeedKill,
+    /// A process with a waiting request dies: stalled until the end of the
+    /// run, it never calls again and never leaves the queues.
+    Die,
 }
 
 const SAFE: [Kind; 10] = [
@@ -61,6 +68,8 @@ fn pick(mode: Mode) -> Kind {
         Mode::UnsafeClock => Some(Kind::BigJump),
     };
     match extra {
+        _ if up_to(24) == 0 => Kind::Die,
+        _ if up_to(9) == 0 => [Kind::FeedLossy, Kind::FeedKill][index(2)],
         // Half of the faults are this one.
         Some(k) if up_to(1) == 0 => k,
         _ => SAFE[usize::try_from(up_to(SAFE.len() as u64 - 1)).unwrap_or(0)],
@@ -81,6 +90,7 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
     let mut jumped: Vec<Option<Instant>> = vec![None; n];
     let mut link_busy = vec![vec![start; n]; ctx.procs.len()];
     let mut proc_busy = vec![start; ctx.procs.len()];
+    let mut died = false;
     let longest = p.lease.max(p.max_fixed);
     while Instant::now() < p.fault_end {
         tokio::time::sleep(Duration::from_millis(10 + up_to(p.fault_gap_ms))).await;
@@ -171,6 +181,37 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
                 stall(&ctx, proc, d);
+            }
+            Kind::FeedLossy | Kind::FeedKill => {
+                let link = Arc::clone(&ctx.links[proc][node]);
+                ctx.log.push(
+                    WORLD,
+                    Ev::Fault(format!("{what} p{proc}->node {node} for {dur:?}")),
+                );
+                if matches!(kind, Kind::FeedKill) {
+                    link.feed.kill();
+                    continue;
+                }
+                link.feed.set_lossy(50);
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    link.feed.set_lossy(0);
+                });
+            }
+            Kind::Die => {
+                // One death per run, of a process that waits, never the last.
+                let waiting = ctx.wants.waiting();
+                let Some(&proc) = waiting.get(index(waiting.len().max(1))) else {
+                    continue;
+                };
+                if died || ctx.procs.len() < 2 || ctx.procs[proc].stalled(now) {
+                    continue;
+                }
+                died = true;
+                proc_busy[proc] = p.client_end;
+                ctx.log
+                    .push(WORLD, Ev::Fault(format!("Die p{proc} (a waiter)")));
+                stall(&ctx, proc, p.client_end.saturating_duration_since(now));
             }
             Kind::StallOnGrant => {
                 // Half a lease to longer than a lease: a hold granted as it

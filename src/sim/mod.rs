@@ -6,7 +6,16 @@
 //! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link:
 //!   fail fast, black hole, slow links (requests and replies jittered,
 //!   requests delivered in order), one-way link cuts, restarts with data or
-//!   empty, clock jumps (`FakeNode::jump_clock`);
+//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
+//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! - `feed`: the release feed of each link. The fakes publish what the
+//!   scripts publish (`tests::fake_feed`); on the way the link's faults
+//!   apply: an open fails on a refusing node and hangs on a black hole or a
+//!   cut link (the waiters bound it with the connect timeout), messages are
+//!   lost and duplicated while the link is lossy, delayed (in order) while
+//!   the node is slow, dropped on a reply-cut link or to a stalled process,
+//!   and every connection of a node dies with its restart, or of a link
+//!   with a kill (the stream ends; the waiters poll and reconnect);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
 //! - `clients`: processes (one manager each) with several tasks doing
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
@@ -14,14 +23,30 @@
 //!   `force_unlock`, (in `Mode::Sets`) `try_lock_all` of two names, and
 //!   (in `Mode::Fair`) fair requests;
 //!   stalls pause a process's tasks, sockets and watchdog (`pause`), in
-//!   pause-heavy mode often from the moment a grant arrives; a monitor per
-//!   hold records when it believes itself valid;
+//!   pause-heavy mode often from the moment a grant arrives; a process may
+//!   also die while one of its tasks waits (stalled until the end of the
+//!   run: it never calls again and never leaves the queues, so its fair
+//!   or plain place is a dead waiter's); a monitor per hold records when it
+//!   believes itself valid;
 //! - `checker`: the event log and the invariants ([`checker::Invariant`]):
 //!   mutual exclusion, fencing order (also for a hold that comes back after
 //!   a lapse), `lost()` no later than `valid_until()`, no lock key after
-//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic;
-//! - `mutation`: deliberate bugs the tests must catch;
-//! - `tests`: the CI budget and the must-fail tests.
+//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic, no
+//!   spin;
+//! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
+//!   the nodes' actual keys every 5 ms: while a live waiter (its process
+//!   neither stalled nor dead) wants a lock that is free on a quorum of the
+//!   nodes its process reaches (up, not slow, link not cut), some waiter
+//!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
+//!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
+//!   its rollback, a lost split vote, timer jitter and quorum grace, and
+//!   sampling slack; one queue timeout more for a fair waiter, which may
+//!   have to outwait a head that never claims its turn). Any key showing
+//!   up, or any request of the lock ending, restarts the clock;
+//! - `scenario`: hand-built liveness histories (a waiter deferred behind a
+//!   dead waiter; a plain request behind a stuck fair waiter);
+//! - `tests`: the CI budget and the must-fail tests; the mutations they
+//!   switch on are in `crate::hooks::mutation`.
 //!
 //! Running it:
 //!
@@ -29,19 +54,26 @@
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence] [QUORUMLOCK_SIM_TRACE=1]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order]
+//!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
 //!
 //! Determinism needs every `tokio::select!` the history depends on to be
-//! `biased` and no two tasks of one manager waiting on one lock at once
-//! (see `clients`): tokio's unseedable RNG picks the wake order there.
+//! `biased` (tokio's unseedable RNG picks the branch otherwise), maps the
+//! waiters iterate walked in a fixed order, and, in the random modes, no
+//! two tasks of one manager waiting on one lock at once (task `t` of every
+//! process uses lock `t`). So the random modes never build two local
+//! waiters of one lock: the deferral defects are covered by `scenario`.
 
 mod checker;
 mod clients;
 mod faults;
+mod feed;
+mod liveness;
 mod node;
+mod scenario;
 mod tests;
 
 use std::sync::{Arc, Mutex};
@@ -126,6 +158,13 @@ impl Params {
     }
 }
 
+/// The clients' queue timeout: short, so that waiters cut off by faults
+/// (or dead) are skipped within the run.
+const QUEUE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The clients' longest backoff.
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
 /// What a run produced.
 pub(crate) struct Outcome {
     pub(crate) log: String,
@@ -185,6 +224,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();
+    let spin = node::Spin::new(log.clone());
     for p in 0..params.procs {
         let process = LinkCtl::new();
         let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
@@ -198,6 +238,8 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
                     node: Arc::clone(n),
                     link: Arc::clone(l),
                     process: Arc::clone(&process),
+                    timeout: params.node_timeout,
+                    spin: Arc::clone(&spin),
                 }) as Arc<dyn NodeOps>
             })
             .collect();
@@ -205,11 +247,9 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             .quorum(Quorum::Majority)
             .lease(params.lease)
             .node_timeout(params.node_timeout)
-            .queue_timeout(Duration::from_millis(300))
-            .backoff(
-                Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
-                    .expect("valid backoff"),
-            )
+            .queue_timeout(QUEUE_TIMEOUT)
+            .connect_timeout(2 * params.node_timeout)
+            .backoff(Backoff::new(Duration::from_millis(5), BACKOFF_MAX).expect("valid backoff"))
             .build_with(ops)
             .expect("a valid simulated cluster");
         let client_id = manager
@@ -240,6 +280,16 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
         )),
     );
     let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
+    let watch = liveness::Watch {
+        log: log.clone(),
+        wants: Arc::clone(&ctx.wants),
+        nodes: ctx.nodes.clone(),
+        links: ctx.links.clone(),
+        procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
+        locks: LOCKS.iter().map(|l| (*l).to_owned()).collect(),
+        bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
+    };
+    let monitor = tokio::spawn(watch.run(params.client_end));
     let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
     let mut tasks = Vec::new();
     for p in 0..params.procs {
@@ -270,6 +320,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             ),
         }
     }
+    let _ = monitor.await;
     faults::heal_all(&ctx);
     for p in &ctx.procs {
         if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())

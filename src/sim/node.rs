@@ -17,6 +17,7 @@ use crate::sync::locked;
 use crate::tests::fake::FakeNode;
 
 use super::checker::{Ev, Log, Who};
+use super::feed::{FeedCtl, SimFeed};
 
 /// How a node answers everyone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,14 @@ impl NodeCtl {
         *locked(&self.health) = h;
     }
 
+    pub(crate) fn health(&self) -> Health {
+        *locked(&self.health)
+    }
+
+    pub(crate) fn slow(&self) -> Duration {
+        *locked(&self.slow)
+    }
+
     pub(crate) fn set_slow(&self, max: Duration) {
         *locked(&self.slow) = max;
     }
@@ -64,6 +73,8 @@ impl NodeCtl {
         if empty {
             self.fake.wipe();
         }
+        // Its pub/sub connections die with it.
+        self.fake.hub().disconnect_all();
         self.set_health(Health::Down);
     }
 
@@ -111,6 +122,8 @@ pub(crate) struct LinkCtl {
     /// On a process link: a pause that starts as the process receives its
     /// next grant.
     on_grant: Mutex<Option<Armed>>,
+    /// Pub/sub faults of the link.
+    pub(crate) feed: FeedCtl,
 }
 
 impl LinkCtl {
@@ -119,6 +132,7 @@ impl LinkCtl {
             cut: Mutex::new(Cut::None),
             wire: Mutex::default(),
             on_grant: Mutex::new(None),
+            feed: FeedCtl::default(),
         })
     }
 
@@ -154,6 +168,10 @@ impl LinkCtl {
         None
     }
 
+    pub(crate) fn cut(&self) -> Cut {
+        *locked(&self.cut)
+    }
+
     pub(crate) fn set(&self, cut: Cut) {
         *locked(&self.cut) = cut;
     }
@@ -173,6 +191,55 @@ pub(crate) struct SimNode {
     pub(crate) process: Arc<LinkCtl>,
     /// Traces every call into the log (replays only).
     pub(crate) trace: Option<(Log, Who, usize)>,
+    /// How long a pub/sub call waits on a link that does not answer.
+    pub(crate) timeout: Duration,
+    /// The run's spin detector.
+    pub(crate) spin: Arc<Spin>,
+}
+
+/// Calls at one virtual instant beyond which the run is spinning: above
+/// the largest legitimate burst (every task's fan-out and rollback at one
+/// instant: 3 processes × 3 tasks × 5 nodes × 2 = 90).
+const SPIN_CALLS: u32 = 100;
+
+/// Counts node calls per virtual instant: past [`SPIN_CALLS`] the run is
+/// spinning (logged at the first such instant of a run), and the replies
+/// are slowed by a node timeout, so that virtual time moves on and
+/// the spin costs a bounded number of calls.
+pub(crate) struct Spin {
+    pub(crate) log: Log,
+    at: Mutex<(Option<Instant>, u32)>,
+    seen: std::sync::atomic::AtomicBool,
+}
+
+impl Spin {
+    pub(crate) fn new(log: Log) -> Arc<Self> {
+        Arc::new(Self {
+            log,
+            at: Mutex::new((None, 0)),
+            seen: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Counts one call now; whether the run is spinning.
+    fn spinning(&self, what: &str) -> bool {
+        let now = Instant::now();
+        let mut at = locked(&self.at);
+        if at.0 != Some(now) {
+            *at = (Some(now), 0);
+        }
+        at.1 = at.1.saturating_add(1);
+        if at.1 == SPIN_CALLS && !self.seen.swap(true, Ordering::Relaxed) {
+            self.log.push(
+                super::checker::WORLD,
+                Ev::Violation(
+                    super::checker::Invariant::Spin,
+                    format!("{SPIN_CALLS} node calls without time passing (last: {what})"),
+                ),
+            );
+        }
+        at.1 >= SPIN_CALLS
+    }
 }
 
 fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
@@ -188,6 +255,22 @@ impl SimNode {
     /// slow, always in the order sent) if it is still up then; the reply
     /// comes back after more jitter unless a fault drops it.
     fn call<T: std::fmt::Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, NodeError>> {
+        let reply = self.call_now(what, f);
+        if !self.spin.spinning(what) {
+            return reply;
+        }
+        let slow = self.timeout;
+        Box::pin(async move {
+            tokio::time::sleep(slow).await;
+            reply.await
+        })
+    }
+
+    fn call_now<T: std::fmt::Debug + Send + 'static>(
         &self,
         what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
@@ -285,6 +368,15 @@ impl NodeOps for SimNode {
         self.node.fake.addr()
     }
 
+    fn feed(&self) -> Option<Arc<dyn crate::node::Feed>> {
+        Some(Arc::new(SimFeed {
+            node: Arc::clone(&self.node),
+            link: Arc::clone(&self.link),
+            process: Arc::clone(&self.process),
+            timeout: self.timeout,
+        }))
+    }
+
     fn acquire(
         &self,
         keys: &Arc<Keys>,
@@ -375,7 +467,15 @@ impl NodeOps for SimNode {
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
         let k = Arc::clone(keys);
-        self.call("force_release", move |n| n.force_release(&k))
+        let log = self.spin.log.clone();
+        self.call("force_release", move |n| {
+            // An administrative break lands on this node now, maybe after
+            // `force_unlock` returned: holds that exist now are broken.
+            if let Some(lock) = super::clients::LOCKS.iter().position(|l| **l == *k.name) {
+                log.push(super::checker::WORLD, Ev::ForceUnlock { lock });
+            }
+            n.force_release(&k)
+        })
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {

@@ -1,7 +1,7 @@
 //! An in-memory node for unit tests: same semantics as the Lua scripts, plus
 //! switches to stall, fail or slow down.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use crate::sync::locked;
 
 /// What the scripts read before they write (re-entry, queue types).
 mod reads;
+use super::fake_queue::Queue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -34,42 +35,6 @@ struct Entry {
     expires: Instant,
 }
 
-/// One lock's queue of waiters (`acquire_queued.lua`'s two sorted sets).
-#[derive(Default)]
-struct Queue {
-    /// By ticket, then waiter id.
-    order: BTreeSet<(u64, String)>,
-    /// Each waiter's ticket and deadline.
-    waiters: HashMap<String, (u64, Instant)>,
-    /// When the queue's keys expire: the latest deadline among its waiters
-    /// when one was last queued or refreshed (not shortened by a leave or a
-    /// grant, as the scripts do not shorten the keys' TTL).
-    expires: Option<Instant>,
-}
-
-impl Queue {
-    fn head(&self) -> Option<&str> {
-        self.order.first().map(|(_, w)| w.as_str())
-    }
-
-    fn remove(&mut self, waiter: &str) -> bool {
-        match self.waiters.remove(waiter) {
-            Some((t, _)) => self.order.remove(&(t, waiter.to_owned())),
-            None => false,
-        }
-    }
-
-    /// `drop_gone` of `queue_prelude.lua`.
-    fn drop_gone(&mut self, now: Instant) {
-        while let Some(head) = self.head().map(str::to_owned) {
-            if self.waiters.get(&head).is_some_and(|(_, d)| *d > now) {
-                break;
-            }
-            self.remove(&head);
-        }
-    }
-}
-
 #[derive(Default)]
 struct State {
     locks: HashMap<String, Entry>,
@@ -79,6 +44,8 @@ struct State {
     /// Keys holding a value of another type (a string at a lock key, a
     /// hash at the fence key): what the scripts meet as `WRONGTYPE`.
     foreign: HashSet<String>,
+    /// Subscriber connections (kept by a wipe; see `fake_feed`).
+    feed: Arc<super::fake_feed::Hub>,
 }
 
 pub(crate) struct FakeNode {
@@ -129,6 +96,11 @@ impl FakeNode {
             .get(key)
             .filter(|e| e.expires > Instant::now())
             .map(|e| (e.owner.clone(), e.count))
+    }
+
+    /// The node's release feed (its subscriber connections).
+    pub(crate) fn hub(&self) -> Arc<super::fake_feed::Hub> {
+        Arc::clone(&locked(&self.state).feed)
     }
 
     /// Sets the fence counter at `key`.
@@ -410,8 +382,16 @@ fn acquire_queued(
     let now = Instant::now();
     reads::queued_types(s, keys, owner)?;
     let mut q = s.queues.remove(&keys.queue()).unwrap_or_default();
-    q.drop_gone(now);
+    // The script drops gone waiters first; an error after that (a key of
+    // another type) keeps what was written before it.
+    let dropped = q.drop_gone(now);
     let answer = place_in_queue(s, &mut q, keys, owner, lease, count, p, now);
+    match (q.head(), &answer) {
+        (Some(head), Ok(Grant::Taken(..))) if dropped && !s.locks.contains_key(&keys.lock) => {
+            s.feed.publish(&keys.channel, head);
+        }
+        _ => {}
+    }
     if !q.order.is_empty() {
         s.queues.insert(keys.queue(), q);
     }
@@ -519,7 +499,14 @@ impl NodeOps for FakeNode {
             let Some(q) = s.queues.get_mut(&keys.queue()) else {
                 return Ok(false);
             };
+            let was_head = q.head() == Some(&*waiter);
             let left = q.remove(&waiter);
+            if let Some(next) = q
+                .head()
+                .filter(|_| was_head && !s.locks.contains_key(&keys.lock))
+            {
+                s.feed.publish(&keys.channel, next);
+            }
             if q.order.is_empty() {
                 s.queues.remove(&keys.queue());
             }
@@ -565,9 +552,10 @@ impl NodeOps for FakeNode {
                     Released::Lowered
                 } else {
                     s.locks.remove(&keys.lock);
-                    if let Some(q) = s.queues.get_mut(&keys.queue()) {
-                        q.drop_gone(Instant::now());
-                    }
+                    let q = s.queues.get_mut(&keys.queue());
+                    let head = q.and_then(|q| (q.drop_gone(Instant::now()), q.head()).1);
+                    let msg = format!("{} {owner}", head.unwrap_or_default());
+                    s.feed.publish(&keys.channel, msg);
                     Released::Deleted
                 })
             }
@@ -603,7 +591,17 @@ impl NodeOps for FakeNode {
 
     fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
         let keys = Arc::clone(keys);
-        self.run(move |s| s.locks.remove(&keys.lock).is_some() | s.foreign.remove(&keys.lock))
+        self.run(move |s| {
+            let deleted = s.locks.remove(&keys.lock).is_some() | s.foreign.remove(&keys.lock);
+            if deleted {
+                s.feed.publish(&keys.channel, "");
+            }
+            deleted
+        })
+    }
+
+    fn feed(&self) -> Option<Arc<dyn crate::node::Feed>> {
+        Some(Arc::new(super::fake_feed::HubFeed(self.hub())))
     }
 
     fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {

@@ -3,6 +3,8 @@
 //! acquisition, hold and watchdog code over it.
 
 pub(crate) mod fake;
+pub(crate) mod fake_feed;
+mod fake_queue;
 
 mod coordinator;
 mod fair;

@@ -214,7 +214,13 @@ impl Channel {
     /// re-checks whether to poll. Rare, unlike release messages.
     pub(super) fn wake_all(&self, wakeups: &AtomicU64) {
         let mut bells: Vec<Arc<Bell>> = locked(&self.plain).values().cloned().collect();
-        bells.extend(locked(&self.fair).values().cloned());
+        let mut fair: Vec<(Arc<str>, Arc<Bell>)> = locked(&self.fair)
+            .iter()
+            .map(|(k, b)| (Arc::clone(k), Arc::clone(b)))
+            .collect();
+        // By id, so that a seeded simulation replays the same wake order.
+        fair.sort_by(|a, b| a.0.cmp(&b.0));
+        bells.extend(fair.into_iter().map(|(_, b)| b));
         for bell in bells {
             bell.ring(wakeups);
         }
@@ -282,6 +288,16 @@ impl Board {
             wakeups: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
         }
+    }
+
+    /// Every channel, by name (a seeded simulation replays the same order).
+    pub(super) fn sorted_channels(&self) -> Vec<(Arc<str>, Arc<Channel>)> {
+        let mut all: Vec<_> = locked(&self.channels)
+            .iter()
+            .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     pub(super) fn channel(&self, name: &str) -> Option<Arc<Channel>> {

@@ -266,12 +266,15 @@ impl Waiter {
     }
 
     /// How many rings end a wait at once: one per node of a quorum (the
-    /// nodes a release must have run on for an attempt to win), or fewer if
-    /// fewer nodes are subscribed.
+    /// nodes a release must have run on for an attempt to win). Fewer rings
+    /// (fewer nodes subscribed, or the rollback of another manager's failed
+    /// attempt, which frees a minority only) end it after the grace: two
+    /// managers whose attempts split the nodes would otherwise ring each
+    /// other into a new attempt with every rollback, at once.
     fn quorum_of_messages(&self) -> u64 {
         let nodes = self.shared.board.nodes;
         let quorum = (nodes + 1).saturating_sub(self.shared.needed);
-        u64::try_from(quorum.min(self.chan.coverage())).unwrap_or(u64::MAX)
+        u64::try_from(quorum).unwrap_or(u64::MAX)
     }
 
     /// Whether this is a plain waiter behind others of this manager: it
@@ -332,7 +335,9 @@ impl Waiter {
                 // and an attempt then would miss and be rolled back. Wait for
                 // a quorum's messages, or a moment for the rest.
                 let now = Instant::now();
-                let due = grace.get_or_insert(now + QUORUM_GRACE);
+                // Jittered, so that two managers whose attempts split
+                // the nodes do not retry in step.
+                let due = grace.get_or_insert_with(|| now + QUORUM_GRACE + jitter());
                 let prompt = self.bell.prompt.swap(false, Ordering::AcqRel);
                 if prompt || rings - self.seen >= self.quorum_of_messages() || now >= *due {
                     self.seen = rings;

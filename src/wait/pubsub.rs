@@ -21,7 +21,6 @@ use tracing::{debug, warn};
 use super::bells::{Board, Channel};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::node::{Feed, FeedConn};
-use crate::sync::locked;
 
 /// Commands to one node's pub/sub task.
 pub(super) enum Command {
@@ -112,10 +111,7 @@ pub(super) async fn node_task(
             return;
         };
         b.connections.fetch_add(1, Ordering::Relaxed);
-        let current: Vec<(Arc<str>, Arc<Channel>)> = locked(&b.channels)
-            .iter()
-            .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
-            .collect();
+        let current = b.sorted_channels();
         drop(b);
         let mut outcome = Outcome::Done;
         if !current.is_empty() {
@@ -183,7 +179,7 @@ pub(super) async fn node_task(
                 "pub/sub connection lost; waiters fall back to polling"
             );
         }
-        let chans: Vec<Arc<Channel>> = locked(&b.channels).values().cloned().collect();
+        let chans: Vec<Arc<Channel>> = b.sorted_channels().into_iter().map(|(_, c)| c).collect();
         b.covered(i, &chans, false);
         drop(b);
         drop((sink, messages));
