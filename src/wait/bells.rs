@@ -104,6 +104,8 @@ pub(super) struct Channel {
     pub(super) refs: Mutex<usize>,
     /// Woken when a node confirms the subscription.
     pub(super) confirmed: Notify,
+    /// An unsubscription is scheduled (see `Waiter`'s drop).
+    pub(super) retiring: AtomicBool,
 }
 
 /// Which kind of waiter joins: plain (the local FIFO) or fair (by id).
@@ -121,6 +123,7 @@ impl Channel {
             holder_until: Mutex::new(None),
             refs: Mutex::new(0),
             confirmed: Notify::new(),
+            retiring: AtomicBool::new(false),
         }
     }
 

@@ -104,7 +104,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
     );
     // The task reads commands again: the last waiter's unsubscription goes out.
     drop(w);
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    tokio::time::sleep(super::LINGER + Duration::from_millis(1)).await;
     assert_eq!(
         locked(&feed.log).last().map(String::as_str),
         Some("unsubscribe ch")
@@ -112,7 +112,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_last_waiter_leaving_unsubscribes_at_once() {
+async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
     let feed = Arc::new(Scripted::default());
     let notifier = Notifier::start(
         "me",
@@ -127,6 +127,8 @@ async fn the_last_waiter_leaving_unsubscribes_at_once() {
     assert_eq!(notifier.stats().channels, 1, "a waiter is left");
     drop(b);
     tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(notifier.stats().channels, 1, "kept for the linger");
+    tokio::time::sleep(super::LINGER).await;
     assert_eq!(notifier.stats().channels, 0);
     assert_eq!(
         *locked(&feed.log),
