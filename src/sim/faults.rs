@@ -102,7 +102,10 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
         let what = format!("{kind:?}");
         match kind {
             Kind::FailFast | Kind::BlackHole | Kind::Slow | Kind::RestartWithData => {
-                if busy[node] > now {
+                // `>=`: the fault ending now heals the node at this instant,
+                // maybe after a new one started (an empty restart would then
+                // rejoin at once, unsafe, under a safe label).
+                if busy[node] >= now {
                     continue;
                 }
                 busy[node] = now + dur;
@@ -118,7 +121,7 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 heal_node(&ctx, node, dur);
             }
             Kind::RestartEmptyLate | Kind::RestartEmptyNow => {
-                if busy[node] > now {
+                if busy[node] >= now {
                     continue;
                 }
                 let down = if matches!(kind, Kind::RestartEmptyLate) {
