@@ -399,6 +399,9 @@ impl LockManager {
     ///
     /// [`Error::InvalidInput`] for a bad name; [`Error::Unavailable`] when a
     /// node could not be reached (the lock may survive there until its TTL).
+    /// A delete that was sent but not answered in time may still land on its
+    /// node later, and then also breaks a hold taken after this returned:
+    /// after `Unavailable`, treat the lock as broken until its lease passed.
     ///
     /// # Cancel safety
     ///
