@@ -398,10 +398,8 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a bad name; [`Error::Unavailable`] when a
-    /// node could not be reached (the lock may survive there until its TTL).
-    /// A delete that was sent but not answered in time may still land on its
-    /// node later, and then also breaks a hold taken after this returned:
-    /// after `Unavailable`, treat the lock as broken until its lease passed.
+    /// node did not answer: the lock may survive there until its TTL, or the
+    /// delete land there later and break a hold taken after this returned.
     ///
     /// # Cancel safety
     ///
