@@ -19,8 +19,11 @@
 //! fair waiter it names, nobody if it names another manager's waiter (that
 //! manager rings it), and otherwise (a plain waiter of ours, one that has
 //! left, or nobody queued on the node) the head of the FIFO. A message
-//! from another manager's release rings without `prompt`: the waiter waits
-//! for a quorum of them (see `Waiter::wait`).
+//! from another manager's release, or naming a fair waiter, rings without
+//! `prompt`: the waiter waits for a quorum of them (see `Waiter::wait`).
+//! Measured with `tests/fair.rs`'s herd (one manager, 8 fair tasks): 15.1
+//! to 15.6 scripts per acquisition over 5 nodes, against 21.5 to 25.8 when
+//! our own release rang a named fair waiter at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -201,8 +204,14 @@ impl Channel {
         if !id.is_empty() {
             let named = locked(&self.fair).get(id).cloned();
             if let Some(bell) = named {
+                // Never prompt: a message names a fair waiter on one node,
+                // which may be its turn there only (another waiter's grant
+                // took that waiter out of this node's queue, and its
+                // rollback published), so even our own release waits for a
+                // quorum of messages. A real release publishes on every
+                // node at once, so the head's quorum comes at once too.
                 if !bell.own(releaser) {
-                    bell.ring_for(wakeups, prompt);
+                    bell.ring_for(wakeups, false);
                 }
                 return;
             }
@@ -391,6 +400,19 @@ mod tests {
         let fair = c.join(&Kind::Fair(&id), &owner());
         c.on_message(&msg(&id, ""), ME, &w);
         assert_eq!((rings(&head), rings(&fair)), (0, 1));
+    }
+
+    #[test]
+    fn a_fair_waiter_waits_for_a_quorum_of_messages_even_from_our_own_release() {
+        let (c, w) = (Channel::new(3), AtomicU64::new(0));
+        let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
+        let fair = c.join(&Kind::Fair(&id), &owner());
+        c.on_message(&msg(&id, &format!("{ME}:owner-1:hold-1@0")), ME, &w);
+        assert_eq!(rings(&fair), 1);
+        assert!(
+            !prompt(&fair),
+            "named on one node, it may be its turn there only"
+        );
     }
 
     #[test]

@@ -21,8 +21,9 @@
 //! by a quorum of nodes (the release ran there), or a few milliseconds after
 //! the first ring: an attempt on the first node's message would often find
 //! the release not yet run elsewhere, miss, and be rolled back. A release by
-//! this manager rings for an attempt at once: its calls went to every node
-//! ahead of the attempt, on the same connections. Every waiter's timer ends
+//! this manager rings a plain waiter for an attempt at once: its calls went
+//! to every node ahead of the attempt, on the same connections (a fair
+//! waiter, named per node, still waits for a quorum of messages). Every waiter's timer ends
 //! no later than the holder's key is known to expire (the PTTL seen by the
 //! last attempt, or the lease of a local holder), since an expiry publishes
 //! nothing.
