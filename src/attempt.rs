@@ -74,19 +74,8 @@ pub(crate) async fn attempt(
                 node.acquire(keys, holder_id, lease, count, place.as_ref())
             }
         });
-        // A first place in the queue gets node-dependent tickets: a miss
-        // then waits for every answer, so that the next attempt settles on
-        // the largest. A ticket that came after the decision would be lost,
-        // and a waiter filed at different tickets can head different nodes
-        // while the lock is free: no one heads a quorum, and no release
-        // comes to ring anyone until the refresh timers fire.
-        let placing = place.as_ref().is_some_and(|p| p.ticket == 0);
-        fan.until(|f| match Tally::of(f.replies()).decide(required) {
-            Decision::Open => false,
-            Decision::Won => true,
-            _ => !placing,
-        })
-        .await;
+        fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
+            .await;
         let elapsed = clock::now().saturating_duration_since(start);
         let tally = Tally::of(fan.replies());
         let span = tracing::Span::current();
