@@ -21,8 +21,8 @@
 //! left, or nobody queued on the node) the head of the FIFO. A message
 //! from another manager's release, or naming a fair waiter, rings without
 //! `prompt`: the waiter waits for a quorum of them (see `Waiter::wait`).
-//! Measured with `tests/fair.rs`'s herd (one manager, 8 fair tasks): 15.1
-//! to 15.6 scripts per acquisition over 5 nodes, against 21.5 to 25.8 when
+//! Measured with `tests/fair.rs`'s herd (one manager, 8 fair tasks): 16.8
+//! to 16.9 scripts per acquisition over 5 nodes, against 21.5 to 25.8 when
 //! our own release rang a named fair waiter at once.
 
 use std::collections::{BTreeMap, HashMap};
