@@ -13,7 +13,6 @@ use crate::keys::Keys;
 use crate::node::{Grant, Released};
 use crate::nodes::Nodes;
 use crate::quorum::Stragglers;
-use crate::sync::locked;
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -32,9 +31,7 @@ impl LateGrants {
         hold.nodes.spawn(self.rest.for_each(move |i, r| {
             if let (Ok(Grant::Granted(_)), Some(hold)) = (r, weak.upgrade()) {
                 debug!(node = i, "late grant");
-                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
-                    *g = true;
-                }
+                hold.grant_landed(i);
             }
         }));
     }
