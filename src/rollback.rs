@@ -13,7 +13,6 @@ use crate::keys::Keys;
 use crate::node::{Grant, Released};
 use crate::nodes::Nodes;
 use crate::quorum::Stragglers;
-use crate::sync::locked;
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -45,9 +44,7 @@ impl LateGrants {
             rest.for_each(|i, r| match (r, weak.upgrade()) {
                 (Ok(Grant::Granted(_)), Some(hold)) => {
                     debug!(node = i, "late grant");
-                    if let Some(g) = locked(&hold.record).granted.get_mut(i) {
-                        *g = true;
-                    }
+                    hold.grant_landed(i);
                 }
                 (Ok(Grant::Granted(_)), None) => {}
                 _ => queued.push(i),
