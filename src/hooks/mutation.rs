@@ -24,6 +24,10 @@ pub(crate) enum Mutation {
     /// A plain request defers to local fair waiters queued before it, even
     /// when they cannot take their turn (liveness defect 2).
     DeferToFair,
+    /// A quorum of release messages counts rings, not nodes: rollbacks seen
+    /// on one live node ring waiters of other managers into new attempts
+    /// at one instant (the `Spin` the simulator found).
+    RingQuorum,
 }
 
 impl Mutation {
@@ -35,6 +39,7 @@ impl Mutation {
             Self::PerNodeOrder => 8,
             Self::DeferredUnbounded => 16,
             Self::DeferToFair => 32,
+            Self::RingQuorum => 64,
         }
     }
 }
