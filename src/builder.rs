@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::Admission;
-use crate::config::{check_lease, Backoff, Config, Quorum, MAX_TIMEOUT};
+use crate::config::{Backoff, Config, Quorum};
 use crate::error::Error;
 use crate::manager::LockManager;
 use crate::node::{redact, NodeOps, NodeSpec, RedisNode};
@@ -127,7 +127,7 @@ impl LockManagerBuilder {
 
     /// How long a queued waiter may go without calling the nodes before the
     /// lock's queue skips it, as when its process died (default 5 s, as
-    /// Redisson's fair lock; above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// Redisson's fair lock; above zero, at most [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()`
     /// checks). Waiters refresh their place every third of it, so a longer
     /// timeout costs fewer calls and skips a dead waiter later.
     pub fn queue_timeout(mut self, timeout: Duration) -> Self {
@@ -136,7 +136,7 @@ impl LockManagerBuilder {
     }
 
     /// The timeout of one call to one node (above zero, at most
-    /// [`MAX_TIMEOUT`]; `build()` checks). Calls made under a lease are also
+    /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Calls made under a lease are also
     /// bounded by that lease.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
@@ -144,7 +144,7 @@ impl LockManagerBuilder {
     }
 
     /// The timeout of connecting to each node in `build`, and of each
-    /// reconnection later (above zero, at most [`MAX_TIMEOUT`]; `build()`
+    /// reconnection later (above zero, at most [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()`
     /// checks).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -205,19 +205,11 @@ impl LockManagerBuilder {
         self
     }
 
-    fn validate(&self) -> Result<(Config, Vec<NodeSpec>), Error> {
-        let mut specs = Vec::with_capacity(self.urls.len() + self.clients.len());
-        for url in &self.urls {
-            specs.push(NodeSpec::from_url(url)?);
-        }
-        for client in &self.clients {
-            specs.push(NodeSpec::from_client(client)?);
-        }
-        if specs.is_empty() {
-            return Err(Error::Config(
-                "no nodes: add at least one with `node(url)` or `client(client)`".into(),
-            ));
-        }
+    /// The nodes given by URL and as clients, each named once.
+    fn specs(&self) -> Result<Vec<NodeSpec>, Error> {
+        let urls = self.urls.iter().map(|url| NodeSpec::from_url(url));
+        let clients = self.clients.iter().map(NodeSpec::from_client);
+        let specs = urls.chain(clients).collect::<Result<Vec<_>, _>>()?;
         for (i, a) in specs.iter().enumerate() {
             if let Some(j) = specs[..i].iter().position(|b| b.identity == a.identity) {
                 return Err(Error::Config(format!(
@@ -226,64 +218,30 @@ impl LockManagerBuilder {
                 )));
             }
         }
-        let required = self.quorum.required(specs.len())?;
-        if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
-            return Err(Error::invalid(
-                "drift factor",
-                format!("{} is not in [0, 1)", self.drift_factor),
+        Ok(specs)
+    }
+
+    /// The settings for `nodes` nodes, validated ([`Config::validate`]).
+    fn config(&self, nodes: usize) -> Result<Config, Error> {
+        if nodes == 0 {
+            return Err(Error::Config(
+                "no nodes: add at least one with `node(url)` or `client(client)`".into(),
             ));
         }
-        check_lease(self.lease, self.drift_factor)?;
-        let renew_interval = self.renew_interval.unwrap_or(self.lease / 3);
-        if renew_interval.is_zero() || renew_interval >= self.lease {
-            return Err(Error::invalid(
-                "renew interval",
-                format!(
-                    "{renew_interval:?} must be above zero and below the lease {:?}",
-                    self.lease
-                ),
-            ));
+        Config {
+            quorum: self.quorum,
+            required: 0,
+            lease: self.lease,
+            renew_interval: self.renew_interval.unwrap_or(self.lease / 3),
+            node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
+            drift_factor: self.drift_factor,
+            backoff: self.backoff,
+            key_prefix: self.key_prefix.clone(),
+            max_hold: self.max_hold,
+            queue_timeout: self.queue_timeout,
         }
-        for (what, t) in [
-            ("node timeout", self.node_timeout),
-            ("connect timeout", self.connect_timeout),
-            ("queue timeout", self.queue_timeout),
-        ] {
-            if t.is_zero() {
-                return Err(Error::invalid(what, "must be above zero"));
-            }
-            if t > MAX_TIMEOUT {
-                return Err(Error::invalid(
-                    what,
-                    format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}"),
-                ));
-            }
-        }
-        if self.key_prefix.contains(['{', '}']) {
-            return Err(Error::invalid(
-                "key prefix",
-                "must not contain '{' or '}' (the lock name is the hash tag)",
-            ));
-        }
-        if self.max_hold.is_some_and(|m| m.is_zero()) {
-            return Err(Error::invalid("max hold", "must be above zero"));
-        }
-        Ok((
-            Config {
-                quorum: self.quorum,
-                required,
-                lease: self.lease,
-                renew_interval,
-                node_timeout: self.node_timeout,
-                connect_timeout: self.connect_timeout,
-                drift_factor: self.drift_factor,
-                backoff: self.backoff,
-                key_prefix: self.key_prefix.clone(),
-                max_hold: self.max_hold,
-                queue_timeout: self.queue_timeout,
-            },
-            specs,
-        ))
+        .validate(nodes)
     }
 
     /// Validates the settings, connects to every node in parallel and checks
@@ -296,7 +254,7 @@ impl LockManagerBuilder {
     ///
     /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
     ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout above
-    ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
+    ///   [`MAX_TIMEOUT`](crate::MAX_TIMEOUT), a renew interval not below the lease, a drift
     ///   factor outside [0, 1);
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
     ///   or two URLs that reach the same server: same `run_id`), a quorum of
@@ -314,7 +272,8 @@ impl LockManagerBuilder {
     pub async fn build(self) -> Result<LockManager, Error> {
         #[cfg(feature = "tls-rustls")]
         install_crypto_provider();
-        let (config, specs) = self.validate()?;
+        let specs = self.specs()?;
+        let config = self.config(specs.len())?;
         let connect_timeout = config.connect_timeout;
         let results = futures::future::join_all(
             specs
@@ -357,18 +316,12 @@ impl LockManagerBuilder {
         Ok(LockManager::from_parts(config, nodes, failures))
     }
 
-    /// Builds over fake nodes (unit tests).
+    /// Builds over the nodes given, with the settings validated as by
+    /// `build()` (unit tests, the simulator). URLs and clients set on the
+    /// builder are not used.
     #[cfg(test)]
     pub(crate) fn build_with(self, nodes: Vec<Arc<dyn NodeOps>>) -> Result<LockManager, Error> {
-        let mut this = self;
-        this.urls.clear();
-        this.clients.clear();
-        let n = nodes.len();
-        let mut probe = this.clone();
-        probe.urls = (0..n)
-            .map(|i| format!("redis://127.0.0.1:{}", 1 + i))
-            .collect();
-        let (config, _) = probe.validate()?;
+        let config = self.config(nodes.len())?;
         Ok(LockManager::from_parts(config, nodes, Vec::new()))
     }
 }
