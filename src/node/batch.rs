@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::keys::Keys;
 use crate::scripts;
 
-use super::redis_node::ms;
+use super::reply::ms;
 
 /// One lock of a renewal batch.
 #[derive(Debug, Clone)]
