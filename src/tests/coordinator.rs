@@ -4,26 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
+use crate::tests::fake::{cluster_with, FakeNode, Mode};
 use crate::{Error, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
 
 fn cluster(n: usize, quorum: Quorum) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(quorum)
-        .lease(Duration::from_secs(10))
-        .node_timeout(100 * MS)
-        .build_with(nodes)
-        .expect("valid fake cluster");
-    (m, fakes)
+    cluster_with(n, |b| b.quorum(quorum))
 }
 
 fn holders(fakes: &[Arc<FakeNode>]) -> usize {
@@ -371,16 +359,7 @@ async fn bad_names_and_leases_are_typed_errors() {
 
 #[tokio::test(start_paused = true)]
 async fn watchdog_renews_repairs_and_signals_loss() {
-    let fakes: Vec<Arc<FakeNode>> = (0..5).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .lease(300 * MS)
-        .node_timeout(50 * MS)
-        .build_with(nodes)
-        .expect("valid");
+    let (m, fakes) = cluster_with(5, |b| b.lease(300 * MS).node_timeout(50 * MS));
     let g = m.lock("job").await.expect("lock");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(holders(&fakes), 5, "renewal should keep the lock alive");

@@ -13,7 +13,7 @@ use crate::hooks::mutation::{self, Mutation};
 use crate::keys::Keys;
 use crate::node::{Answer, Feed, Grant, NodeOps, Place};
 use crate::sync::locked;
-use crate::tests::fake::{FakeNode, Script, TestNode};
+use crate::tests::fake::{fakes, FakeNode, Script, TestNode};
 use crate::{Error, LockGuard, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
@@ -69,10 +69,6 @@ fn manager(fakes: &[Arc<FakeNode>], delays: &[Duration]) -> LockManager {
         .queue_timeout(QUEUE_TIMEOUT)
         .build_with(nodes)
         .expect("valid fake cluster")
-}
-
-fn fakes(n: usize) -> Vec<Arc<FakeNode>> {
-    (0..n).map(FakeNode::new).collect()
 }
 
 fn keys(name: &str) -> Keys {

@@ -14,8 +14,9 @@ use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::Answer;
+use crate::node::{Answer, NodeOps};
 use crate::sync::locked;
+use crate::{LockManager, LockManagerBuilder, Quorum};
 
 mod scripts;
 mod test_node;
@@ -52,6 +53,33 @@ pub(crate) struct State {
     foreign: HashSet<String>,
     /// Subscriber connections (kept by a wipe; see `fake_feed`).
     feed: Arc<super::fake_feed::Hub>,
+}
+
+/// `n` in-memory nodes, `fake-0` to `fake-{n-1}`.
+pub(crate) fn fakes(n: usize) -> Vec<Arc<FakeNode>> {
+    (0..n).map(FakeNode::new).collect()
+}
+
+/// `fakes` as a manager's nodes.
+pub(crate) fn nodes(fakes: &[Arc<FakeNode>]) -> Vec<Arc<dyn NodeOps>> {
+    fakes.iter().map(|f| Arc::clone(f) as _).collect()
+}
+
+/// A manager over `n` fresh fakes: majority, lease 10 s, node timeout
+/// 100 ms, then whatever `settings` changes.
+pub(crate) fn cluster_with(
+    n: usize,
+    settings: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) -> (LockManager, Vec<Arc<FakeNode>>) {
+    let fakes = fakes(n);
+    let builder = LockManager::builder()
+        .quorum(Quorum::Majority)
+        .lease(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(100));
+    let m = settings(builder)
+        .build_with(nodes(&fakes))
+        .expect("valid fake cluster");
+    (m, fakes)
 }
 
 /// The in-memory node.

@@ -6,28 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{Error, HoldState, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, FakeNode, Mode};
+use crate::{Error, HoldState, LockManager};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
 
 /// 3 nodes, majority, lease 3 s renewed every second.
 fn cluster() -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..3).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(100 * MS)
-        .build_with(nodes)
-        .expect("valid fake cluster");
-    (m, fakes)
+    cluster_with(3, |b| {
+        b.lease(Duration::from_secs(3))
+            .renew_interval(Duration::from_secs(1))
+    })
 }
 
 /// The nodes where `holder` holds the lock.

@@ -6,29 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{HoldState, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, FakeNode, Mode};
+use crate::HoldState;
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
-
-fn cluster_with(
-    n: usize,
-    f: impl FnOnce(crate::LockManagerBuilder) -> crate::LockManagerBuilder,
-) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let builder = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(10))
-        .node_timeout(100 * MS);
-    let m = f(builder).build_with(nodes).expect("valid fake cluster");
-    (m, fakes)
-}
 
 fn holders(fakes: &[Arc<FakeNode>]) -> usize {
     fakes.iter().filter(|f| f.holder(KEY).is_some()).count()
