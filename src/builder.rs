@@ -83,6 +83,21 @@ impl Default for LockManagerBuilder {
     }
 }
 
+/// The setters that store their argument as it is: `name(arg: Type);`
+/// makes `pub fn name(mut self, arg: Type) -> Self`, setting the field
+/// `name`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty);)+) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$name = $arg;
+                self
+            }
+        )+
+    };
+}
+
 impl LockManagerBuilder {
     /// Adds one node by URL (`redis://`, `rediss://` with the `tls-rustls`
     /// feature, credentials and db allowed).
@@ -107,16 +122,11 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The quorum policy.
-    pub fn quorum(mut self, quorum: Quorum) -> Self {
-        self.quorum = quorum;
-        self
-    }
-
-    /// The lease of renewed locks (`lock`, `try_lock`).
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
+    setters! {
+        /// The quorum policy.
+        quorum(quorum: Quorum);
+        /// The lease of renewed locks (`lock`, `try_lock`).
+        lease(lease: Duration);
     }
 
     /// The watchdog's period (default: lease / 3).
@@ -125,42 +135,26 @@ impl LockManagerBuilder {
         self
     }
 
-    /// How long a queued waiter may go without calling the nodes before the
-    /// lock's queue skips it, as when its process died (default 5 s, as
-    /// Redisson's fair lock; above zero, at most [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()`
-    /// checks). Waiters refresh their place every third of it, so a longer
-    /// timeout costs fewer calls and skips a dead waiter later.
-    pub fn queue_timeout(mut self, timeout: Duration) -> Self {
-        self.queue_timeout = timeout;
-        self
-    }
-
-    /// The timeout of one call to one node (above zero, at most
-    /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Calls made under a lease are also
-    /// bounded by that lease.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// The timeout of connecting to each node in `build`, and of each
-    /// reconnection later (above zero, at most [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()`
-    /// checks).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The clock drift factor (drift = lease × factor + 2 ms).
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
-
-    /// The delays between attempts while waiting.
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
+    setters! {
+        /// How long a queued waiter may go without calling the nodes before
+        /// the lock's queue skips it, as when its process died (default 5 s,
+        /// as Redisson's fair lock; above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Waiters
+        /// refresh their place every third of it, so a longer timeout costs
+        /// fewer calls and skips a dead waiter later.
+        queue_timeout(timeout: Duration);
+        /// The timeout of one call to one node (above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Calls made
+        /// under a lease are also bounded by that lease.
+        node_timeout(timeout: Duration);
+        /// The timeout of connecting to each node in `build`, and of each
+        /// reconnection later (above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks).
+        connect_timeout(timeout: Duration);
+        /// The clock drift factor (drift = lease × factor + 2 ms).
+        drift_factor(factor: f64);
+        /// The delays between attempts while waiting.
+        backoff(backoff: Backoff);
     }
 
     /// The prefix of every key (default `quorumlock:`).
@@ -176,33 +170,30 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Let `build` succeed while some nodes are down, as long as a quorum of
-    /// them is reachable (default: every node must answer).
-    ///
-    /// The unreachable nodes are connected on first use and take part as soon
-    /// as they answer; their role is checked then, and a node that turns out
-    /// not to be a master is never used. A service can then start during a
-    /// minority outage, as RedLock is meant to tolerate.
-    pub fn allow_unreachable(mut self, allow: bool) -> Self {
-        self.allow_unreachable = allow;
-        self
-    }
-
-    /// Refuse every node whose `maxmemory-policy` is not `noeviction`
-    /// (default: such a node is used, with a warning).
-    ///
-    /// Under any other policy Redis may evict a key that has a TTL when it
-    /// runs out of memory, and every lock key has one: a held lock can vanish
-    /// from the node without anyone releasing it. With this option `build()`
-    /// fails with [`Error::Config`] naming the node and its policy; a node
-    /// that will not tell its policy (`CONFIG GET` refused or renamed) is
-    /// refused too, since it cannot be shown to be safe. A node connected
-    /// later (see [`allow_unreachable`](Self::allow_unreachable)) is checked
-    /// when it first answers and never used if it fails. The policy is not
-    /// watched afterwards; [`crate::LockManager::status`] shows it per node.
-    pub fn require_noeviction(mut self, require: bool) -> Self {
-        self.require_noeviction = require;
-        self
+    setters! {
+        /// Let `build` succeed while some nodes are down, as long as a quorum
+        /// of them is reachable (default: every node must answer).
+        ///
+        /// The unreachable nodes are connected on first use and take part as
+        /// soon as they answer; their role is checked then, and a node that
+        /// turns out not to be a master is never used. A service can then
+        /// start during a minority outage, as RedLock is meant to tolerate.
+        allow_unreachable(allow: bool);
+        /// Refuse every node whose `maxmemory-policy` is not `noeviction`
+        /// (default: such a node is used, with a warning).
+        ///
+        /// Under any other policy Redis may evict a key that has a TTL when
+        /// it runs out of memory, and every lock key has one: a held lock can
+        /// vanish from the node without anyone releasing it. With this option
+        /// `build()` fails with [`Error::Config`] naming the node and its
+        /// policy; a node that will not tell its policy (`CONFIG GET` refused
+        /// or renamed) is refused too, since it cannot be shown to be safe. A
+        /// node connected later (see
+        /// [`allow_unreachable`](Self::allow_unreachable)) is checked when it
+        /// first answers and never used if it fails. The policy is not
+        /// watched afterwards; [`crate::LockManager::status`] shows it per
+        /// node.
+        require_noeviction(require: bool);
     }
 
     /// The nodes given by URL and as clients, each named once.
@@ -253,9 +244,9 @@ impl LockManagerBuilder {
     /// # Errors
     ///
     /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
-    ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout above
-    ///   [`MAX_TIMEOUT`](crate::MAX_TIMEOUT), a renew interval not below the lease, a drift
-    ///   factor outside [0, 1);
+    ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout
+    ///   above [`MAX_TIMEOUT`](crate::MAX_TIMEOUT), a renew interval not below
+    ///   the lease, a drift factor outside [0, 1);
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
     ///   or two URLs that reach the same server: same `run_id`), a quorum of
     ///   0 or above the node count, or, with

@@ -103,19 +103,14 @@ impl Backoff {
     ///
     /// [`Error::InvalidInput`] when `min` is zero or `min > max`.
     pub fn new(min: Duration, max: Duration) -> Result<Self, Error> {
-        if min.is_zero() {
-            return Err(Error::invalid(
-                "backoff",
-                "the minimum delay must be above 0",
-            ));
-        }
-        if min > max {
-            return Err(Error::invalid(
-                "backoff",
-                format!("minimum {min:?} is larger than maximum {max:?}"),
-            ));
-        }
-        Ok(Self { min, max })
+        let reason = if min.is_zero() {
+            "the minimum delay must be above 0".to_owned()
+        } else if min > max {
+            format!("minimum {min:?} is larger than maximum {max:?}")
+        } else {
+            return Ok(Self { min, max });
+        };
+        Err(Error::invalid("backoff", reason))
     }
 
     /// The smallest delay.
@@ -273,26 +268,17 @@ pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
 }
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
-    if lease.is_zero() {
-        return Err(Error::invalid(
-            "lease",
-            "a lease of zero cannot hold a lock",
-        ));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::invalid(
-            "lease",
-            format!("{lease:?} is longer than the maximum of {MAX_LEASE:?}"),
-        ));
-    }
     let drift = drift(lease, factor);
-    if lease <= drift {
-        return Err(Error::invalid(
-            "lease",
-            format!("{lease:?} is not larger than the clock drift allowance {drift:?}"),
-        ));
-    }
-    Ok(())
+    let reason = if lease.is_zero() {
+        "a lease of zero cannot hold a lock".to_owned()
+    } else if lease > MAX_LEASE {
+        format!("{lease:?} is longer than the maximum of {MAX_LEASE:?}")
+    } else if lease <= drift {
+        format!("{lease:?} is not larger than the clock drift allowance {drift:?}")
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("lease", reason))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::node::{Answer, NodeOps};
 use crate::sync::locked;
-use crate::{LockManager, LockManagerBuilder, Quorum};
+use crate::{Error, LockGuard, LockManager, LockManagerBuilder, Owner, Quorum};
 
 mod scripts;
 mod test_node;
@@ -80,6 +80,15 @@ pub(crate) fn cluster_with(
         .build_with(nodes(&fakes))
         .expect("valid fake cluster");
     (m, fakes)
+}
+
+/// `owner` locks `name` on `m`: a re-entry when it holds it already.
+pub(crate) async fn lock_as(
+    m: &LockManager,
+    owner: &Owner,
+    name: &str,
+) -> Result<LockGuard, Error> {
+    m.request(name).owner(owner).acquire().await
 }
 
 /// The in-memory node.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::tests::fake::{cluster_with, FakeNode, Mode};
+use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
 use crate::{Error, HoldState, LockManager};
 
 const MS: Duration = Duration::from_millis(1);
@@ -35,7 +35,7 @@ fn held_by(fakes: &[Arc<FakeNode>], holder: &str) -> usize {
 async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     let a_id = g.holder_id().to_owned();
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
     let b = m
@@ -47,7 +47,7 @@ async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
         .expect("B takes the forced lock");
     assert!(b.fencing_token() > g.fencing_token());
     b.release().await.expect("B releases");
-    let again = m.request("job").owner(&a).acquire().await;
+    let again = lock_as(&m, &a, "job").await;
     let err = again.expect_err("a re-entry must not undo force_unlock");
     assert!(matches!(err, Error::Lost { .. }), "{err:?}");
     assert_eq!(g.state(), HoldState::Lost);
@@ -72,13 +72,10 @@ async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
 async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     fakes[0].wipe();
     fakes[1].wipe();
-    let err = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let err = lock_as(&m, &a, "job")
         .await
         .expect_err("a re-entry must not resurrect keys a majority lost");
     assert!(err.is_lost(), "{err:?}");
@@ -99,13 +96,10 @@ async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost()
 async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     let id = g.holder_id().to_owned();
     fakes[0].wipe();
-    let g2 = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let g2 = lock_as(&m, &a, "job")
         .await
         .expect("a quorum confirms the re-entry");
     assert_eq!(g2.hold_count(), 2);
@@ -132,13 +126,10 @@ async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
 async fn a_reentry_with_failed_nodes_keeps_the_hold() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     fakes[0].set_mode(Mode::Fail);
     fakes[1].set_mode(Mode::Stall);
-    let g2 = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let g2 = lock_as(&m, &a, "job")
         .await
         .expect("unavailable nodes do not lose the hold");
     assert_eq!(g2.hold_count(), 2);

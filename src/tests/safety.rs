@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::tests::fake::{cluster_with, FakeNode, Mode};
+use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
 use crate::HoldState;
 
 const MS: Duration = Duration::from_millis(1);
@@ -155,22 +155,12 @@ async fn force_unlock_is_not_undone_by_the_watchdog() {
 async fn a_reentry_in_flight_does_not_undo_a_concurrent_release() {
     let (m, fakes) = cluster_with(3, |b| b);
     let owner = m.new_owner();
-    let g1 = m
-        .request("job")
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("lock");
-    let g2 = m
-        .request("job")
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("re-enter");
+    let g1 = lock_as(&m, &owner, "job").await.expect("lock");
+    let g2 = lock_as(&m, &owner, "job").await.expect("re-enter");
     for f in &fakes {
         f.set_mode(Mode::Slow(50 * MS));
     }
-    let reenter = m.request("job").owner(&owner).acquire();
+    let reenter = lock_as(&m, &owner, "job");
     let release = async {
         tokio::time::sleep(10 * MS).await;
         g2.release().await
