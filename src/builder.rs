@@ -8,7 +8,8 @@ use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum};
 use crate::error::Error;
 use crate::manager::LockManager;
-use crate::node::{redact, NodeOps, NodeSpec, RedisNode};
+use crate::node::redis_node::RedisNode;
+use crate::node::{redact, NodeOps, NodeSpec};
 
 /// Builds a [`crate::LockManager`]; every setter is infallible and
 /// [`build`](Self::build) validates everything at once.

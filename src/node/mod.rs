@@ -2,17 +2,22 @@
 //! private [`NodeOps`] trait, so that it can be tested against fakes that
 //! stall, fail or grant partially) and what a node answers.
 //!
+//! Its parts, from the leaves up (each imports only parts above it):
+//!
 //! - `batch`: the locks of one watchdog tick, sent as one pipeline;
 //! - `feed`: the node's release messages, as the waiters receive them;
-//! - `redis_node`: a real master behind a connection manager;
+//! - `spec`: a node as given to the builder, before connecting;
+//! - this module: [`NodeOps`] and its answers, re-exporting the three above;
 //! - `reply`: what a real master's replies mean (no I/O);
 //! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
 //!   may be sent again;
-//! - `spec`: a node as given to the builder, before connecting.
+//! - `redis_node`: a real master behind a connection manager (reached as
+//!   `node::redis_node`, not re-exported here, since it imports this
+//!   module).
 
 mod batch;
 mod feed;
-mod redis_node;
+pub(crate) mod redis_node;
 mod reply;
 mod script_call;
 mod spec;
@@ -29,7 +34,6 @@ pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 pub(crate) use self::feed::{Feed, FeedConn, RedisFeed};
 #[cfg(test)]
 pub(crate) use self::feed::{FeedMessage, FeedSink};
-pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 
 /// How a node answered an acquire.

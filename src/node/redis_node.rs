@@ -11,9 +11,9 @@ use redis::{Client, Value};
 use crate::admission::{maxmemory_policy, Admission, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::scripts;
+use crate::scripts::{self, ms};
 
-use super::reply::{self, grant, ms};
+use super::reply::{self, grant};
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
 use super::{

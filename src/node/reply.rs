@@ -1,7 +1,6 @@
 //! What a real node's replies mean, with no I/O: the scripts' reply codes
 //! as [`Grant`], [`Released`] and [`Renewed`], integer replies, the `ROLE`
-//! reply, the status pipeline's reply as a [`NodeLockState`], and a
-//! duration as the scripts take it (whole milliseconds, [`ms`]).
+//! reply, and the status pipeline's reply as a [`NodeLockState`].
 
 use std::time::Duration;
 
@@ -11,12 +10,6 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
 use super::{Grant, NodeLockState, Released, Renewed};
-
-/// A duration as the scripts take it: whole milliseconds, at least 1 (a
-/// `PEXPIRE` of 0 would delete the key).
-pub(super) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
 
 /// An integer reply, or one sent as a string; `nil` is 0.
 pub(super) fn int(v: &Value) -> Option<i64> {
@@ -130,14 +123,6 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn durations_are_whole_milliseconds_at_least_one() {
-        assert_eq!(ms(Duration::ZERO), 1);
-        assert_eq!(ms(Duration::from_micros(1_500)), 1);
-        assert_eq!(ms(Duration::from_secs(3)), 3_000);
-        assert_eq!(ms(Duration::MAX), u64::MAX);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{NodeOps, NodeSpec, RedisNode};
+use crate::node::redis_node::RedisNode;
+use crate::node::{NodeOps, NodeSpec};
 use crate::tests::fake::FakeNode;
 
 #[path = "../../../tests/support/local.rs"]
