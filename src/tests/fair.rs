@@ -309,13 +309,8 @@ async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
     let holder = manager(&fakes, &none);
     let g: LockGuard = holder.lock("z").await.expect("lock");
     let m = manager(&fakes, &none);
-    let err = m
-        .request("z")
-        .fair()
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect_err("held");
+    let try_fair = || m.request("z").fair().wait(Duration::ZERO).acquire();
+    let err = try_fair().await.expect_err("held");
     assert!(err.is_contended(), "{err}");
     m.flush().await;
     for f in &fakes {
@@ -323,13 +318,7 @@ async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
     }
     g.release().await.expect("release");
     // Free and nobody queued: a fair request is granted at once.
-    let g = m
-        .request("z")
-        .fair()
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect("free");
+    let g = try_fair().await.expect("free");
     g.release().await.expect("release");
 }
 

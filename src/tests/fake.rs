@@ -16,7 +16,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::node::{Answer, NodeOps};
 use crate::sync::locked;
-use crate::{Error, LockGuard, LockManager, LockManagerBuilder, Owner, Quorum};
+use crate::{Error, LockGuard, LockManager, LockManagerBuilder, MultiLockGuard, Owner, Quorum};
 
 mod scripts;
 mod test_node;
@@ -80,6 +80,24 @@ pub(crate) fn cluster_with(
         .build_with(nodes(&fakes))
         .expect("valid fake cluster");
     (m, fakes)
+}
+
+/// Lease 3 s, renewed every second (for [`cluster_with`]).
+pub(crate) fn renewed_each_second(b: LockManagerBuilder) -> LockManagerBuilder {
+    b.lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+}
+
+/// `owner` locks every name of `names` on `m` as one set.
+pub(crate) async fn lock_all_as(
+    m: &LockManager,
+    owner: &Owner,
+    names: &[&str],
+) -> Result<MultiLockGuard, Error> {
+    m.request_all(names.iter().copied())
+        .owner(owner)
+        .acquire()
+        .await
 }
 
 /// `owner` locks `name` on `m`: a re-entry when it holds it already.

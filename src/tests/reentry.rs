@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
+use crate::tests::fake::{cluster_with, lock_all_as, lock_as, renewed_each_second, FakeNode, Mode};
 use crate::{Error, HoldState, LockManager};
 
 const MS: Duration = Duration::from_millis(1);
@@ -14,10 +14,7 @@ const KEY: &str = "quorumlock:{job}";
 
 /// 3 nodes, majority, lease 3 s renewed every second.
 fn cluster() -> (LockManager, Vec<Arc<FakeNode>>) {
-    cluster_with(3, |b| {
-        b.lease(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-    })
+    cluster_with(3, renewed_each_second)
 }
 
 /// The nodes where `holder` holds the lock.
@@ -146,17 +143,11 @@ async fn a_reentry_with_failed_nodes_keeps_the_hold() {
 async fn a_lock_all_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m
-        .request_all(["job", "other"])
-        .owner(&a)
-        .acquire()
+    let g = lock_all_as(&m, &a, &["job", "other"])
         .await
         .expect("A locks both");
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
-    let err = m
-        .request_all(["job", "other"])
-        .owner(&a)
-        .acquire()
+    let err = lock_all_as(&m, &a, &["job", "other"])
         .await
         .expect_err("a re-entry must not undo force_unlock");
     assert!(err.is_lost(), "{err:?}");

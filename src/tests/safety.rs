@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
+use crate::tests::fake::{cluster_with, lock_as, renewed_each_second, FakeNode, Mode};
 use crate::HoldState;
 
 const MS: Duration = Duration::from_millis(1);
@@ -107,10 +107,7 @@ async fn lost_fires_no_later_than_valid_until_when_renewal_stalls() {
 #[tokio::test(start_paused = true)]
 async fn a_fixed_lease_hold_is_lost_at_its_end() {
     let (m, _fakes) = cluster_with(3, |b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(1))
-        .await
-        .expect("lock");
+    let g = m.lock_with_lease("job", 1_000 * MS).await.expect("lock");
     let valid_until = Instant::from_std(g.valid_until());
     tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
@@ -120,7 +117,7 @@ async fn a_fixed_lease_hold_is_lost_at_its_end() {
     assert_eq!(g.state(), HoldState::Lost);
 
     let g = m
-        .lock_with_lease("job", Duration::from_secs(1))
+        .lock_with_lease("job", 1_000 * MS)
         .await
         .expect("lock again");
     let start = Instant::now();
@@ -138,10 +135,7 @@ async fn a_fixed_lease_hold_is_lost_at_its_end() {
 /// re-create the keys ("repair") and keep the holder believing it holds.
 #[tokio::test(start_paused = true)]
 async fn force_unlock_is_not_undone_by_the_watchdog() {
-    let (m, fakes) = cluster_with(3, |b| {
-        b.lease(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-    });
+    let (m, fakes) = cluster_with(3, renewed_each_second);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
     tokio::time::sleep(1_100 * MS).await;
@@ -241,10 +235,7 @@ async fn duration_max_waits_do_not_panic() {
 /// the watchdog must not renew it.
 #[tokio::test(start_paused = true)]
 async fn a_suspend_longer_than_the_validity_loses_the_hold() {
-    let (m, fakes) = cluster_with(3, |b| {
-        b.lease(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-    });
+    let (m, fakes) = cluster_with(3, renewed_each_second);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     assert!(g.is_held());
     // The nodes' keys expire while the client sleeps (their clocks go on).

@@ -44,10 +44,7 @@ fn assert_at_resume(what: &str, resumed: Instant) {
 #[tokio::test(start_paused = true)]
 async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
     let (m, fakes) = cluster_with(3, |b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(2))
-        .await
-        .expect("lock");
+    let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
     let lost = g.lost();
     tokio::pin!(lost);
     tokio::select! {
@@ -68,10 +65,7 @@ async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
 #[tokio::test(start_paused = true)]
 async fn run_returns_lost_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
     let (m, fakes) = cluster_with(3, |b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(2))
-        .await
-        .expect("lock");
+    let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
     let resumed = std::cell::Cell::new(None);
     let r = g
         .run(|_| async {
