@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::Admission;
-use crate::config::{check_lease, Backoff, Config, Quorum, MAX_TIMEOUT};
+use crate::config::{Backoff, Config, Quorum};
 use crate::error::Error;
 use crate::manager::LockManager;
-use crate::node::{redact, NodeOps, NodeSpec, RedisNode};
+use crate::node::redis_node::RedisNode;
+use crate::node::{redact, NodeOps, NodeSpec};
 
 /// Builds a [`crate::LockManager`]; every setter is infallible and
 /// [`build`](Self::build) validates everything at once.
@@ -83,6 +84,21 @@ impl Default for LockManagerBuilder {
     }
 }
 
+/// The setters that store their argument as it is: `name(arg: Type);`
+/// makes `pub fn name(mut self, arg: Type) -> Self`, setting the field
+/// `name`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty);)+) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$name = $arg;
+                self
+            }
+        )+
+    };
+}
+
 impl LockManagerBuilder {
     /// Adds one node by URL (`redis://`, `rediss://` with the `tls-rustls`
     /// feature, credentials and db allowed).
@@ -107,16 +123,11 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The quorum policy.
-    pub fn quorum(mut self, quorum: Quorum) -> Self {
-        self.quorum = quorum;
-        self
-    }
-
-    /// The lease of renewed locks (`lock`, `try_lock`).
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
+    setters! {
+        /// The quorum policy.
+        quorum(quorum: Quorum);
+        /// The lease of renewed locks (`lock`, `try_lock`).
+        lease(lease: Duration);
     }
 
     /// The watchdog's period (default: lease / 3).
@@ -125,42 +136,26 @@ impl LockManagerBuilder {
         self
     }
 
-    /// How long a queued waiter may go without calling the nodes before the
-    /// lock's queue skips it, as when its process died (default 5 s, as
-    /// Redisson's fair lock; above zero, at most [`MAX_TIMEOUT`]; `build()`
-    /// checks). Waiters refresh their place every third of it, so a longer
-    /// timeout costs fewer calls and skips a dead waiter later.
-    pub fn queue_timeout(mut self, timeout: Duration) -> Self {
-        self.queue_timeout = timeout;
-        self
-    }
-
-    /// The timeout of one call to one node (above zero, at most
-    /// [`MAX_TIMEOUT`]; `build()` checks). Calls made under a lease are also
-    /// bounded by that lease.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// The timeout of connecting to each node in `build`, and of each
-    /// reconnection later (above zero, at most [`MAX_TIMEOUT`]; `build()`
-    /// checks).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The clock drift factor (drift = lease × factor + 2 ms).
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
-
-    /// The delays between attempts while waiting.
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
+    setters! {
+        /// How long a queued waiter may go without calling the nodes before
+        /// the lock's queue skips it, as when its process died (default 5 s,
+        /// as Redisson's fair lock; above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Waiters
+        /// refresh their place every third of it, so a longer timeout costs
+        /// fewer calls and skips a dead waiter later.
+        queue_timeout(timeout: Duration);
+        /// The timeout of one call to one node (above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks). Calls made
+        /// under a lease are also bounded by that lease.
+        node_timeout(timeout: Duration);
+        /// The timeout of connecting to each node in `build`, and of each
+        /// reconnection later (above zero, at most
+        /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT); `build()` checks).
+        connect_timeout(timeout: Duration);
+        /// The clock drift factor (drift = lease × factor + 2 ms).
+        drift_factor(factor: f64);
+        /// The delays between attempts while waiting.
+        backoff(backoff: Backoff);
     }
 
     /// The prefix of every key (default `quorumlock:`).
@@ -176,48 +171,37 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Let `build` succeed while some nodes are down, as long as a quorum of
-    /// them is reachable (default: every node must answer).
-    ///
-    /// The unreachable nodes are connected on first use and take part as soon
-    /// as they answer; their role is checked then, and a node that turns out
-    /// not to be a master is never used. A service can then start during a
-    /// minority outage, as RedLock is meant to tolerate.
-    pub fn allow_unreachable(mut self, allow: bool) -> Self {
-        self.allow_unreachable = allow;
-        self
+    setters! {
+        /// Let `build` succeed while some nodes are down, as long as a quorum
+        /// of them is reachable (default: every node must answer).
+        ///
+        /// The unreachable nodes are connected on first use and take part as
+        /// soon as they answer; their role is checked then, and a node that
+        /// turns out not to be a master is never used. A service can then
+        /// start during a minority outage, as RedLock is meant to tolerate.
+        allow_unreachable(allow: bool);
+        /// Refuse every node whose `maxmemory-policy` is not `noeviction`
+        /// (default: such a node is used, with a warning).
+        ///
+        /// Under any other policy Redis may evict a key that has a TTL when
+        /// it runs out of memory, and every lock key has one: a held lock can
+        /// vanish from the node without anyone releasing it. With this option
+        /// `build()` fails with [`Error::Config`] naming the node and its
+        /// policy; a node that will not tell its policy (`CONFIG GET` refused
+        /// or renamed) is refused too, since it cannot be shown to be safe. A
+        /// node connected later (see
+        /// [`allow_unreachable`](Self::allow_unreachable)) is checked when it
+        /// first answers and never used if it fails. The policy is not
+        /// watched afterwards; [`crate::LockManager::status`] shows it per
+        /// node.
+        require_noeviction(require: bool);
     }
 
-    /// Refuse every node whose `maxmemory-policy` is not `noeviction`
-    /// (default: such a node is used, with a warning).
-    ///
-    /// Under any other policy Redis may evict a key that has a TTL when it
-    /// runs out of memory, and every lock key has one: a held lock can vanish
-    /// from the node without anyone releasing it. With this option `build()`
-    /// fails with [`Error::Config`] naming the node and its policy; a node
-    /// that will not tell its policy (`CONFIG GET` refused or renamed) is
-    /// refused too, since it cannot be shown to be safe. A node connected
-    /// later (see [`allow_unreachable`](Self::allow_unreachable)) is checked
-    /// when it first answers and never used if it fails. The policy is not
-    /// watched afterwards; [`crate::LockManager::status`] shows it per node.
-    pub fn require_noeviction(mut self, require: bool) -> Self {
-        self.require_noeviction = require;
-        self
-    }
-
-    fn validate(&self) -> Result<(Config, Vec<NodeSpec>), Error> {
-        let mut specs = Vec::with_capacity(self.urls.len() + self.clients.len());
-        for url in &self.urls {
-            specs.push(NodeSpec::from_url(url)?);
-        }
-        for client in &self.clients {
-            specs.push(NodeSpec::from_client(client)?);
-        }
-        if specs.is_empty() {
-            return Err(Error::Config(
-                "no nodes: add at least one with `node(url)` or `client(client)`".into(),
-            ));
-        }
+    /// The nodes given by URL and as clients, each named once.
+    fn specs(&self) -> Result<Vec<NodeSpec>, Error> {
+        let urls = self.urls.iter().map(|url| NodeSpec::from_url(url));
+        let clients = self.clients.iter().map(NodeSpec::from_client);
+        let specs = urls.chain(clients).collect::<Result<Vec<_>, _>>()?;
         for (i, a) in specs.iter().enumerate() {
             if let Some(j) = specs[..i].iter().position(|b| b.identity == a.identity) {
                 return Err(Error::Config(format!(
@@ -226,64 +210,30 @@ impl LockManagerBuilder {
                 )));
             }
         }
-        let required = self.quorum.required(specs.len())?;
-        if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
-            return Err(Error::invalid(
-                "drift factor",
-                format!("{} is not in [0, 1)", self.drift_factor),
+        Ok(specs)
+    }
+
+    /// The settings for `nodes` nodes, validated ([`Config::validate`]).
+    fn config(&self, nodes: usize) -> Result<Config, Error> {
+        if nodes == 0 {
+            return Err(Error::Config(
+                "no nodes: add at least one with `node(url)` or `client(client)`".into(),
             ));
         }
-        check_lease(self.lease, self.drift_factor)?;
-        let renew_interval = self.renew_interval.unwrap_or(self.lease / 3);
-        if renew_interval.is_zero() || renew_interval >= self.lease {
-            return Err(Error::invalid(
-                "renew interval",
-                format!(
-                    "{renew_interval:?} must be above zero and below the lease {:?}",
-                    self.lease
-                ),
-            ));
+        Config {
+            quorum: self.quorum,
+            required: 0,
+            lease: self.lease,
+            renew_interval: self.renew_interval.unwrap_or(self.lease / 3),
+            node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
+            drift_factor: self.drift_factor,
+            backoff: self.backoff,
+            key_prefix: self.key_prefix.clone(),
+            max_hold: self.max_hold,
+            queue_timeout: self.queue_timeout,
         }
-        for (what, t) in [
-            ("node timeout", self.node_timeout),
-            ("connect timeout", self.connect_timeout),
-            ("queue timeout", self.queue_timeout),
-        ] {
-            if t.is_zero() {
-                return Err(Error::invalid(what, "must be above zero"));
-            }
-            if t > MAX_TIMEOUT {
-                return Err(Error::invalid(
-                    what,
-                    format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}"),
-                ));
-            }
-        }
-        if self.key_prefix.contains(['{', '}']) {
-            return Err(Error::invalid(
-                "key prefix",
-                "must not contain '{' or '}' (the lock name is the hash tag)",
-            ));
-        }
-        if self.max_hold.is_some_and(|m| m.is_zero()) {
-            return Err(Error::invalid("max hold", "must be above zero"));
-        }
-        Ok((
-            Config {
-                quorum: self.quorum,
-                required,
-                lease: self.lease,
-                renew_interval,
-                node_timeout: self.node_timeout,
-                connect_timeout: self.connect_timeout,
-                drift_factor: self.drift_factor,
-                backoff: self.backoff,
-                key_prefix: self.key_prefix.clone(),
-                max_hold: self.max_hold,
-                queue_timeout: self.queue_timeout,
-            },
-            specs,
-        ))
+        .validate(nodes)
     }
 
     /// Validates the settings, connects to every node in parallel and checks
@@ -295,9 +245,9 @@ impl LockManagerBuilder {
     /// # Errors
     ///
     /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
-    ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout above
-    ///   [`MAX_TIMEOUT`], a renew interval not below the lease, a drift
-    ///   factor outside [0, 1);
+    ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout
+    ///   above [`MAX_TIMEOUT`](crate::MAX_TIMEOUT), a renew interval not below
+    ///   the lease, a drift factor outside [0, 1);
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
     ///   or two URLs that reach the same server: same `run_id`), a quorum of
     ///   0 or above the node count, or, with
@@ -314,7 +264,8 @@ impl LockManagerBuilder {
     pub async fn build(self) -> Result<LockManager, Error> {
         #[cfg(feature = "tls-rustls")]
         install_crypto_provider();
-        let (config, specs) = self.validate()?;
+        let specs = self.specs()?;
+        let config = self.config(specs.len())?;
         let connect_timeout = config.connect_timeout;
         let results = futures::future::join_all(
             specs
@@ -357,18 +308,12 @@ impl LockManagerBuilder {
         Ok(LockManager::from_parts(config, nodes, failures))
     }
 
-    /// Builds over fake nodes (unit tests).
+    /// Builds over the nodes given, with the settings validated as by
+    /// `build()` (unit tests, the simulator). URLs and clients set on the
+    /// builder are not used.
     #[cfg(test)]
     pub(crate) fn build_with(self, nodes: Vec<Arc<dyn NodeOps>>) -> Result<LockManager, Error> {
-        let mut this = self;
-        this.urls.clear();
-        this.clients.clear();
-        let n = nodes.len();
-        let mut probe = this.clone();
-        probe.urls = (0..n)
-            .map(|i| format!("redis://127.0.0.1:{}", 1 + i))
-            .collect();
-        let (config, _) = probe.validate()?;
+        let config = self.config(nodes.len())?;
         Ok(LockManager::from_parts(config, nodes, Vec::new()))
     }
 }

@@ -103,19 +103,14 @@ impl Backoff {
     ///
     /// [`Error::InvalidInput`] when `min` is zero or `min > max`.
     pub fn new(min: Duration, max: Duration) -> Result<Self, Error> {
-        if min.is_zero() {
-            return Err(Error::invalid(
-                "backoff",
-                "the minimum delay must be above 0",
-            ));
-        }
-        if min > max {
-            return Err(Error::invalid(
-                "backoff",
-                format!("minimum {min:?} is larger than maximum {max:?}"),
-            ));
-        }
-        Ok(Self { min, max })
+        let reason = if min.is_zero() {
+            "the minimum delay must be above 0".to_owned()
+        } else if min > max {
+            format!("minimum {min:?} is larger than maximum {max:?}")
+        } else {
+            return Ok(Self { min, max });
+        };
+        Err(Error::invalid("backoff", reason))
     }
 
     /// The smallest delay.
@@ -210,6 +205,54 @@ impl Config {
     pub(crate) fn check_lease(&self, lease: Duration) -> Result<(), Error> {
         check_lease(lease, self.drift_factor)
     }
+
+    /// Checks every setting for a manager over `nodes` nodes and derives
+    /// [`required`](Self::required) from the quorum: the one validation of
+    /// the settings, whether the nodes are given by URL, as clients or as
+    /// ready nodes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a quorum that `nodes` cannot meet;
+    /// [`Error::InvalidInput`] for a drift factor outside [0, 1), a lease
+    /// [`check_lease`] refuses, a renew interval of zero or not below the
+    /// lease, a zero timeout or one above [`MAX_TIMEOUT`], a key prefix with
+    /// a brace, or a zero `max_hold`.
+    pub(crate) fn validate(mut self, nodes: usize) -> Result<Self, Error> {
+        self.required = self.quorum.required(nodes)?;
+        let factor = self.drift_factor;
+        if !factor.is_finite() || !(0.0..1.0).contains(&factor) {
+            let reason = format!("{factor} is not in [0, 1)");
+            return Err(Error::invalid("drift factor", reason));
+        }
+        check_lease(self.lease, factor)?;
+        let (renew, lease) = (self.renew_interval, self.lease);
+        if renew.is_zero() || renew >= lease {
+            let reason = format!("{renew:?} must be above zero and below the lease {lease:?}");
+            return Err(Error::invalid("renew interval", reason));
+        }
+        for (what, t) in [
+            ("node timeout", self.node_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("queue timeout", self.queue_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be above zero"));
+            }
+            if t > MAX_TIMEOUT {
+                let reason = format!("{t:?} is longer than the maximum of {MAX_TIMEOUT:?}");
+                return Err(Error::invalid(what, reason));
+            }
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            let reason = "must not contain '{' or '}' (the lock name is the hash tag)";
+            return Err(Error::invalid("key prefix", reason));
+        }
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(Error::invalid("max hold", "must be above zero"));
+        }
+        Ok(self)
+    }
 }
 
 pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
@@ -225,26 +268,17 @@ pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
 }
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
-    if lease.is_zero() {
-        return Err(Error::invalid(
-            "lease",
-            "a lease of zero cannot hold a lock",
-        ));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::invalid(
-            "lease",
-            format!("{lease:?} is longer than the maximum of {MAX_LEASE:?}"),
-        ));
-    }
     let drift = drift(lease, factor);
-    if lease <= drift {
-        return Err(Error::invalid(
-            "lease",
-            format!("{lease:?} is not larger than the clock drift allowance {drift:?}"),
-        ));
-    }
-    Ok(())
+    let reason = if lease.is_zero() {
+        "a lease of zero cannot hold a lock".to_owned()
+    } else if lease > MAX_LEASE {
+        format!("{lease:?} is longer than the maximum of {MAX_LEASE:?}")
+    } else if lease <= drift {
+        format!("{lease:?} is not larger than the clock drift allowance {drift:?}")
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("lease", reason))
 }
 
 #[cfg(test)]

@@ -210,72 +210,44 @@ pub enum Error {
     },
 }
 
+/// The predicates of [`Error`]: `$name => $pattern` makes a `#[must_use]`
+/// method `$name` telling whether the error matches the pattern.
+macro_rules! predicates {
+    ($($(#[$doc:meta])* $name:ident => $pattern:pat,)+) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(&self) -> bool {
+                matches!(self, $pattern)
+            }
+        )+
+    };
+}
+
 impl Error {
-    /// Another owner holds the lock.
-    #[must_use]
-    pub fn is_contended(&self) -> bool {
-        matches!(self, Self::Contended { .. })
-    }
-
-    /// Nodes failed: the outcome is unknown on them.
-    #[must_use]
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Connect { .. })
-    }
-
-    /// The lock was lost while held.
-    #[must_use]
-    pub fn is_lost(&self) -> bool {
-        matches!(self, Self::Lost { .. })
-    }
-
-    /// The lock was not held (another owner has it) or had expired.
-    #[must_use]
-    pub fn is_not_held(&self) -> bool {
-        matches!(self, Self::NotHeld { .. } | Self::Expired { .. })
-    }
-
-    /// The lock had expired.
-    #[must_use]
-    pub fn is_expired(&self) -> bool {
-        matches!(self, Self::Expired { .. })
-    }
-
-    /// The quorum was met too late.
-    #[must_use]
-    pub fn is_validity_exhausted(&self) -> bool {
-        matches!(self, Self::ValidityExhausted { .. })
-    }
-
-    /// The caller passed a bad argument or configuration.
-    #[must_use]
-    pub fn is_invalid_input(&self) -> bool {
-        matches!(
-            self,
-            Self::InvalidInput { .. } | Self::Config(_) | Self::NotMaster { .. }
-        )
-    }
-
-    /// The lock key holds a value of another type.
-    #[must_use]
-    pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Self::WrongType { .. })
-    }
-
-    /// Renewal stopped at `max_hold`.
-    #[must_use]
-    pub fn is_max_hold_reached(&self) -> bool {
-        matches!(self, Self::MaxHoldReached { .. })
-    }
-
-    /// Trying again later may succeed: contention, unavailable nodes, or a
-    /// quorum met too late.
-    #[must_use]
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Contended { .. } | Self::Unavailable { .. } | Self::ValidityExhausted { .. }
-        )
+    predicates! {
+        /// Another owner holds the lock.
+        is_contended => Self::Contended { .. },
+        /// Nodes failed: the outcome is unknown on them.
+        is_unavailable => Self::Unavailable { .. } | Self::Connect { .. },
+        /// The lock was lost while held.
+        is_lost => Self::Lost { .. },
+        /// The lock was not held (another owner has it) or had expired.
+        is_not_held => Self::NotHeld { .. } | Self::Expired { .. },
+        /// The lock had expired.
+        is_expired => Self::Expired { .. },
+        /// The quorum was met too late.
+        is_validity_exhausted => Self::ValidityExhausted { .. },
+        /// The caller passed a bad argument or configuration.
+        is_invalid_input => Self::InvalidInput { .. } | Self::Config(_) | Self::NotMaster { .. },
+        /// The lock key holds a value of another type.
+        is_wrong_type => Self::WrongType { .. },
+        /// Renewal stopped at `max_hold`.
+        is_max_hold_reached => Self::MaxHoldReached { .. },
+        /// Trying again later may succeed: contention, unavailable nodes, or
+        /// a quorum met too late.
+        is_retryable =>
+            Self::Contended { .. } | Self::Unavailable { .. } | Self::ValidityExhausted { .. },
     }
 
     /// The smallest PTTL reported by nodes held by another owner, if any.

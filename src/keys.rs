@@ -54,28 +54,18 @@ impl Keys {
 /// Checks a lock name: non-empty, at most [`MAX_NAME_LEN`] bytes, and free of
 /// `{` and `}` (the name becomes the key's hash tag).
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::invalid("lock name", "the name is empty"));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::invalid(
-            "lock name",
-            format!("{} bytes is longer than {MAX_NAME_LEN}", name.len()),
-        ));
-    }
-    if name.contains(['{', '}']) {
-        return Err(Error::invalid(
-            "lock name",
-            format!("{name:?} contains '{{' or '}}', which would break its hash tag"),
-        ));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(Error::invalid(
-            "lock name",
-            format!("{name:?} contains a control character"),
-        ));
-    }
-    Ok(())
+    let reason = if name.is_empty() {
+        "the name is empty".to_owned()
+    } else if name.len() > MAX_NAME_LEN {
+        format!("{} bytes is longer than {MAX_NAME_LEN}", name.len())
+    } else if name.contains(['{', '}']) {
+        format!("{name:?} contains '{{' or '}}', which would break its hash tag")
+    } else if name.chars().any(char::is_control) {
+        format!("{name:?} contains a control character")
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("lock name", reason))
 }
 
 #[cfg(test)]

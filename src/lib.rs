@@ -1,48 +1,58 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
-// Modules, from the leaves up; each imports only those above it.
+// Modules in tiers, from the leaves up: a module imports only modules of
+// the tiers above its own, never one of its own tier or below, so no two
+// modules import each other. Test-only: `hooks`, the switches the
+// simulator turns (a leaf, so that production code never imports `sim`),
+// and at the end `tests` (the fakes, and the tests that drive the real
+// code over them; `wait`'s unit tests use them too) and `sim` (the
+// simulator, over the fakes of `tests`).
 mod clock;
+#[cfg(test)]
+mod hooks;
 mod rng;
 mod sync;
 
-mod config;
+mod admission;
 mod error;
-mod keys;
-mod owner;
 mod scripts;
 
-mod admission;
+mod config;
+mod keys;
+mod owner;
+
 mod node;
+
 mod quorum;
 mod renewal;
-
-mod nodes;
-mod queue;
 mod resume;
 mod status;
 
+mod nodes;
+
 mod hold;
-mod rollback;
+mod queue;
 mod wait;
+
+mod guard;
+mod rollback;
 mod watchdog;
 
 mod attempt;
-mod guard;
 
 mod acquire;
 
-mod builder;
 mod manager;
 
+mod builder;
 mod multi;
 
 #[cfg(test)]
-mod hooks;
+mod tests;
+
 #[cfg(test)]
 mod sim;
-#[cfg(test)]
-mod tests;
 
 pub use crate::builder::LockManagerBuilder;
 pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};

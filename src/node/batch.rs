@@ -5,9 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::scripts;
-
-use super::redis_node::ms;
+use crate::scripts::{self, ms};
 
 /// One lock of a renewal batch.
 #[derive(Debug, Clone)]

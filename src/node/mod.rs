@@ -2,16 +2,23 @@
 //! private [`NodeOps`] trait, so that it can be tested against fakes that
 //! stall, fail or grant partially) and what a node answers.
 //!
+//! Its parts, from the leaves up (each imports only parts above it):
+//!
 //! - `batch`: the locks of one watchdog tick, sent as one pipeline;
 //! - `feed`: the node's release messages, as the waiters receive them;
-//! - `redis_node`: a real master behind a connection manager;
+//! - `spec`: a node as given to the builder, before connecting;
+//! - this module: [`NodeOps`] and its answers, re-exporting the three above;
+//! - `reply`: what a real master's replies mean (no I/O);
 //! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
 //!   may be sent again;
-//! - `spec`: a node as given to the builder, before connecting.
+//! - `redis_node`: a real master behind a connection manager (reached as
+//!   `node::redis_node`, not re-exported here, since it imports this
+//!   module).
 
 mod batch;
 mod feed;
-mod redis_node;
+pub(crate) mod redis_node;
+mod reply;
 mod script_call;
 mod spec;
 
@@ -27,7 +34,6 @@ pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 pub(crate) use self::feed::{Feed, FeedConn, RedisFeed};
 #[cfg(test)]
 pub(crate) use self::feed::{FeedMessage, FeedSink};
-pub(crate) use self::redis_node::RedisNode;
 pub(crate) use self::spec::{redact, NodeSpec};
 
 /// How a node answered an acquire.
@@ -103,8 +109,11 @@ pub struct NodeLockState {
     pub fence: u64,
 }
 
-/// Calls to one node. Every future is `'static` so that calls still in
-/// flight can outlive the caller that started them.
+/// A node's answer to one call: `'static`, so that a call still in flight
+/// can outlive the caller that started it.
+pub(crate) type Answer<T> = BoxFuture<'static, Result<T, NodeError>>;
+
+/// Calls to one node (each answered by an [`Answer`]).
 pub(crate) trait NodeOps: Send + Sync + 'static {
     fn addr(&self) -> &str;
 
@@ -132,7 +141,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         lease: Duration,
         count: u32,
         place: Option<&Place>,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+    ) -> Answer<Grant>;
 
     /// Re-enters a hold of `owner` (`scripts/acquire.lua` in its re-entry
     /// mode): `Granted` with the fence counter when `owner` holds the lock
@@ -146,16 +155,12 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+    ) -> Answer<Grant>;
 
     /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),
     /// telling the next waiter if the lock is free and it was the head.
     /// Returns whether it was queued.
-    fn leave(
-        &self,
-        keys: &Arc<Keys>,
-        waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>>;
+    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool>;
 
     /// Acquires every lock of `keys` (one set, sharing one fence counter)
     /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with
@@ -167,7 +172,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>>;
+    ) -> Answer<Grant>;
 
     fn release(
         &self,
@@ -176,24 +181,19 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         count: u32,
         lease: Duration,
         token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>>;
+    ) -> Answer<Released>;
 
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
     /// Re-creates the missing keys of a batch (built with
     /// [`RenewBatch::repair`]) and raises the fence counter to each token.
-    fn repair(&self, batch: Arc<RenewBatch>)
-        -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>>;
+    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
     /// Raises the node's fence counter to at least `token`; returns the
     /// counter after the call.
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>>;
+    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> Answer<u64>;
 
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>>;
+    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool>;
 
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>>;
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
 }

@@ -5,18 +5,20 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Value};
 
 use crate::admission::{maxmemory_policy, Admission, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::scripts;
+use crate::scripts::{self, ms};
 
+use super::reply::{self, grant};
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
-use super::{Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch, Renewed};
+use super::{
+    Answer, Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch, Renewed,
+};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -209,71 +211,40 @@ fn set_policy(slot: &Mutex<Option<String>>, policy: Option<String>) {
 
 /// The node's role: `master`, `slave` or `sentinel`.
 async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
-    let role: Value = redis::cmd("ROLE").query_async(conn).await?;
-    let role = match role {
-        Value::Array(items) => match items.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
-    Ok(if role.is_empty() {
-        "unknown role".to_owned()
-    } else {
-        role
-    })
-}
-
-/// Reads an `acquire`, `acquire_queued` or `acquire_all` reply: `{granted
-/// or re-entered, fence counter}`, `{taken, PTTL or wait, [ticket]}` (a
-/// negative wait is unknown) or, for a re-entry, `{missing, 0}`.
-fn grant(reply: &[Value], script: &'static str) -> Result<Grant, NodeError> {
-    let code = reply.first().and_then(int);
-    let value = reply.get(1).and_then(int);
-    match (code, value) {
-        (Some(scripts::ACQ_GRANTED | scripts::ACQ_REENTERED), Some(t)) => {
-            Ok(Grant::Granted(u64::try_from(t).unwrap_or(0)))
-        }
-        (Some(scripts::ACQ_MISSING), _) => Ok(Grant::Missing),
-        (Some(scripts::ACQ_TAKEN), Some(pttl)) => Ok(Grant::Taken(
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-            reply
-                .get(2)
-                .and_then(int)
-                .and_then(|t| u64::try_from(t).ok())
-                .unwrap_or(0),
-        )),
-        _ => Err(NodeError::protocol(script)),
-    }
-}
-
-pub(super) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        Value::Nil => Some(0),
-        _ => None,
-    }
+    let answer: Value = redis::cmd("ROLE").query_async(conn).await?;
+    Ok(reply::role(&answer))
 }
 
 impl RedisNode {
-    fn script_call(&self) -> Result<ScriptCall, NodeError> {
-        Ok(ScriptCall {
-            conn: self.checked()?,
+    /// One call of `script` over the key names `keys`, with the arguments
+    /// `args` adds, sent as [`ScriptCall::run`] does (`resend`); its reply
+    /// is read by `read`.
+    fn eval<T, R>(
+        &self,
+        script: &'static scripts::Lua,
+        keys: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send,
+        R: Send + 'static,
+    {
+        let call = self.checked().map(|conn| ScriptCall {
+            conn,
             loaded: Arc::clone(&self.loaded),
             breaker: Arc::clone(&self.breaker),
+        });
+        Box::pin(async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            read(call?.run(script, &keys, resend, args).await?)
         })
     }
 
     /// Sends a renew or repair batch on the renewal connection: one
     /// pipeline, one round trip.
-    fn batch(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+    fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         let conn = self.checked_conn(&self.renew_conn);
         let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
@@ -306,21 +277,7 @@ impl RedisNode {
                 }
                 Err(e) => return Err(map_err(&e)),
             };
-            let codes: Vec<i64> = replies.into_iter().flatten().collect();
-            if codes.len() != batch.items.len() {
-                return Err(NodeError::protocol("renew batch length"));
-            }
-            codes
-                .into_iter()
-                .map(|c| match c {
-                    scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
-                    scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
-                    scripts::RENEW_MISSING => Ok(Renewed::Missing),
-                    scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
-                    scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
-                    _ => Err(NodeError::protocol("renew")),
-                })
-                .collect()
+            reply::renewed(replies.into_iter().flatten().collect(), batch.items.len())
         })
     }
 }
@@ -348,47 +305,29 @@ impl NodeOps for RedisNode {
         lease: Duration,
         count: u32,
         place: Option<&Place>,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
+    ) -> Answer<Grant> {
         let owner = Arc::clone(owner);
-        let place = place.cloned();
-        Box::pin(async move {
-            let reply: Vec<Value> = match place {
-                None => {
-                    call?
-                        .run(
-                            &scripts::ACQUIRE,
-                            &[&keys.lock, &keys.fence],
-                            Resend::Never,
-                            |c| {
-                                c.arg(&*owner).arg(ms(lease)).arg(count);
-                            },
-                        )
-                        .await?
-                }
-                Some(p) => {
-                    let (queue, timeouts) = (keys.queue(), keys.timeouts());
-                    call?
-                        .run(
-                            &scripts::ACQUIRE_QUEUED,
-                            &[&keys.lock, &keys.fence, &queue, &timeouts, &keys.channel],
-                            Resend::Never,
-                            |c| {
-                                c.arg(&*owner)
-                                    .arg(ms(lease))
-                                    .arg(count)
-                                    .arg(&*p.waiter)
-                                    .arg(p.ticket)
-                                    .arg(ms(p.timeout))
-                                    .arg(u8::from(p.fair));
-                            },
-                        )
-                        .await?
-                }
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        let Some(p) = place.cloned() else {
+            let args = move |c: &mut redis::Cmd| {
+                c.arg(&*owner).arg(ms(lease)).arg(count);
             };
-            grant(&reply, "acquire")
-        })
+            let names = vec![keys.lock.clone(), keys.fence.clone()];
+            return self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
+        };
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
+            c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
+        };
+        let (queue, timeouts, channel) = (keys.queue(), keys.timeouts(), keys.channel.clone());
+        let names = vec![
+            keys.lock.clone(),
+            keys.fence.clone(),
+            queue,
+            timeouts,
+            channel,
+        ];
+        self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
     }
 
     fn reenter(
@@ -397,46 +336,29 @@ impl NodeOps for RedisNode {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let call = self.script_call();
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        Box::pin(async move {
-            let reply: Vec<Value> = call?
-                .run(
-                    &scripts::ACQUIRE,
-                    &[&keys.lock, &keys.fence],
-                    Resend::Never,
-                    |c| {
-                        c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
-                    },
-                )
-                .await?;
-            grant(&reply, "acquire")
-        })
+    ) -> Answer<Grant> {
+        let owner = Arc::clone(owner);
+        let names = vec![keys.lock.clone(), keys.fence.clone()];
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
     }
 
-    fn leave(
-        &self,
-        keys: &Arc<Keys>,
-        waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
+    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
         let waiter = Arc::clone(waiter);
-        Box::pin(async move {
-            let (queue, timeouts) = (keys.queue(), keys.timeouts());
-            let n: i64 = call?
-                .run(
-                    &scripts::LEAVE,
-                    &[&keys.lock, &queue, &timeouts, &keys.channel],
-                    Resend::AfterBrokenConnection,
-                    |c| {
-                        c.arg(&*waiter);
-                    },
-                )
-                .await?;
-            Ok(n == 1)
-        })
+        let names = vec![
+            keys.lock.clone(),
+            keys.queue(),
+            keys.timeouts(),
+            keys.channel.clone(),
+        ];
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*waiter);
+        };
+        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
+        self.eval(&scripts::LEAVE, names, resend, args, read)
     }
 
     fn release(
@@ -446,82 +368,46 @@ impl NodeOps for RedisNode {
         count: u32,
         lease: Duration,
         token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
+    ) -> Answer<Released> {
         let owner = Arc::clone(owner);
-        Box::pin(async move {
-            let (queue, timeouts) = (keys.queue(), keys.timeouts());
-            let code: i64 = call?
-                .run(
-                    &scripts::RELEASE,
-                    &[&keys.lock, &keys.channel, &keys.fence, &queue, &timeouts],
-                    Resend::AfterBrokenConnection,
-                    |c| {
-                        c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
-                    },
-                )
-                .await?;
-            match code {
-                scripts::REL_RELEASED => Ok(Released::Deleted),
-                scripts::REL_LOWERED => Ok(Released::Lowered),
-                scripts::REL_MISSING => Ok(Released::Missing),
-                scripts::REL_OTHER_OWNER => Ok(Released::OtherOwner),
-                _ => Err(NodeError::protocol("release")),
-            }
-        })
+        let names = vec![
+            keys.lock.clone(),
+            keys.channel.clone(),
+            keys.fence.clone(),
+            keys.queue(),
+            keys.timeouts(),
+        ];
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+        };
+        let resend = Resend::AfterBrokenConnection;
+        self.eval(&scripts::RELEASE, names, resend, args, reply::released)
     }
 
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         self.batch(batch)
     }
 
-    fn repair(
-        &self,
-        batch: Arc<RenewBatch>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
+    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         self.batch(batch)
     }
 
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
-        Box::pin(async move {
-            let counter: i64 = call?
-                .run(
-                    &scripts::RAISE_FENCE,
-                    &[&keys.fence],
-                    Resend::AfterBrokenConnection,
-                    |c| {
-                        c.arg(token);
-                    },
-                )
-                .await?;
-            Ok(u64::try_from(counter).unwrap_or(0))
-        })
+    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> Answer<u64> {
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(token);
+        };
+        let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
+        let (names, resend) = (vec![keys.fence.clone()], Resend::AfterBrokenConnection);
+        self.eval(&scripts::RAISE_FENCE, names, resend, args, read)
     }
 
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
-        Box::pin(async move {
-            let n: i64 = call?
-                .run(
-                    &scripts::FORCE_RELEASE,
-                    &[&keys.lock, &keys.channel],
-                    Resend::Never,
-                    |_| {},
-                )
-                .await?;
-            Ok(n == 1)
-        })
+    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
+        let names = vec![keys.lock.clone(), keys.channel.clone()];
+        let read = |n: i64| Ok(n == 1);
+        self.eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
     }
 
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
         let conn = self.checked();
         let keys = Arc::clone(keys);
         let loaded = Arc::clone(&self.loaded);
@@ -548,22 +434,7 @@ impl NodeOps for RedisNode {
                     forget_scripts(&loaded, &e);
                     map_err(&e)
                 })?;
-            let fence = match fence {
-                None => 0,
-                Some(f) => f.parse().map_err(|_| {
-                    NodeError::new(NodeErrorKind::WrongType, "fence counter is not an integer")
-                })?,
-            };
-            let (holder, hold_count) = match fields.into_iter().next() {
-                Some((owner, count)) => (Some(owner), count.parse().unwrap_or(0)),
-                None => (None, 0),
-            };
-            Ok(NodeLockState {
-                holder,
-                hold_count,
-                pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                fence,
-            })
+            reply::lock_state(fields, pttl, fence)
         })
     }
     fn acquire_all(
@@ -572,23 +443,14 @@ impl NodeOps for RedisNode {
         owner: &Arc<str>,
         lease: Duration,
         count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let call = self.script_call();
-        let keys = Arc::clone(keys);
+    ) -> Answer<Grant> {
         let owner = Arc::clone(owner);
-        Box::pin(async move {
-            let fence = keys.first().map(|k| k.fence.as_str()).unwrap_or_default();
-            let names: Vec<&str> = keys
-                .iter()
-                .map(|k| k.lock.as_str())
-                .chain(std::iter::once(fence))
-                .collect();
-            let reply: Vec<Value> = call?
-                .run(&scripts::ACQUIRE_ALL, &names, Resend::Never, |c| {
-                    c.arg(&*owner).arg(ms(lease)).arg(count);
-                })
-                .await?;
-            grant(&reply, "acquire_all")
-        })
+        let fence = keys.first().map(|k| k.fence.clone()).unwrap_or_default();
+        let names = keys.iter().map(|k| k.lock.clone()).chain([fence]).collect();
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
+        self.eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
     }
 }

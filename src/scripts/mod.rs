@@ -27,6 +27,7 @@
 //! (release waits for it), so the retry cannot reorder anything that matters.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
 
@@ -149,6 +150,12 @@ pub(crate) const RENEW_CONFLICT: i64 = 0;
 /// Renew reply code: wrong type.
 pub(crate) const RENEW_WRONGTYPE: i64 = -2;
 
+/// A duration as the scripts take it (leases, queue timeouts): whole
+/// milliseconds, at least 1 (a `PEXPIRE` of 0 would delete the key).
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +183,13 @@ mod tests {
             assert!(!script.body.contains("\n--"));
             assert!(script.body.contains("redis.call"));
         }
+    }
+
+    #[test]
+    fn durations_are_whole_milliseconds_at_least_one() {
+        assert_eq!(ms(Duration::ZERO), 1);
+        assert_eq!(ms(Duration::from_micros(1_500)), 1);
+        assert_eq!(ms(Duration::from_secs(3)), 3_000);
+        assert_eq!(ms(Duration::MAX), u64::MAX);
     }
 }

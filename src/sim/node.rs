@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
+use crate::node::{Answer, Grant};
 use crate::sync::locked;
-use crate::tests::fake::FakeNode;
+use crate::tests::fake::{FakeNode, Script, TestNode};
 
 use super::checker::{Ev, Log, Who};
 use super::feed::{FeedCtl, SimFeed};
@@ -363,12 +363,20 @@ impl SimNode {
     }
 }
 
-impl NodeOps for SimNode {
-    fn addr(&self) -> &str {
-        self.node.fake.addr()
+impl TestNode for SimNode {
+    fn fake(&self) -> &FakeNode {
+        &self.node.fake
     }
 
-    fn feed(&self) -> Option<Arc<dyn crate::node::Feed>> {
+    fn reach<T: std::fmt::Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
+        self.call(what, move |n| n.reach(what, script))
+    }
+
+    fn release_feed(&self) -> Option<Arc<dyn crate::node::Feed>> {
         Some(Arc::new(SimFeed {
             node: Arc::clone(&self.node),
             link: Arc::clone(&self.link),
@@ -377,18 +385,7 @@ impl NodeOps for SimNode {
         }))
     }
 
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o, p) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
-        let reply = self.call("acquire", move |n| {
-            n.acquire(&k, &o, lease, count, p.as_ref())
-        });
+    fn acquired(&self, reply: Answer<Grant>) -> Answer<Grant> {
         let process = Arc::clone(&self.process);
         Box::pin(async move {
             let r = reply.await;
@@ -402,84 +399,15 @@ impl NodeOps for SimNode {
         })
     }
 
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.call("reenter", move |n| n.reenter(&k, &o, lease, count))
-    }
-
-    fn leave(
-        &self,
-        keys: &Arc<Keys>,
-        waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let (k, w) = (Arc::clone(keys), Arc::clone(waiter));
-        self.call("leave", move |n| n.leave(&k, &w))
-    }
-
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.call("acquire_all", move |n| n.acquire_all(&k, &o, lease, count))
-    }
-
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.call("release", move |n| n.release(&k, &o, count, lease, token))
-    }
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.call("renew", move |n| n.renew(batch))
-    }
-
-    fn repair(
-        &self,
-        batch: Arc<RenewBatch>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.call("repair", move |n| n.repair(batch))
-    }
-
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>> {
-        let k = Arc::clone(keys);
-        self.call("raise_fence", move |n| n.raise_fence(&k, token))
-    }
-
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let k = Arc::clone(keys);
+    fn forced(&self, keys: &Keys) -> Box<dyn FnOnce() + Send> {
         let log = self.spin.log.clone();
-        self.call("force_release", move |n| {
+        let lock = super::clients::LOCKS.iter().position(|l| **l == *keys.name);
+        Box::new(move || {
             // An administrative break lands on this node now, maybe after
             // `force_unlock` returned: holds that exist now are broken.
-            if let Some(lock) = super::clients::LOCKS.iter().position(|l| **l == *k.name) {
+            if let Some(lock) = lock {
                 log.push(super::checker::WORLD, Ev::ForceUnlock { lock });
             }
-            n.force_release(&k)
         })
-    }
-
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        let k = Arc::clone(keys);
-        self.call("status", move |n| n.status(&k))
     }
 }

@@ -4,26 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
+use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
 use crate::{Error, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
 
 fn cluster(n: usize, quorum: Quorum) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(quorum)
-        .lease(Duration::from_secs(10))
-        .node_timeout(100 * MS)
-        .build_with(nodes)
-        .expect("valid fake cluster");
-    (m, fakes)
+    cluster_with(n, |b| b.quorum(quorum))
 }
 
 fn holders(fakes: &[Arc<FakeNode>]) -> usize {
@@ -183,19 +171,14 @@ async fn late_grants_are_tracked_and_released() {
 async fn reentry_converges_counts_and_needs_as_many_releases() {
     let (m, fakes) = cluster(3, Quorum::Majority);
     let me = m.new_owner();
-    let a = m.request("job").owner(&me).acquire().await.expect("lock");
+    let a = lock_as(&m, &me, "job").await.expect("lock");
     let b = me.scope(m.lock("job")).await.expect("re-enter");
     assert_eq!(b.hold_count(), 2);
     assert_eq!(a.fencing_token(), b.fencing_token());
     // A node that lost the key gets it back with the authoritative count:
     // the re-entry creates nothing, the watchdog's next tick repairs it.
     fakes[0].wipe();
-    let c = m
-        .request("job")
-        .owner(&me)
-        .acquire()
-        .await
-        .expect("re-enter again");
+    let c = lock_as(&m, &me, "job").await.expect("re-enter again");
     assert_eq!(c.hold_count(), 3);
     assert_eq!(fakes[0].holder(KEY), None);
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -223,14 +206,9 @@ async fn other_tasks_are_other_owners() {
         .expect_err("another task is another owner");
     assert!(err.is_contended());
     let owner = m.new_owner();
-    let g1 = m
-        .request("shared")
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("lock");
+    let g1 = lock_as(&m, &owner, "shared").await.expect("lock");
     let (m2, o2) = (m.clone(), owner.clone());
-    let g2 = tokio::spawn(async move { m2.request("shared").owner(&o2).acquire().await })
+    let g2 = tokio::spawn(async move { lock_as(&m2, &o2, "shared").await })
         .await
         .expect("task")
         .expect("an explicit owner re-enters from another task");
@@ -371,16 +349,7 @@ async fn bad_names_and_leases_are_typed_errors() {
 
 #[tokio::test(start_paused = true)]
 async fn watchdog_renews_repairs_and_signals_loss() {
-    let fakes: Vec<Arc<FakeNode>> = (0..5).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .lease(300 * MS)
-        .node_timeout(50 * MS)
-        .build_with(nodes)
-        .expect("valid");
+    let (m, fakes) = cluster_with(5, |b| b.lease(300 * MS).node_timeout(50 * MS));
     let g = m.lock("job").await.expect("lock");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(holders(&fakes), 5, "renewal should keep the lock alive");
@@ -403,13 +372,8 @@ async fn no_slot_outlives_its_acquisitions() {
     let me = m.new_owner();
     for i in 0..20 {
         let name = format!("job-{i}");
-        let g = m.request(&name).owner(&me).acquire().await.expect("lock");
-        let g2 = m
-            .request(&name)
-            .owner(&me)
-            .acquire()
-            .await
-            .expect("re-enter");
+        let g = lock_as(&m, &me, &name).await.expect("lock");
+        let g2 = lock_as(&m, &me, &name).await.expect("re-enter");
         g2.release().await.expect("release");
         g.release().await.expect("release");
     }
@@ -417,7 +381,7 @@ async fn no_slot_outlives_its_acquisitions() {
         f.take(KEY, "other", Duration::from_secs(60));
     }
     for _ in 0..20 {
-        let _ = tokio::time::timeout(5 * MS, m.request("job").owner(&me).acquire()).await;
+        let _ = tokio::time::timeout(5 * MS, lock_as(&m, &me, "job")).await;
         let _ = m
             .request("job")
             .owner(&me)
@@ -426,7 +390,7 @@ async fn no_slot_outlives_its_acquisitions() {
             .await;
         let _ = m.try_lock("job", Duration::ZERO).await;
     }
-    let g = m.request("free").owner(&me).acquire().await.expect("lock");
+    let g = lock_as(&m, &me, "free").await.expect("lock");
     assert_eq!(m.inner.slot_count(), 1, "only the held lock keeps a slot");
     drop(g);
     // The background release holds the hold until it is done.

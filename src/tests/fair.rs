@@ -5,17 +5,15 @@
 //! The fakes have no pub/sub, so waiters poll; the order of grants is
 //! decided by the nodes' queues alone.
 
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-
-use crate::error::NodeError;
 use crate::hooks::mutation::{self, Mutation};
 use crate::keys::Keys;
-use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
+use crate::node::{Answer, Feed, Grant, NodeOps, Place};
 use crate::sync::locked;
-use crate::tests::fake::FakeNode;
+use crate::tests::fake::{fakes, FakeNode, Script, TestNode};
 use crate::{Error, LockGuard, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
@@ -29,107 +27,26 @@ struct Delayed {
     delay: Duration,
 }
 
-impl Delayed {
-    fn later<T: Send + 'static>(
+impl TestNode for Delayed {
+    fn fake(&self) -> &FakeNode {
+        &self.fake
+    }
+
+    fn reach<T: Debug + Send + 'static>(
         &self,
-        call: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
-    ) -> BoxFuture<'static, Result<T, NodeError>> {
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
         let (fake, delay) = (Arc::clone(&self.fake), self.delay);
         Box::pin(async move {
             tokio::time::sleep(delay).await;
-            call(&fake).await
+            fake.reach(what, script).await
         })
     }
-}
 
-impl NodeOps for Delayed {
-    fn addr(&self) -> &str {
-        self.fake.addr()
-    }
-
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o, p) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
-        self.later(move |n| n.acquire(&k, &o, lease, count, p.as_ref()))
-    }
-
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.later(move |n| n.reenter(&k, &o, lease, count))
-    }
-
-    fn leave(
-        &self,
-        keys: &Arc<Keys>,
-        waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let (k, w) = (Arc::clone(keys), Arc::clone(waiter));
-        self.later(move |n| n.leave(&k, &w))
-    }
-
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.later(move |n| n.acquire_all(&k, &o, lease, count))
-    }
-
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let (k, o) = (Arc::clone(keys), Arc::clone(owner));
-        self.later(move |n| n.release(&k, &o, count, lease, token))
-    }
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.later(move |n| n.renew(batch))
-    }
-
-    fn repair(
-        &self,
-        batch: Arc<RenewBatch>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.later(move |n| n.repair(batch))
-    }
-
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>> {
-        let k = Arc::clone(keys);
-        self.later(move |n| n.raise_fence(&k, token))
-    }
-
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let k = Arc::clone(keys);
-        self.later(move |n| n.force_release(&k))
-    }
-
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        let k = Arc::clone(keys);
-        self.later(move |n| n.status(&k))
+    /// None: the waiters poll.
+    fn release_feed(&self) -> Option<Arc<dyn Feed>> {
+        None
     }
 }
 
@@ -152,10 +69,6 @@ fn manager(fakes: &[Arc<FakeNode>], delays: &[Duration]) -> LockManager {
         .queue_timeout(QUEUE_TIMEOUT)
         .build_with(nodes)
         .expect("valid fake cluster")
-}
-
-fn fakes(n: usize) -> Vec<Arc<FakeNode>> {
-    (0..n).map(FakeNode::new).collect()
 }
 
 fn keys(name: &str) -> Keys {
@@ -396,13 +309,8 @@ async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
     let holder = manager(&fakes, &none);
     let g: LockGuard = holder.lock("z").await.expect("lock");
     let m = manager(&fakes, &none);
-    let err = m
-        .request("z")
-        .fair()
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect_err("held");
+    let try_fair = || m.request("z").fair().wait(Duration::ZERO).acquire();
+    let err = try_fair().await.expect_err("held");
     assert!(err.is_contended(), "{err}");
     m.flush().await;
     for f in &fakes {
@@ -410,13 +318,7 @@ async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
     }
     g.release().await.expect("release");
     // Free and nobody queued: a fair request is granted at once.
-    let g = m
-        .request("z")
-        .fair()
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect("free");
+    let g = try_fair().await.expect("free");
     g.release().await.expect("release");
 }
 

@@ -1,21 +1,27 @@
 //! An in-memory node for unit tests: same semantics as the Lua scripts, plus
 //! switches to stall, fail or slow down.
+//!
+//! - `scripts`: what each Lua script does to the node's state;
+//! - `test_node`: [`TestNode`], the one `NodeOps` of every node of the tests
+//!   (this one, and those that wrap it: a delayed link, the simulator's).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::{Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed};
+use crate::node::{Answer, NodeOps};
 use crate::sync::locked;
+use crate::{Error, LockGuard, LockManager, LockManagerBuilder, MultiLockGuard, Owner, Quorum};
 
-/// What the scripts read before they write (re-entry, queue types).
-mod reads;
+mod scripts;
+mod test_node;
+
+pub(crate) use self::test_node::{Script, TestNode};
 use super::fake_queue::Queue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +41,9 @@ struct Entry {
     expires: Instant,
 }
 
+/// What the node holds: what its scripts read and write.
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     locks: HashMap<String, Entry>,
     /// By queue key.
     queues: HashMap<String, Queue>,
@@ -48,6 +55,61 @@ struct State {
     feed: Arc<super::fake_feed::Hub>,
 }
 
+/// `n` in-memory nodes, `fake-0` to `fake-{n-1}`.
+pub(crate) fn fakes(n: usize) -> Vec<Arc<FakeNode>> {
+    (0..n).map(FakeNode::new).collect()
+}
+
+/// `fakes` as a manager's nodes.
+pub(crate) fn nodes(fakes: &[Arc<FakeNode>]) -> Vec<Arc<dyn NodeOps>> {
+    fakes.iter().map(|f| Arc::clone(f) as _).collect()
+}
+
+/// A manager over `n` fresh fakes: majority, lease 10 s, node timeout
+/// 100 ms, then whatever `settings` changes.
+pub(crate) fn cluster_with(
+    n: usize,
+    settings: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) -> (LockManager, Vec<Arc<FakeNode>>) {
+    let fakes = fakes(n);
+    let builder = LockManager::builder()
+        .quorum(Quorum::Majority)
+        .lease(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(100));
+    let m = settings(builder)
+        .build_with(nodes(&fakes))
+        .expect("valid fake cluster");
+    (m, fakes)
+}
+
+/// Lease 3 s, renewed every second (for [`cluster_with`]).
+pub(crate) fn renewed_each_second(b: LockManagerBuilder) -> LockManagerBuilder {
+    b.lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+}
+
+/// `owner` locks every name of `names` on `m` as one set.
+pub(crate) async fn lock_all_as(
+    m: &LockManager,
+    owner: &Owner,
+    names: &[&str],
+) -> Result<MultiLockGuard, Error> {
+    m.request_all(names.iter().copied())
+        .owner(owner)
+        .acquire()
+        .await
+}
+
+/// `owner` locks `name` on `m`: a re-entry when it holds it already.
+pub(crate) async fn lock_as(
+    m: &LockManager,
+    owner: &Owner,
+    name: &str,
+) -> Result<LockGuard, Error> {
+    m.request(name).owner(owner).acquire().await
+}
+
+/// The in-memory node.
 pub(crate) struct FakeNode {
     addr: String,
     mode: Mutex<Mode>,
@@ -174,20 +236,9 @@ impl FakeNode {
         keys
     }
 
-    /// Applies `f` when the call is made, as a request written to a socket
-    /// in call order, and answers according to the mode.
-    fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut State) -> T + Send + 'static,
-    ) -> BoxFuture<'static, Result<T, NodeError>> {
-        self.try_run(move |s| Ok(f(s)))
-    }
-
-    /// As [`run`](Self::run), for a call that can answer with an error reply.
-    fn try_run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut State) -> Result<T, NodeError> + Send + 'static,
-    ) -> BoxFuture<'static, Result<T, NodeError>> {
+    /// Applies `script` when the call is made, as a request written to a
+    /// socket in call order, and answers according to the mode.
+    fn apply<T: Send + 'static>(&self, script: impl Script<T>) -> Answer<T> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         {
             let mut left = locked(&self.fail_after);
@@ -205,7 +256,7 @@ impl FakeNode {
             Mode::Normal | Mode::Slow(_) => {
                 let mut s = locked(&self.state);
                 expire(&mut s);
-                Some(f(&mut s))
+                Some(script(&mut s))
             }
             Mode::Stall | Mode::Fail => None,
         };
@@ -229,221 +280,24 @@ impl FakeNode {
     }
 }
 
+impl State {
+    /// What a script meets reading `key`: an error when it holds a value
+    /// of another type.
+    fn read(&self, key: &str) -> Result<(), NodeError> {
+        if self.foreign.contains(key) {
+            Err(wrong_type(key))
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// The `WRONGTYPE` error of a script that met a foreign key.
 fn wrong_type(key: &str) -> NodeError {
     NodeError::new(
         NodeErrorKind::WrongType,
         format!("WRONGTYPE {key} holds a value of another type"),
     )
-}
-
-/// `renew.lua` (extend, report missing keys) or, with `repair`,
-/// `repair.lua` (also re-create missing keys and raise the fence).
-fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renewed> {
-    batch
-        .items
-        .iter()
-        .map(|item| {
-            let expires = Instant::now() + item.lease;
-            if s.foreign.contains(&item.keys.lock) {
-                return Renewed::WrongType;
-            }
-            match s.locks.get_mut(&item.keys.lock) {
-                Some(e) if *e.owner == *item.owner => {
-                    e.count = item.count;
-                    e.expires = expires;
-                    Renewed::Extended
-                }
-                Some(_) => Renewed::Conflict,
-                None if !repair => Renewed::Missing,
-                None if s.foreign.contains(&item.keys.fence) => Renewed::WrongType,
-                None => {
-                    s.locks.insert(
-                        item.keys.lock.clone(),
-                        Entry {
-                            owner: item.owner.to_string(),
-                            count: item.count,
-                            expires,
-                        },
-                    );
-                    let f = s.fences.entry(item.keys.fence.clone()).or_insert(0);
-                    *f = (*f).max(item.token);
-                    Renewed::Repaired
-                }
-            }
-        })
-        .collect()
-}
-
-/// `acquire_all.lua`: reads every name first, then grants all or none.
-fn acquire_all(
-    s: &mut State,
-    keys: &[Arc<Keys>],
-    owner: &str,
-    lease: Duration,
-    count: u32,
-) -> Result<Grant, NodeError> {
-    let now = Instant::now();
-    let (mut free, mut worst) = (false, None::<Duration>);
-    for k in keys {
-        if s.foreign.contains(&k.lock) {
-            return Err(wrong_type(&k.lock));
-        }
-        match s.locks.get(&k.lock) {
-            None => free = true,
-            Some(e) if e.owner == owner => {}
-            Some(e) => {
-                let left = e.expires.saturating_duration_since(now);
-                worst = Some(worst.map_or(left, |w| w.max(left)));
-            }
-        }
-    }
-    if worst.is_some() {
-        return Ok(Grant::Taken(worst, 0));
-    }
-    let Some(fence) = keys.first().map(|k| k.fence.clone()) else {
-        return Ok(Grant::Granted(0));
-    };
-    if s.foreign.contains(&fence) {
-        return Err(wrong_type(&fence));
-    }
-    let f = s.fences.entry(fence).or_insert(0);
-    if free {
-        *f += 1;
-    }
-    let token = *f;
-    for k in keys {
-        s.locks.insert(
-            k.lock.clone(),
-            Entry {
-                owner: owner.to_owned(),
-                count,
-                expires: now + lease,
-            },
-        );
-    }
-    Ok(Grant::Granted(token))
-}
-
-/// `acquire.lua`: grants a free lock, re-enters our own, or reports the
-/// holder's PTTL.
-fn acquire(
-    s: &mut State,
-    keys: &Keys,
-    owner: &str,
-    lease: Duration,
-    count: u32,
-) -> Result<Grant, NodeError> {
-    let expires = Instant::now() + lease;
-    if s.foreign.contains(&keys.lock) {
-        return Err(wrong_type(&keys.lock));
-    }
-    let fence_ok = if s.foreign.contains(&keys.fence) {
-        Err(wrong_type(&keys.fence))
-    } else {
-        Ok(())
-    };
-    Ok(match s.locks.get_mut(&keys.lock) {
-        None => {
-            fence_ok?;
-            s.locks.insert(
-                keys.lock.clone(),
-                Entry {
-                    owner: owner.to_owned(),
-                    count,
-                    expires,
-                },
-            );
-            let f = s.fences.entry(keys.fence.clone()).or_insert(0);
-            *f += 1;
-            Grant::Granted(*f)
-        }
-        Some(e) if *e.owner == *owner => {
-            fence_ok?;
-            e.count = count;
-            e.expires = expires;
-            Grant::Granted(s.fences.get(&keys.fence).copied().unwrap_or(0))
-        }
-        Some(e) => Grant::Taken(Some(e.expires.saturating_duration_since(Instant::now())), 0),
-    })
-}
-
-/// `acquire_queued.lua`: drops gone waiters at the head, grants a free
-/// lock (for a fair place, only to the head or an empty queue), re-enters,
-/// or queues the waiter with its ticket.
-fn acquire_queued(
-    s: &mut State,
-    keys: &Keys,
-    owner: &str,
-    lease: Duration,
-    count: u32,
-    p: &Place,
-) -> Result<Grant, NodeError> {
-    let now = Instant::now();
-    reads::queued_types(s, keys, owner)?;
-    let mut q = s.queues.remove(&keys.queue()).unwrap_or_default();
-    // The script drops gone waiters first; an error after that (a key of
-    // another type) keeps what was written before it.
-    let dropped = q.drop_gone(now);
-    let answer = place_in_queue(s, &mut q, keys, owner, lease, count, p, now);
-    match (q.head(), &answer) {
-        (Some(head), Ok(Grant::Taken(..))) if dropped && !s.locks.contains_key(&keys.lock) => {
-            s.feed.publish(&keys.channel, head);
-        }
-        _ => {}
-    }
-    if !q.order.is_empty() {
-        s.queues.insert(keys.queue(), q);
-    }
-    answer
-}
-
-/// `acquire_queued.lua` after the gone waiters are dropped from `q`.
-#[allow(clippy::too_many_arguments)]
-fn place_in_queue(
-    s: &mut State,
-    q: &mut Queue,
-    keys: &Keys,
-    owner: &str,
-    lease: Duration,
-    count: u32,
-    p: &Place,
-    now: Instant,
-) -> Result<Grant, NodeError> {
-    if s.foreign.contains(&keys.lock) {
-        return Err(wrong_type(&keys.lock));
-    }
-    let holder = s
-        .locks
-        .get(&keys.lock)
-        .map(|e| (e.owner == owner, e.expires));
-    let wait = match holder {
-        None if !p.fair || q.head().is_none_or(|h| h == &*p.waiter) => {
-            // The fence counter is INCRed before the waiter leaves the
-            // queue: a counter of another type errors with the waiter
-            // still queued.
-            let grant = acquire(s, keys, owner, lease, count)?;
-            q.remove(&p.waiter);
-            return Ok(grant);
-        }
-        Some((true, _)) => return acquire(s, keys, owner, lease, count),
-        None => q
-            .head()
-            .and_then(|h| q.waiters.get(h))
-            .map(|(_, d)| d.saturating_duration_since(now)),
-        Some((false, expires)) => Some(expires.saturating_duration_since(now)),
-    };
-    let ticket = match (p.ticket, q.waiters.get(&*p.waiter)) {
-        (0, Some((t, _))) => *t,
-        (0, None) => q.order.last().map_or(0, |(t, _)| *t) + 1,
-        (t, _) => t,
-    };
-    q.remove(&p.waiter);
-    q.order.insert((ticket, p.waiter.to_string()));
-    q.waiters
-        .insert(p.waiter.to_string(), (ticket, now + p.timeout));
-    q.expires = q.waiters.values().map(|(_, d)| *d).max();
-    Ok(Grant::Taken(wait, ticket))
 }
 
 fn expire(s: &mut State) {
@@ -453,172 +307,4 @@ fn expire(s: &mut State) {
     // emptied sorted set is no key at all.
     s.queues
         .retain(|_, q| !q.order.is_empty() && q.expires.is_some_and(|e| e > now));
-}
-
-impl NodeOps for FakeNode {
-    fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (keys, owner, place) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
-        self.try_run(move |s| match place {
-            None => acquire(s, &keys, &owner, lease, count),
-            Some(p) => acquire_queued(s, &keys, &owner, lease, count, &p),
-        })
-    }
-
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.try_run(move |s| reads::reenter(s, &keys, &owner, lease, count))
-    }
-
-    fn leave(
-        &self,
-        keys: &Arc<Keys>,
-        waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        self.try_run(move |s| {
-            if s.foreign.contains(&keys.queue()) {
-                return Err(wrong_type(&keys.queue()));
-            }
-            let Some(q) = s.queues.get_mut(&keys.queue()) else {
-                return Ok(false);
-            };
-            let was_head = q.head() == Some(&*waiter);
-            let left = q.remove(&waiter);
-            if let Some(next) = q
-                .head()
-                .filter(|_| was_head && !s.locks.contains_key(&keys.lock))
-            {
-                s.feed.publish(&keys.channel, next);
-            }
-            if q.order.is_empty() {
-                s.queues.remove(&keys.queue());
-            }
-            Ok(left)
-        })
-    }
-
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> BoxFuture<'static, Result<Grant, NodeError>> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.try_run(move |s| acquire_all(s, &keys, &owner, lease, count))
-    }
-
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
-        self.try_run(move |s| match s.locks.get_mut(&keys.lock) {
-            None if s.foreign.contains(&keys.lock) => Err(wrong_type(&keys.lock)),
-            None => Ok(Released::Missing),
-            Some(e) if *e.owner != *owner => Ok(Released::OtherOwner),
-            Some(_) if token > 0 && s.foreign.contains(&keys.fence) => Err(wrong_type(&keys.fence)),
-            // A full release reads the queue before it deletes anything.
-            Some(_) if count == 0 && s.foreign.contains(&keys.queue()) => {
-                Err(wrong_type(&keys.queue()))
-            }
-            Some(e) => {
-                let f = s.fences.entry(keys.fence.clone()).or_insert(0);
-                *f = (*f).max(token);
-                Ok(if count > 0 {
-                    e.count = count;
-                    e.expires = Instant::now() + lease;
-                    Released::Lowered
-                } else {
-                    s.locks.remove(&keys.lock);
-                    let q = s.queues.get_mut(&keys.queue());
-                    let head = q.and_then(|q| (q.drop_gone(Instant::now()), q.head()).1);
-                    let msg = format!("{} {owner}", head.unwrap_or_default());
-                    s.feed.publish(&keys.channel, msg);
-                    Released::Deleted
-                })
-            }
-        })
-    }
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.run(move |s| renew_or_repair(s, &batch, false))
-    }
-
-    fn repair(
-        &self,
-        batch: Arc<RenewBatch>,
-    ) -> BoxFuture<'static, Result<Vec<Renewed>, NodeError>> {
-        self.run(move |s| renew_or_repair(s, &batch, true))
-    }
-
-    fn raise_fence(
-        &self,
-        keys: &Arc<Keys>,
-        token: u64,
-    ) -> BoxFuture<'static, Result<u64, NodeError>> {
-        let keys = Arc::clone(keys);
-        self.try_run(move |s| {
-            if s.foreign.contains(&keys.fence) {
-                return Err(wrong_type(&keys.fence));
-            }
-            let f = s.fences.entry(keys.fence.clone()).or_insert(0);
-            *f = (*f).max(token);
-            Ok(*f)
-        })
-    }
-
-    fn force_release(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let keys = Arc::clone(keys);
-        self.run(move |s| {
-            let deleted = s.locks.remove(&keys.lock).is_some() | s.foreign.remove(&keys.lock);
-            if deleted {
-                s.feed.publish(&keys.channel, "");
-            }
-            deleted
-        })
-    }
-
-    fn feed(&self) -> Option<Arc<dyn crate::node::Feed>> {
-        Some(Arc::new(super::fake_feed::HubFeed(self.hub())))
-    }
-
-    fn status(&self, keys: &Arc<Keys>) -> BoxFuture<'static, Result<NodeLockState, NodeError>> {
-        let keys = Arc::clone(keys);
-        self.try_run(move |s| {
-            for key in [&keys.lock, &keys.fence] {
-                if s.foreign.contains(key) {
-                    return Err(wrong_type(key));
-                }
-            }
-            let e = s.locks.get(&keys.lock);
-            Ok(NodeLockState {
-                holder: e.map(|e| e.owner.clone()),
-                hold_count: e.map_or(0, |e| e.count),
-                pttl: e.map(|e| e.expires.saturating_duration_since(Instant::now())),
-                fence: s.fences.get(&keys.fence).copied().unwrap_or(0),
-            })
-        })
-    }
 }

@@ -5,25 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{Error, LockManager, Quorum, MAX_LEASE, MAX_TIMEOUT};
+use crate::tests::fake::{cluster_with, fakes, nodes, FakeNode, Mode};
+use crate::{Error, LockManager, MAX_LEASE, MAX_TIMEOUT};
 
 const KEY: &str = "quorumlock:{job}";
-
-fn fakes(n: usize) -> (Vec<Arc<FakeNode>>, Vec<Arc<dyn NodeOps>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    (fakes, nodes)
-}
 
 /// A manager whose node timeout is `Duration::MAX`, which `build()` refuses
 /// but a `Config` edited by hand can carry.
 fn unbounded_timeout(n: usize, lease: Duration) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let (fakes, nodes) = fakes(n);
+    let fakes = fakes(n);
+    let nodes = nodes(&fakes);
     let m = LockManager::builder()
         .lease(lease)
         .build_with(nodes.clone())
@@ -45,13 +36,13 @@ fn the_builder_refuses_timeouts_above_the_maximum() {
             .lease(MAX_LEASE)
             .renew_interval(MAX_LEASE),
     ] {
-        let err = set.build_with(fakes(3).1).expect_err("refused");
+        let err = set.build_with(nodes(&fakes(3))).expect_err("refused");
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
     for factor in [f64::NAN, f64::INFINITY, f64::MAX, -0.0001, 1.0] {
         let err = LockManager::builder()
             .drift_factor(factor)
-            .build_with(fakes(3).1)
+            .build_with(nodes(&fakes(3)))
             .expect_err("refused");
         assert!(matches!(err, Error::InvalidInput { .. }), "{factor}: {err}");
     }
@@ -62,7 +53,7 @@ fn the_builder_refuses_timeouts_above_the_maximum() {
         .max_hold(Duration::MAX)
         .drift_factor(0.999_999)
         .backoff(crate::Backoff::new(Duration::from_nanos(1), Duration::MAX).expect("backoff"))
-        .build_with(fakes(3).1)
+        .build_with(nodes(&fakes(3)))
         .expect("the largest accepted values");
     assert_eq!(m.config().node_timeout, MAX_TIMEOUT);
     assert!(m.config().drift(Duration::MAX) >= MAX_LEASE);
@@ -106,14 +97,11 @@ async fn the_watchdog_renews_under_an_unbounded_node_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn the_largest_node_timeout_works_end_to_end_with_a_stalled_node() {
-    let (fakes, nodes) = fakes(3);
-    let m = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(MAX_LEASE)
-        .node_timeout(MAX_TIMEOUT)
-        .max_hold(Duration::MAX)
-        .build_with(nodes)
-        .expect("valid fake cluster");
+    let (m, fakes) = cluster_with(3, |b| {
+        b.lease(MAX_LEASE)
+            .node_timeout(MAX_TIMEOUT)
+            .max_hold(Duration::MAX)
+    });
     fakes[2].set_mode(Mode::Stall);
     let g = m
         .try_lock("job", Duration::ZERO)

@@ -7,24 +7,13 @@ use std::time::Duration;
 
 use crate::keys::Keys;
 use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{Error, LockManager, Quorum, MAX_LOCK_ALL_NAMES};
+use crate::tests::fake::{cluster_with, lock_all_as, FakeNode, Mode};
+use crate::{Error, LockManager, MAX_LOCK_ALL_NAMES};
 
 const MS: Duration = Duration::from_millis(1);
 
 fn cluster(n: usize, lease: Duration) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(lease)
-        .node_timeout(50 * MS)
-        .build_with(nodes)
-        .expect("valid fake cluster");
-    (m, fakes)
+    cluster_with(n, |b| b.lease(lease).node_timeout(50 * MS))
 }
 
 fn key(name: &str) -> String {
@@ -161,12 +150,7 @@ async fn bad_input_is_a_typed_error() {
 async fn the_same_owner_re_enters_the_set_and_its_names() {
     let (m, fakes) = cluster(3, Duration::from_secs(10));
     let me = m.new_owner();
-    let first = m
-        .request_all(["a", "b"])
-        .owner(&me)
-        .acquire()
-        .await
-        .expect("lock_all");
+    let first = lock_all_as(&m, &me, &["a", "b"]).await.expect("lock_all");
     let again = tokio::time::timeout(100 * MS, me.scope(m.lock_all(["b", "a"])))
         .await
         .expect("re-entry does not wait")

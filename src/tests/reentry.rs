@@ -6,28 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{Error, HoldState, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, lock_all_as, lock_as, renewed_each_second, FakeNode, Mode};
+use crate::{Error, HoldState, LockManager};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
 
 /// 3 nodes, majority, lease 3 s renewed every second.
 fn cluster() -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..3).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(100 * MS)
-        .build_with(nodes)
-        .expect("valid fake cluster");
-    (m, fakes)
+    cluster_with(3, renewed_each_second)
 }
 
 /// The nodes where `holder` holds the lock.
@@ -45,7 +32,7 @@ fn held_by(fakes: &[Arc<FakeNode>], holder: &str) -> usize {
 async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     let a_id = g.holder_id().to_owned();
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
     let b = m
@@ -57,7 +44,7 @@ async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
         .expect("B takes the forced lock");
     assert!(b.fencing_token() > g.fencing_token());
     b.release().await.expect("B releases");
-    let again = m.request("job").owner(&a).acquire().await;
+    let again = lock_as(&m, &a, "job").await;
     let err = again.expect_err("a re-entry must not undo force_unlock");
     assert!(matches!(err, Error::Lost { .. }), "{err:?}");
     assert_eq!(g.state(), HoldState::Lost);
@@ -82,13 +69,10 @@ async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
 async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     fakes[0].wipe();
     fakes[1].wipe();
-    let err = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let err = lock_as(&m, &a, "job")
         .await
         .expect_err("a re-entry must not resurrect keys a majority lost");
     assert!(err.is_lost(), "{err:?}");
@@ -109,13 +93,10 @@ async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost()
 async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     let id = g.holder_id().to_owned();
     fakes[0].wipe();
-    let g2 = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let g2 = lock_as(&m, &a, "job")
         .await
         .expect("a quorum confirms the re-entry");
     assert_eq!(g2.hold_count(), 2);
@@ -142,13 +123,10 @@ async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
 async fn a_reentry_with_failed_nodes_keeps_the_hold() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m.request("job").owner(&a).acquire().await.expect("A locks");
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
     fakes[0].set_mode(Mode::Fail);
     fakes[1].set_mode(Mode::Stall);
-    let g2 = m
-        .request("job")
-        .owner(&a)
-        .acquire()
+    let g2 = lock_as(&m, &a, "job")
         .await
         .expect("unavailable nodes do not lose the hold");
     assert_eq!(g2.hold_count(), 2);
@@ -165,17 +143,11 @@ async fn a_reentry_with_failed_nodes_keeps_the_hold() {
 async fn a_lock_all_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
     let (m, fakes) = cluster();
     let a = m.new_owner();
-    let g = m
-        .request_all(["job", "other"])
-        .owner(&a)
-        .acquire()
+    let g = lock_all_as(&m, &a, &["job", "other"])
         .await
         .expect("A locks both");
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
-    let err = m
-        .request_all(["job", "other"])
-        .owner(&a)
-        .acquire()
+    let err = lock_all_as(&m, &a, &["job", "other"])
         .await
         .expect_err("a re-entry must not undo force_unlock");
     assert!(err.is_lost(), "{err:?}");

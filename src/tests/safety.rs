@@ -6,29 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
-use crate::{HoldState, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, lock_as, renewed_each_second, FakeNode, Mode};
+use crate::HoldState;
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
-
-fn cluster_with(
-    n: usize,
-    f: impl FnOnce(crate::LockManagerBuilder) -> crate::LockManagerBuilder,
-) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..n).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let builder = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(10))
-        .node_timeout(100 * MS);
-    let m = f(builder).build_with(nodes).expect("valid fake cluster");
-    (m, fakes)
-}
 
 fn holders(fakes: &[Arc<FakeNode>]) -> usize {
     fakes.iter().filter(|f| f.holder(KEY).is_some()).count()
@@ -125,10 +107,7 @@ async fn lost_fires_no_later_than_valid_until_when_renewal_stalls() {
 #[tokio::test(start_paused = true)]
 async fn a_fixed_lease_hold_is_lost_at_its_end() {
     let (m, _fakes) = cluster_with(3, |b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(1))
-        .await
-        .expect("lock");
+    let g = m.lock_with_lease("job", 1_000 * MS).await.expect("lock");
     let valid_until = Instant::from_std(g.valid_until());
     tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
@@ -138,7 +117,7 @@ async fn a_fixed_lease_hold_is_lost_at_its_end() {
     assert_eq!(g.state(), HoldState::Lost);
 
     let g = m
-        .lock_with_lease("job", Duration::from_secs(1))
+        .lock_with_lease("job", 1_000 * MS)
         .await
         .expect("lock again");
     let start = Instant::now();
@@ -156,10 +135,7 @@ async fn a_fixed_lease_hold_is_lost_at_its_end() {
 /// re-create the keys ("repair") and keep the holder believing it holds.
 #[tokio::test(start_paused = true)]
 async fn force_unlock_is_not_undone_by_the_watchdog() {
-    let (m, fakes) = cluster_with(3, |b| {
-        b.lease(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-    });
+    let (m, fakes) = cluster_with(3, renewed_each_second);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
     tokio::time::sleep(1_100 * MS).await;
@@ -173,22 +149,12 @@ async fn force_unlock_is_not_undone_by_the_watchdog() {
 async fn a_reentry_in_flight_does_not_undo_a_concurrent_release() {
     let (m, fakes) = cluster_with(3, |b| b);
     let owner = m.new_owner();
-    let g1 = m
-        .request("job")
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("lock");
-    let g2 = m
-        .request("job")
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("re-enter");
+    let g1 = lock_as(&m, &owner, "job").await.expect("lock");
+    let g2 = lock_as(&m, &owner, "job").await.expect("re-enter");
     for f in &fakes {
         f.set_mode(Mode::Slow(50 * MS));
     }
-    let reenter = m.request("job").owner(&owner).acquire();
+    let reenter = lock_as(&m, &owner, "job");
     let release = async {
         tokio::time::sleep(10 * MS).await;
         g2.release().await
@@ -269,10 +235,7 @@ async fn duration_max_waits_do_not_panic() {
 /// the watchdog must not renew it.
 #[tokio::test(start_paused = true)]
 async fn a_suspend_longer_than_the_validity_loses_the_hold() {
-    let (m, fakes) = cluster_with(3, |b| {
-        b.lease(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-    });
+    let (m, fakes) = cluster_with(3, renewed_each_second);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     assert!(g.is_held());
     // The nodes' keys expire while the client sleeps (their clocks go on).

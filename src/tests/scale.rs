@@ -8,25 +8,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::NodeOps;
-use crate::tests::fake::{FakeNode, Mode};
+use crate::tests::fake::{cluster_with, FakeNode, Mode};
 use crate::watchdog::{renew_timeout, tick};
 
 /// Locks per wave here, so that a few hundred locks make several waves.
 const WAVE: usize = 100;
-use crate::{LockGuard, LockManager, Quorum};
+use crate::{LockGuard, LockManager};
 
 async fn holding(n: usize) -> (LockManager, Vec<Arc<FakeNode>>, Vec<LockGuard>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..5).map(FakeNode::new).collect();
-    let nodes = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let m = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(30))
-        .build_with(nodes)
-        .expect("valid fake cluster");
+    // The builder's default node timeout.
+    let (m, fakes) = cluster_with(5, |b| {
+        b.lease(Duration::from_secs(30))
+            .node_timeout(Duration::from_millis(200))
+    });
     m.inner.watchdog.set_wave(WAVE);
     let mut guards = Vec::with_capacity(n);
     for i in 0..n {

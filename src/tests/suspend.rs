@@ -13,31 +13,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::NodeOps;
-use crate::tests::fake::FakeNode;
-use crate::{Error, HoldState, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, FakeNode};
+use crate::{Error, HoldState};
 
 const MS: Duration = Duration::from_millis(1);
 
 /// How late after the resume a loss may be observed (the resume watcher
 /// polls every 10 ms at most).
 const AT_RESUME: Duration = Duration::from_millis(20);
-
-fn cluster_with(
-    f: impl FnOnce(crate::LockManagerBuilder) -> crate::LockManagerBuilder,
-) -> (LockManager, Vec<Arc<FakeNode>>) {
-    let fakes: Vec<Arc<FakeNode>> = (0..3).map(FakeNode::new).collect();
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| Arc::clone(f) as Arc<dyn NodeOps>)
-        .collect();
-    let builder = LockManager::builder()
-        .quorum(Quorum::Majority)
-        .lease(Duration::from_secs(10))
-        .node_timeout(100 * MS);
-    let m = f(builder).build_with(nodes).expect("valid fake cluster");
-    (m, fakes)
-}
 
 /// The machine sleeps `d`; the nodes' clocks go on meanwhile.
 fn suspend(fakes: &[Arc<FakeNode>], d: Duration) -> Instant {
@@ -60,11 +43,8 @@ fn assert_at_resume(what: &str, resumed: Instant) {
 /// waiting, fires at the resume (it used to fire 1.9 s after it).
 #[tokio::test(start_paused = true)]
 async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
-    let (m, fakes) = cluster_with(|b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(2))
-        .await
-        .expect("lock");
+    let (m, fakes) = cluster_with(3, |b| b);
+    let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
     let lost = g.lost();
     tokio::pin!(lost);
     tokio::select! {
@@ -84,11 +64,8 @@ async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
 /// suspend: `Err(Lost)` at the resume (it used to return `Ok`).
 #[tokio::test(start_paused = true)]
 async fn run_returns_lost_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
-    let (m, fakes) = cluster_with(|b| b);
-    let g = m
-        .lock_with_lease("job", Duration::from_secs(2))
-        .await
-        .expect("lock");
+    let (m, fakes) = cluster_with(3, |b| b);
+    let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
     let resumed = std::cell::Cell::new(None);
     let r = g
         .run(|_| async {
@@ -107,7 +84,7 @@ async fn run_returns_lost_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
 /// signal of `run()` fire at the resume, not at the next watchdog tick.
 #[tokio::test(start_paused = true)]
 async fn a_renewed_hold_is_lost_at_resume_after_a_suspend_past_its_validity() {
-    let (m, fakes) = cluster_with(|b| b);
+    let (m, fakes) = cluster_with(3, |b| b);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     let waiters = async {
         tokio::join!(
@@ -146,7 +123,7 @@ async fn a_renewed_hold_is_lost_at_resume_after_a_suspend_past_its_validity() {
 /// `Err(Lost)` at the resume.
 #[tokio::test(start_paused = true)]
 async fn run_of_a_renewed_hold_returns_lost_at_resume_after_a_long_suspend() {
-    let (m, fakes) = cluster_with(|b| b);
+    let (m, fakes) = cluster_with(3, |b| b);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     let resumed = std::cell::Cell::new(None);
     let r = g
@@ -165,7 +142,7 @@ async fn run_of_a_renewed_hold_returns_lost_at_resume_after_a_long_suspend() {
 /// not make a renewed hold lost; the watchdog goes on renewing it.
 #[tokio::test(start_paused = true)]
 async fn a_short_suspend_does_not_lose_a_renewed_hold() {
-    let (m, fakes) = cluster_with(|b| b);
+    let (m, fakes) = cluster_with(3, |b| b);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
     {
         let lost = g.lost();
@@ -190,7 +167,7 @@ async fn a_short_suspend_does_not_lose_a_renewed_hold() {
 /// so that an idle manager keeps no timer (a paused clock goes idle).
 #[tokio::test(start_paused = true)]
 async fn the_resume_watcher_runs_only_while_a_loss_is_awaited() {
-    let (m, _fakes) = cluster_with(|b| b);
+    let (m, _fakes) = cluster_with(3, |b| b);
     let tasks = || {
         tokio::runtime::Handle::current()
             .metrics()
