@@ -24,6 +24,10 @@ pub(crate) enum Mutation {
     /// A plain request defers to local fair waiters queued before it, even
     /// when they cannot take their turn (liveness defect 2).
     DeferToFair,
+    /// The resume watcher never tells the loss signals that the process
+    /// was suspended: a wait keeps its pre-suspend timer, late by the
+    /// suspend (the code before the resume watcher).
+    IgnoreResume,
 }
 
 impl Mutation {
@@ -35,6 +39,7 @@ impl Mutation {
             Self::PerNodeOrder => 8,
             Self::DeferredUnbounded => 16,
             Self::DeferToFair => 32,
+            Self::IgnoreResume => 64,
         }
     }
 }

@@ -66,6 +66,7 @@ fn mutation_name(m: Mutation) -> &'static str {
         Mutation::PerNodeOrder => "per-node-order",
         Mutation::DeferredUnbounded => "deferred-unbounded",
         Mutation::DeferToFair => "defer-to-fair",
+        Mutation::IgnoreResume => "ignore-resume",
     }
 }
 
@@ -301,6 +302,7 @@ fn replay() {
         Ok("per-node-order") => Some(Mutation::PerNodeOrder),
         Ok("deferred-unbounded") => Some(Mutation::DeferredUnbounded),
         Ok("defer-to-fair") => Some(Mutation::DeferToFair),
+        Ok("ignore-resume") => Some(Mutation::IgnoreResume),
         _ => None,
     };
     let _m = m.map(mutation::enable);
