@@ -72,6 +72,7 @@ mod clients;
 mod faults;
 mod feed;
 mod liveness;
+mod monitor;
 mod node;
 mod scenario;
 mod tests;
@@ -262,6 +263,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
         procs.push(Proc {
             client_id,
             manager,
+            clock: crate::clock::test::Process::new(),
             stalled_until: Mutex::new(None),
             link: process,
         });
@@ -294,7 +296,9 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let mut tasks = Vec::new();
     for p in 0..params.procs {
         for t in 0..params.tasks {
-            tasks.push(tokio::spawn(clients::client(Arc::clone(&ctx), p, t)));
+            let task = clients::client(Arc::clone(&ctx), p, t);
+            let process = Arc::clone(&ctx.procs[p].clock);
+            tasks.push(tokio::spawn(crate::clock::test::scope(process, task)));
         }
     }
     if let Err(e) = faults.await {

@@ -281,6 +281,19 @@ fn mutation_renew_lapsed_is_caught() {
     );
 }
 
+/// Without the resume watcher's news, a loss signal waiting when its
+/// process is suspended keeps its pre-suspend timer, which fires late by
+/// the suspend: a hold whose validity ran out during the suspend is seen
+/// lost long after the resume (the `Suspend` fault in `faults`).
+#[test]
+fn mutation_ignore_resume_is_caught() {
+    must_catch(
+        Mode::Safe,
+        Some(Mutation::IgnoreResume),
+        &[Invariant::LossDeadline, Invariant::LossDeadlineFixed],
+    );
+}
+
 /// `QUORUMLOCK_SIM_SEED=S` replays one seed and prints its history.
 #[test]
 fn replay() {
