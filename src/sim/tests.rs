@@ -284,7 +284,10 @@ fn mutation_renew_lapsed_is_caught() {
 /// Without the resume watcher's news, a loss signal waiting when its
 /// process is suspended keeps its pre-suspend timer, which fires late by
 /// the suspend: a hold whose validity ran out during the suspend is seen
-/// lost long after the resume (the `Suspend` fault in `faults`).
+/// lost long after the resume (the `Suspend` fault in `faults`). First
+/// caught at seed 3 (`LossDeadlineFixed`: a fixed lease whose suspend
+/// ended before its `valid_until`, its loss signal still on the timer armed
+/// before the suspend); the code before the resume watcher fails there too.
 #[test]
 fn mutation_ignore_resume_is_caught() {
     must_catch(
