@@ -16,7 +16,6 @@ use crate::keys::Keys;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::queue::Spot;
-use crate::sync::locked;
 use crate::wait::{Notifier, Waiter};
 use crate::watchdog::Watchdog;
 
@@ -286,14 +285,7 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
     .await
     {
         Ok(won) => {
-            let mut r = locked(&hold.record);
-            r.valid_until = r.valid_until.max(won.acquired.valid_until);
-            let answers = won.acquired.granted.iter().zip(&won.missing);
-            for (g, (w, m)) in r.granted.iter_mut().zip(answers) {
-                // A node that lost the key holds nothing until repaired.
-                *g = (*g || *w) && !*m;
-            }
-            drop(r);
+            hold.merge(&won.acquired, &won.missing);
             won.late.finish(&hold);
         }
         Err(e @ Error::Lost { .. }) => {

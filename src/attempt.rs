@@ -155,7 +155,10 @@ pub(crate) async fn attempt(
                         started: start,
                         granted,
                     },
-                    late: LateGrants { rest },
+                    late: LateGrants {
+                        rest,
+                        waiter: place.map(|p| p.waiter),
+                    },
                     missing,
                 })
             }

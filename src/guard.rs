@@ -10,7 +10,6 @@ use crate::clock;
 use crate::error::Error;
 use crate::hold::{stopped, Hold, HoldState};
 use crate::owner::Owner;
-use crate::sync::locked;
 
 /// Proof of holding a lock, one level of it.
 ///
@@ -94,25 +93,20 @@ impl LockGuard {
     /// on, unless renewed before it, the hold is [`HoldState::Lost`].
     #[must_use]
     pub fn valid_until(&self) -> std::time::Instant {
-        clock::to_timer(locked(&self.hold.record).valid_until).into_std()
+        clock::to_timer(self.hold.valid_until()).into_std()
     }
 
     /// How many levels the owner holds (re-entries plus one).
     #[must_use]
     pub fn hold_count(&self) -> u32 {
-        locked(&self.hold.record).count
+        self.hold.count()
     }
 
     /// The indexes of the nodes that granted the lock (including late grants
     /// and watchdog repairs).
     #[must_use]
     pub fn granted_nodes(&self) -> Vec<usize> {
-        locked(&self.hold.record)
-            .granted
-            .iter()
-            .enumerate()
-            .filter_map(|(i, g)| g.then_some(i))
-            .collect()
+        self.hold.granted_nodes()
     }
 
     /// Where the hold stands.

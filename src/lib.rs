@@ -15,6 +15,7 @@ mod scripts;
 mod admission;
 mod node;
 mod quorum;
+mod renewal;
 
 mod nodes;
 mod queue;

@@ -110,10 +110,10 @@ impl Spot {
     }
 
     /// The acquisition won with its last attempt: a node that had not
-    /// answered then is not asked to drop the waiter. Its late answer is a
-    /// grant, which took the waiter out of its queue, or, rarely, a refusal
-    /// that left the waiter queued there until its deadline passes (one
-    /// queue timeout), when the node skips it.
+    /// answered then is not asked to drop the waiter here. Its late answer
+    /// is a grant, which took the waiter out of its queue, or anything else,
+    /// on which the waiter leaves that node's queue then
+    /// (`rollback::LateGrants`).
     pub(crate) fn won(&mut self) {
         for (q, p) in self.queued.iter_mut().zip(&self.pending) {
             *q &= !*p;

@@ -13,14 +13,21 @@ use crate::keys::Keys;
 use crate::node::{Grant, Released};
 use crate::nodes::Nodes;
 use crate::quorum::Stragglers;
-use crate::sync::locked;
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
 /// connection it runs after the acquire, so a late grant is released with
 /// the lock even if it lands after the hold is gone.
+///
+/// A queued waiter's late answer that is not a grant (another waiter heads
+/// that node's queue, or the call failed) may have left it queued there:
+/// it leaves, so that no node keeps a won waiter at the head of its queue,
+/// naming it in release messages and holding back the waiters behind it
+/// until its queue deadline passes.
 pub(crate) struct LateGrants {
     pub(crate) rest: Stragglers<Grant>,
+    /// The waiter's id in the lock's queue, for a queued attempt.
+    pub(crate) waiter: Option<Arc<str>>,
 }
 
 impl LateGrants {
@@ -29,14 +36,27 @@ impl LateGrants {
             return;
         }
         let weak = Arc::downgrade(hold);
-        hold.nodes.spawn(self.rest.for_each(move |i, r| {
-            if let (Ok(Grant::Granted(_)), Some(hold)) = (r, weak.upgrade()) {
-                debug!(node = i, "late grant");
-                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
-                    *g = true;
+        let (nodes, keys) = (Arc::clone(&hold.nodes), Arc::clone(&hold.keys));
+        let waiter = self.waiter;
+        let rest = self.rest;
+        hold.nodes.spawn(async move {
+            let mut queued = Vec::new();
+            rest.for_each(|i, r| match (r, weak.upgrade()) {
+                (Ok(Grant::Granted(_)), Some(hold)) => {
+                    debug!(node = i, "late grant");
+                    hold.grant_landed(i);
                 }
-            }
-        }));
+                (Ok(Grant::Granted(_)), None) => {}
+                _ => queued.push(i),
+            })
+            .await;
+            let Some(waiter) = waiter else { return };
+            let leaves = queued
+                .into_iter()
+                .map(|i| nodes.leave_call(i, &keys, &waiter));
+            let timeout = nodes.config.node_timeout;
+            let _ = tokio::time::timeout(timeout, futures::future::join_all(leaves)).await;
+        });
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{LockManager, Quorum};
 use redis::Script;
-use support::{key, nodes, raw, unique};
+use support::{key, nodes, raw, script_calls, unique};
 
 /// The queue of `name`: waiter id -> ticket.
 fn queue_key(name: &str) -> String {
@@ -100,34 +100,6 @@ async fn plant_dead_waiter(name: &str, queue_timeout: Duration) {
             "node {i}: the dead waiter should queue first, behind the holder: {reply:?}"
         );
     }
-}
-
-/// Scripts run (`EVALSHA` and `EVAL` calls), summed over the nodes.
-async fn script_calls() -> u64 {
-    let mut total = 0;
-    for i in 0..nodes().len() {
-        let mut c = raw(i).await;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await
-            .expect("INFO commandstats");
-        for line in info.lines() {
-            let Some((cmd, stats)) = line.trim().split_once(':') else {
-                continue;
-            };
-            if cmd != "cmdstat_evalsha" && cmd != "cmdstat_eval" {
-                continue;
-            }
-            let calls = stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|v| v.parse::<u64>().ok())
-                .expect("calls=N in commandstats");
-            total += calls;
-        }
-    }
-    total
 }
 
 /// One test's managers, each over the shared nodes as its own process.

@@ -260,8 +260,12 @@ async fn a_handoff_wakes_the_same_number_of_waiters_for_10_or_1000_queued() {
         let name = unique("wakeups");
         let g = support::hold_as_new_owner(&m, &name).await;
         let tasks: Vec<_> = (0..queued).map(|_| spawn_waiter(&m, &name)).collect();
-        // Let every waiter queue and settle on its timer.
+        // Let every waiter queue and settle on its timer, and the nodes
+        // work off the burst of their first attempts (on a loaded machine
+        // it can outlast the sleep; the release would then wait behind it
+        // and time out).
         tokio::time::sleep(Duration::from_millis(500)).await;
+        support::scripts_settled(Duration::from_millis(200), Duration::from_secs(10)).await;
         let before = m.pubsub_stats().wakeups;
         g.release().await.expect("release");
         for t in tasks {

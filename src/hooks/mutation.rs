@@ -24,6 +24,10 @@ pub(crate) enum Mutation {
     /// A plain request defers to local fair waiters queued before it, even
     /// when they cannot take their turn (liveness defect 2).
     DeferToFair,
+    /// A quorum of release messages counts rings, not nodes: rollbacks seen
+    /// on one live node ring waiters of other managers into new attempts
+    /// at one instant (the `Spin` the simulator found).
+    RingQuorum,
     /// The resume watcher never tells the loss signals that the process
     /// was suspended: a wait keeps its pre-suspend timer, late by the
     /// suspend (the code before the resume watcher).
@@ -39,7 +43,8 @@ impl Mutation {
             Self::PerNodeOrder => 8,
             Self::DeferredUnbounded => 16,
             Self::DeferToFair => 32,
-            Self::IgnoreResume => 64,
+            Self::RingQuorum => 64,
+            Self::IgnoreResume => 128,
         }
     }
 }

@@ -32,7 +32,6 @@ use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::quorum::{self, Decision, FanOut, Stragglers, Tally};
 use crate::rollback::Rollback;
-use crate::sync::locked;
 
 pub use self::guard::MultiLockGuard;
 pub use self::request::MultiLockRequest;
@@ -198,9 +197,7 @@ fn finish_late(nodes: &Nodes, late: Stragglers<Grant>, holds: &[Arc<Hold>]) {
         if let Ok(Grant::Granted(_)) = r {
             debug!(node = i, "late grant of a set");
             for hold in weak.iter().filter_map(Weak::upgrade) {
-                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
-                    *g = true;
-                }
+                hold.grant_landed(i);
             }
         }
     }));

@@ -60,7 +60,7 @@
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|ignore-resume]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under

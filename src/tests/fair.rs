@@ -446,3 +446,35 @@ async fn plain_requests_are_not_held_back_by_fair_waiters() {
         .expect("task")
         .expect("the fair waiter still gets it");
 }
+
+/// A fair waiter that wins on a quorum before the other nodes answered,
+/// where another holder keeps it queued, leaves their queues once they do:
+/// left there, it would head them as a waiter that is gone, named by their
+/// release messages and holding back every fair waiter behind it until
+/// its queue deadline (a 5 s stall per won acquisition before the fix).
+#[tokio::test(start_paused = true)]
+async fn a_winner_leaves_the_queues_of_the_nodes_that_answered_after_it_won() {
+    let fakes = fakes(5);
+    let k = keys("x");
+    for f in &fakes[3..] {
+        f.take(&k.lock, "someone-else", Duration::from_secs(60));
+    }
+    let slow = [
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        50 * MS,
+        50 * MS,
+    ];
+    let m = manager(&fakes, &slow);
+    let g = m.request("x").fair().acquire().await.expect("fair lock");
+    tokio::time::sleep(200 * MS).await;
+    for (i, f) in fakes.iter().enumerate() {
+        assert_eq!(
+            f.queued(&k),
+            Vec::<String>::new(),
+            "node {i} still queues the winner"
+        );
+    }
+    g.release().await.expect("release");
+}

@@ -18,13 +18,15 @@
 //! names a waiter that died, or is lost, costs at most that. Waiters behind
 //! the head wait for their turn: the head passes it on when it leaves (see
 //! `bells`). A waiter rung by another manager's release attempts once rung
-//! by a quorum of nodes (the release ran there), or a few milliseconds after
-//! the first ring: an attempt on the first node's message would often find
-//! the release not yet run elsewhere, miss, and be rolled back. A release by
-//! this manager rings for an attempt at once: its calls went to every node
-//! ahead of the attempt, on the same connections. Every waiter's timer ends
-//! no later than the holder's key is known to expire (the PTTL seen by the
-//! last attempt, or the lease of a local holder), since an expiry publishes
+//! by a quorum of nodes (the release ran there; several messages of one
+//! node count once), or a few milliseconds after the first ring: an attempt
+//! on the first node's message would often find the release not yet run
+//! elsewhere, miss, and be rolled back. A release by this manager rings a
+//! plain waiter for an attempt at once: its calls went to every node ahead
+//! of the attempt, on the same connections (a fair waiter, named per node,
+//! still waits for a quorum of nodes). Every waiter's timer ends no later
+//! than the holder's key is known to expire (the PTTL seen by the last
+//! attempt, or the lease of a local holder), since an expiry publishes
 //! nothing.
 
 mod bells;
@@ -250,6 +252,7 @@ impl Waiter {
     pub(crate) fn mark(&mut self) {
         self.seen = self.bell.rings.load(Ordering::Acquire);
         self.bell.prompt.store(false, Ordering::Release);
+        self.bell.take_nodes();
     }
 
     /// Whether enough nodes confirmed the subscription for release messages
@@ -272,8 +275,8 @@ impl Waiter {
         let _ = tokio::time::timeout(limit, wait).await;
     }
 
-    /// How many rings end a wait at once: one per node of a quorum (the
-    /// nodes a release must have run on for an attempt to win). Fewer rings
+    /// How many nodes' rings end a wait at once: a quorum (the nodes a
+    /// release must have run on for an attempt to win). Fewer nodes
     /// (fewer nodes subscribed, or the rollback of another manager's failed
     /// attempt, which frees a minority only) end it after the grace: two
     /// managers whose attempts split the nodes would otherwise ring each
@@ -346,8 +349,18 @@ impl Waiter {
                 // the nodes do not retry in step.
                 let due = grace.get_or_insert_with(|| now + QUORUM_GRACE + jitter());
                 let prompt = self.bell.prompt.swap(false, Ordering::AcqRel);
-                if prompt || rings - self.seen >= self.quorum_of_messages() || now >= *due {
+                let nodes = u64::from(self.bell.nodes_rung());
+                #[cfg(test)]
+                let nodes =
+                    if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::RingQuorum)
+                    {
+                        rings - self.seen
+                    } else {
+                        nodes
+                    };
+                if prompt || nodes >= self.quorum_of_messages() || now >= *due {
                     self.seen = rings;
+                    self.bell.take_nodes();
                     return Woke::Notified;
                 }
             }

@@ -156,7 +156,7 @@ pub(super) async fn node_task(
                 msg = messages.next() => match msg {
                     Some(msg) => {
                         let Some(b) = board.upgrade() else { return };
-                        b.deliver(&msg.channel, &msg.payload);
+                        b.deliver(i, &msg.channel, &msg.payload);
                     }
                     None => outcome = Outcome::Lost,
                 },

@@ -89,6 +89,50 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
 }
 
+/// Scripts run (`EVALSHA` and `EVAL` calls), summed over the shared nodes.
+pub async fn script_calls() -> u64 {
+    let mut total = 0;
+    for i in 0..nodes().len() {
+        let mut c = raw(i).await;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await
+            .expect("INFO commandstats");
+        for line in info.lines() {
+            let Some((cmd, stats)) = line.trim().split_once(':') else {
+                continue;
+            };
+            if cmd != "cmdstat_evalsha" && cmd != "cmdstat_eval" {
+                continue;
+            }
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("calls=N in commandstats");
+            total += calls;
+        }
+    }
+    total
+}
+
+/// Waits until the shared nodes have run no script for `quiet` (at most
+/// `within`): the calls of a burst of requests are over. Whether they are.
+pub async fn scripts_settled(quiet: Duration, within: Duration) -> bool {
+    let end = tokio::time::Instant::now() + within;
+    let mut last = script_calls().await;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(quiet).await;
+        let now = script_calls().await;
+        if now == last {
+            return true;
+        }
+        last = now;
+    }
+    false
+}
+
 /// Polls `f` every 10 ms until it returns true or `within` passes.
 pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
 where

@@ -1,6 +1,7 @@
-//! One held lock, shared by all the guards of its levels: what it holds
-//! (count, validity, granting nodes), where it stands ([`HoldState`]), and
-//! releasing levels of it on the nodes.
+//! One held lock, shared by all the guards of its levels: where it stands
+//! ([`HoldState`]) and releasing levels of it on the nodes; what it holds
+//! (count, validity, granting nodes, a renewal in flight) is its
+//! [`record`], changed only through the verbs there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,11 @@ use crate::keys::Keys;
 use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
 use crate::resume::Resumes;
-use crate::sync::locked;
+
+mod record;
+
+pub(crate) use record::Mark;
+use record::Record;
 
 /// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,18 +49,6 @@ pub(crate) fn is_live(phase: HoldState) -> bool {
 /// Lost, or renewal stopped at `max_hold`.
 pub(crate) fn stopped(phase: HoldState) -> bool {
     matches!(phase, HoldState::Lost | HoldState::MaxHoldReached)
-}
-
-/// What a hold holds, changed by acquisitions, releases and the watchdog.
-pub(crate) struct Record {
-    /// Levels held (re-entries plus one).
-    pub(crate) count: u32,
-    pub(crate) valid_until: Instant,
-    /// Per node: known to hold the key.
-    pub(crate) granted: Vec<bool>,
-    /// A renewal batch that includes this hold is on the wire, and ends by
-    /// this instant at the latest (recorded by the watchdog).
-    pub(crate) renewing: Option<Instant>,
 }
 
 /// What a won acquisition hands to its hold.
@@ -92,15 +85,15 @@ pub(crate) struct Hold {
     pub(crate) renewed: bool,
     /// Renewal stopped at `max_hold`: the end of its validity is then an
     /// expiry, not a loss.
-    pub(crate) max_hold_reached: AtomicBool,
+    max_hold_reached: AtomicBool,
     pub(crate) token: u64,
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
-    pub(crate) record: Mutex<Record>,
+    record: Mutex<Record>,
     /// The phase, watched by `lost()` waiters.
     phase: watch::Sender<HoldState>,
-    /// Woken when a renewal batch that included this hold completes.
-    pub(crate) renew_done: Notify,
+    /// Woken when a renewal wave that included this hold ends.
+    renew_done: Notify,
     on_drop: OnDrop,
 }
 
@@ -128,12 +121,7 @@ impl Hold {
             token: acquired.token,
             acquired_at: acquired.started,
             max_hold: if renewed { nodes.config.max_hold } else { None },
-            record: Mutex::new(Record {
-                count: 1,
-                valid_until: acquired.valid_until,
-                granted: acquired.granted,
-                renewing: None,
-            }),
+            record: Mutex::new(Record::new(acquired.valid_until, acquired.granted)),
             phase: watch::Sender::new(HoldState::Held),
             renew_done: Notify::new(),
             on_drop,
@@ -145,10 +133,7 @@ impl Hold {
     /// watchdog is doing.
     pub(crate) fn phase(&self) -> HoldState {
         let stored = self.stored_phase();
-        if is_live(stored)
-            && clock::now() >= lapses(locked(&self.record).valid_until)
-            && !renew_lapsed()
-        {
+        if is_live(stored) && clock::now() >= lapses(self.valid_until()) && !renew_lapsed() {
             self.transition(HoldState::Lost);
             return self.stored_phase();
         }
@@ -164,6 +149,14 @@ impl Hold {
     /// Still usable for re-entry: not released and not lost.
     pub(crate) fn is_live(&self) -> bool {
         is_live(self.phase())
+    }
+
+    /// Renewal stops at `max_hold`: from the end of its validity on, the
+    /// hold has expired rather than been lost. Returns whether it moved to
+    /// [`HoldState::MaxHoldReached`] (from a live phase).
+    pub(crate) fn stop_at_max_hold(&self) -> bool {
+        self.max_hold_reached.store(true, Ordering::Release);
+        self.transition(HoldState::MaxHoldReached)
     }
 
     /// Moves from a live phase to `to`; returns whether it moved.
@@ -195,7 +188,7 @@ impl Hold {
             if done(phase) {
                 return phase;
             }
-            let lapse = lapses(locked(&self.record).valid_until);
+            let lapse = lapses(self.valid_until());
             // Past the deadline yet still live: only the simulator's
             // mutation that ignores deadlines gets here; wait for a change.
             let deadline = (lapse > clock::now()).then(|| clock::to_timer(lapse));
@@ -217,28 +210,6 @@ impl Hold {
                 () = resumed(resumes.as_mut()) => {}
             }
         }
-    }
-
-    /// Adds a level (a re-entry); returns the new count.
-    pub(crate) fn enter_level(&self) -> u32 {
-        let mut r = locked(&self.record);
-        r.count = r.count.saturating_add(1);
-        r.count
-    }
-
-    /// Gives up one level: returns the levels left, and whether the hold was
-    /// live (not lost, within its validity) when it did. The last level
-    /// marks the hold released, under the record's lock, so that the
-    /// watchdog either sees the release or has marked a renewal that the
-    /// release waits for.
-    pub(crate) fn leave_level(&self) -> (u32, bool) {
-        let live = self.is_live();
-        let mut r = locked(&self.record);
-        r.count = r.count.saturating_sub(1);
-        if r.count == 0 {
-            self.transition(HoldState::Released);
-        }
-        (r.count, live)
     }
 
     /// Releases all but `left` levels on every node.
@@ -312,23 +283,6 @@ impl Hold {
             Error::Lost { name }
         } else {
             Error::Expired { name }
-        }
-    }
-
-    /// Waits until no renewal batch that includes this hold is in flight.
-    ///
-    /// Bounded by the end the watchdog recorded for the batch: if the
-    /// watchdog was stopped halfway (its runtime shut down), this gives up
-    /// then.
-    async fn wait_renewal_done(&self) {
-        loop {
-            let notified = self.renew_done.notified();
-            let Some(until) = locked(&self.record).renewing else {
-                return;
-            };
-            if tokio::time::timeout_at(until, notified).await.is_err() {
-                return;
-            }
         }
     }
 }

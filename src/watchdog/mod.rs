@@ -2,7 +2,9 @@
 //! of 100 to [`WAVE`] locks spread over half the renew interval, one round
 //! trip per node per wave, on a connection of its own; repairs nodes that
 //! lost a key while a quorum of the others confirms the hold; and signals
-//! locks that can no longer show a quorum.
+//! locks that can no longer show a quorum. This module keeps the registry
+//! of holds, paces the ticks and their waves, and counts; [`wave`] renews
+//! one wave (mark → send → tally → repair → finish).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -10,16 +12,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::Config;
-use crate::error::{NodeError, NodeErrorKind};
-use crate::hold::{lapses, renew_lapsed, Hold, HoldState};
-use crate::node::{RenewBatch, RenewItem, Renewed};
+use crate::hold::{Hold, HoldState};
 use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut};
 use crate::sync::locked;
+
+mod wave;
 
 /// Counters of the watchdog since the manager was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -146,8 +147,7 @@ impl Watchdog {
             }
             if let Some(max) = hold.max_hold {
                 if now.saturating_duration_since(hold.acquired_at) >= max {
-                    hold.max_hold_reached.store(true, Ordering::Release);
-                    if hold.transition(HoldState::MaxHoldReached) {
+                    if hold.stop_at_max_hold() {
                         add(&self.counters.max_hold_stops, 1);
                         info!(lock = %hold.keys.name, ?max, "max hold reached; renewal stopped");
                     }
@@ -278,7 +278,7 @@ pub(crate) async fn tick(wd: &Watchdog) {
         }
         clock::sleep_until(due).await;
         let end = done.saturating_add(size).min(holds.len());
-        renew_wave(wd, &holds[done..end], &mut down).await;
+        wave::renew(wd, &holds[done..end], &mut down).await;
         done = end;
     }
     add(&wd.counters.ticks, 1);
@@ -286,243 +286,5 @@ pub(crate) async fn tick(wd: &Watchdog) {
     if took > wd.interval() {
         add(&wd.counters.overruns, 1);
         warn!(locks = holds.len(), ?took, interval = ?wd.interval(), "a renewal tick took longer than the renew interval: the lease is short for this many locks");
-    }
-}
-
-/// Renews one wave of holds: marks each as renewing (a release of it then
-/// waits for this wave), sends one pipeline per node, tallies per hold,
-/// repairs nodes that lost keys, and declares losses.
-async fn renew_wave(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
-    let nodes = &wd.nodes;
-    let start = clock::now();
-    // A slow node (a busy one: its answers queue behind other clients') is
-    // waited for up to four times the usual renewal timeout while the
-    // wave's holds have validity to spare: at most half of the shortest
-    // that is left. A renewal that lands within it still extends them. A
-    // node that does not answer by then is skipped for the rest of the tick.
-    let least = renew_timeout(&nodes.config, holds.len());
-    let most = least.saturating_mul(4);
-    let until = quorum::deadline_after(
-        Instant::now(),
-        most.saturating_mul(2)
-            .saturating_add(nodes.config.node_timeout),
-    );
-    let mut due = Vec::with_capacity(holds.len());
-    let mut earliest: Option<Instant> = None;
-    for hold in holds {
-        let mut r = locked(&hold.record);
-        if hold.stored_phase() != HoldState::Held {
-            continue;
-        }
-        let lapse = lapses(r.valid_until);
-        if lapse <= start && !renew_lapsed() {
-            // Lost, never renewed: a renewal would repair keys that may
-            // since have been taken and released by someone else.
-            drop(r);
-            lose(wd, hold, "its validity ran out before it could be renewed");
-            continue;
-        }
-        r.renewing = Some(until);
-        drop(r);
-        earliest = Some(earliest.map_or(lapse, |e| e.min(lapse)));
-        due.push(Arc::clone(hold));
-    }
-    let Some(earliest) = earliest else {
-        return;
-    };
-    let timeout = (earliest.saturating_duration_since(start) / 2).clamp(least, most);
-    let batch = Arc::new(RenewBatch::new(due.iter().map(|h| renew_item(h)).collect()));
-    batch.prepare();
-    let n = nodes.len();
-    let built = start.elapsed();
-    let mut fan = FanOut::start(n, timeout, |i| {
-        if down[i] {
-            Box::pin(std::future::ready(Err(NodeError::new(
-                NodeErrorKind::Timeout,
-                "failed an earlier wave of this tick",
-            ))))
-        } else {
-            nodes.node(i).renew(Arc::clone(&batch))
-        }
-    });
-    fan.until(|_| false).await;
-    let work = Instant::now();
-    let now = clock::now();
-    add(
-        &wd.counters.round_trips,
-        down.iter().filter(|d| !**d).count() as u64,
-    );
-    add(&wd.counters.locks_renewed, due.len() as u64);
-
-    for (i, r) in fan.replies().iter().enumerate() {
-        match r {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                add(&wd.counters.node_errors, due.len() as u64);
-                if !down[i] {
-                    warn!(node = i, addr = nodes.node(i).addr(), kind = %e.kind, error = %e.message, locks = due.len(), "renewal failed on node");
-                }
-                down[i] = true;
-            }
-            None => {
-                add(&wd.counters.node_errors, due.len() as u64);
-                warn!(
-                    node = i,
-                    addr = nodes.node(i).addr(),
-                    ?timeout,
-                    locks = due.len(),
-                    "renewal timed out on node"
-                );
-                down[i] = true;
-            }
-        }
-    }
-    let required = nodes.required();
-    let (mut extended, mut conflicts) = (0u64, 0u64);
-    // Per node: the holds to re-create there (renewed on a quorum, missing here).
-    let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut lost = vec![false; due.len()];
-    for (k, hold) in due.iter().enumerate() {
-        let (mut confirmed, mut absent) = (0, 0);
-        let mut missing = Vec::new();
-        let mut s = locked(&hold.record);
-        for (i, r) in fan.replies().iter().enumerate() {
-            let code = match r {
-                Some(Ok(codes)) => codes.get(k).copied(),
-                _ => None,
-            };
-            match code {
-                Some(Renewed::Extended | Renewed::Repaired) => {
-                    confirmed += 1;
-                    extended += 1;
-                    s.granted[i] = true;
-                }
-                Some(Renewed::Missing) => {
-                    absent += 1;
-                    s.granted[i] = false;
-                    missing.push(i);
-                }
-                Some(Renewed::Conflict) => {
-                    absent += 1;
-                    conflicts += 1;
-                    s.granted[i] = false;
-                    warn!(lock = %hold.keys.name, node = i, "renewal conflict: another owner holds the key");
-                }
-                Some(Renewed::WrongType) => {
-                    absent += 1;
-                    s.granted[i] = false;
-                    warn!(lock = %hold.keys.name, node = i, "renewal found a key of the wrong type");
-                }
-                None => {}
-            }
-        }
-        // Lost when the old validity ran out before this tick completed (the
-        // keys may have expired and been taken meanwhile: a renewal cannot
-        // give that time back); when too many nodes answered that the key is
-        // gone or someone else's for a quorum to confirm it (forced,
-        // expired, or taken and released meanwhile: re-creating the keys
-        // would hide that); or when this tick failed and the old validity
-        // ends before the next tick could help.
-        let lapsed = lapses(s.valid_until) <= now && !renew_lapsed();
-        let validity = quorum::valid_until(start, now, hold.lease, nodes.drift(hold.lease));
-        let renewed = !lapsed && confirmed >= required && validity.is_some();
-        if let (true, Some(until)) = (renewed, validity) {
-            s.valid_until = s.valid_until.max(until);
-        }
-        let unconfirmable = n - absent < required;
-        let out_of_time = !renewed && s.valid_until <= now + wd.interval();
-        drop(s);
-        if lapsed || unconfirmable || out_of_time {
-            lost[k] = true;
-        } else if renewed {
-            // Missing on a minority while a quorum confirmed: a node that
-            // restarted empty (or evicted the key). Re-create it there.
-            for i in missing {
-                repairs[i].push(k);
-            }
-        } else {
-            debug!(lock = %hold.keys.name, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
-        }
-    }
-    let repaired = repair(nodes, &due, &repairs, start).await;
-    for (k, hold) in due.iter().enumerate() {
-        locked(&hold.record).renewing = None;
-        if lost[k] {
-            lose(wd, hold, "renewal could not show a quorum in time");
-        }
-        hold.renew_done.notify_waiters();
-    }
-    add(&wd.counters.extended, extended);
-    add(&wd.counters.repairs, repaired);
-    add(&wd.counters.conflicts, conflicts);
-    let busy = built + work.elapsed();
-    add(
-        &wd.counters.busy_micros,
-        u64::try_from(busy.as_micros()).unwrap_or(u64::MAX),
-    );
-    debug!(
-        locks = due.len(),
-        extended,
-        repaired,
-        ?busy,
-        "watchdog wave"
-    );
-}
-
-/// Re-creates, on each node, the keys of the holds listed for it (by index
-/// into `due`): one batch per node that needs one, in parallel, within the
-/// tick's timeout. Returns how many keys were re-created.
-async fn repair(
-    nodes: &Nodes,
-    due: &[Arc<Hold>],
-    repairs: &[Vec<usize>],
-    start: tokio::time::Instant,
-) -> u64 {
-    if repairs.iter().all(Vec::is_empty) {
-        return 0;
-    }
-    let batches: Vec<Option<Arc<RenewBatch>>> = repairs
-        .iter()
-        .map(|ks| {
-            (!ks.is_empty()).then(|| {
-                Arc::new(RenewBatch::repair(
-                    ks.iter().map(|&k| renew_item(&due[k])).collect(),
-                ))
-            })
-        })
-        .collect();
-    let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
-    let timeout = renew_timeout(&nodes.config, locks);
-    let mut fan = FanOut::start(nodes.len(), timeout, |i| match &batches[i] {
-        Some(b) => nodes.node(i).repair(Arc::clone(b)),
-        None => Box::pin(std::future::ready(Ok(Vec::new()))),
-    });
-    fan.until(|_| false).await;
-    let mut repaired = 0;
-    for (i, r) in fan.replies().iter().enumerate() {
-        let Some(Ok(codes)) = r else { continue };
-        for (&k, code) in repairs[i].iter().zip(codes) {
-            let hold = &due[k];
-            if *code == Renewed::Repaired || *code == Renewed::Extended {
-                repaired += u64::from(*code == Renewed::Repaired);
-                if let Some(g) = locked(&hold.record).granted.get_mut(i) {
-                    *g = true;
-                }
-                info!(lock = %hold.keys.name, node = i, addr = nodes.node(i).addr(), "repaired: re-created a missing lock key");
-            }
-        }
-    }
-    debug!(elapsed = ?clock::now().saturating_duration_since(start), repaired, "repair");
-    repaired
-}
-
-/// What a renewal (or repair) sends for one hold.
-fn renew_item(hold: &Hold) -> RenewItem {
-    RenewItem {
-        keys: Arc::clone(&hold.keys),
-        owner: Arc::clone(&hold.holder_id),
-        count: locked(&hold.record).count,
-        token: hold.token,
-        lease: hold.lease,
     }
 }

@@ -1,0 +1,292 @@
+//! The pure tally of one hold's renewal, beside [`quorum::Tally`] (an
+//! acquisition's): what each node answered, which nodes renewed the key and
+//! which came back empty (to repair), whether a quorum can still confirm
+//! the hold, and the verdict with its new validity.
+//!
+//! [`quorum::Tally`]: crate::quorum::Tally
+
+use tokio::time::Instant;
+
+use crate::node::Renewed;
+
+/// One hold's answers in one renewal wave, by node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RenewalTally {
+    /// Per node; `None` where it did not answer (an error, a timeout, a
+    /// node skipped for the rest of the tick).
+    answers: Vec<Option<Renewed>>,
+    /// Nodes that extended (or re-created) the key.
+    pub(crate) renewed: usize,
+    /// Nodes that answered that the key is not ours: missing, another
+    /// owner's, or of the wrong type.
+    pub(crate) absent: usize,
+}
+
+/// What one wave decides for one hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Renewed on a quorum: valid until this instant (never earlier than
+    /// before). The nodes that came back empty are to be repaired.
+    Renewed(Instant),
+    /// The quorum was missed this time, with time left to try again at the
+    /// next tick.
+    Retry,
+    /// No longer held.
+    Lost(Loss),
+}
+
+/// Why a renewal declares a hold lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// Its validity ran out before the answers were read: the keys may have
+    /// expired and been taken meanwhile, and a renewal cannot give that
+    /// time back.
+    Lapsed,
+    /// Too many nodes answered that the key is gone or someone else's for a
+    /// quorum to confirm it (forced, expired, or taken and released
+    /// meanwhile: re-creating the keys would hide that).
+    Unconfirmable,
+    /// The quorum was missed and the validity ends before the next tick
+    /// could help.
+    OutOfTime,
+}
+
+/// The times a verdict weighs, for one hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Times {
+    /// The hold's validity before this wave.
+    pub(crate) valid_until: Instant,
+    /// That validity ran out before the answers were read.
+    pub(crate) lapsed: bool,
+    /// What this wave's renewal leaves valid, if anything is left of the
+    /// lease after the wave's time and the drift.
+    pub(crate) validity: Option<Instant>,
+    /// When the next tick could renew the hold again.
+    pub(crate) next_tick: Instant,
+}
+
+impl RenewalTally {
+    /// Counts `answers`, one per node in node order.
+    pub(crate) fn of(answers: impl IntoIterator<Item = Option<Renewed>>) -> Self {
+        let answers: Vec<_> = answers.into_iter().collect();
+        let held = || answers.iter().map(|a| held(*a));
+        let renewed = held().filter(|h| *h == Some(true)).count();
+        let absent = held().filter(|h| *h == Some(false)).count();
+        Self {
+            answers,
+            renewed,
+            absent,
+        }
+    }
+
+    /// The answers, by node.
+    pub(crate) fn answers(&self) -> &[Option<Renewed>] {
+        &self.answers
+    }
+
+    /// Per node: holds the key (`Some(true)`), does not (`Some(false)`), or
+    /// did not say (`None`).
+    pub(crate) fn held(&self) -> impl Iterator<Item = Option<bool>> + '_ {
+        self.answers.iter().map(|a| held(*a))
+    }
+
+    /// The nodes that answered that the key is missing (restarted empty, or
+    /// evicted it): re-created there when the hold is renewed.
+    pub(crate) fn empty(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.answers.len()).filter(|&i| self.answers[i] == Some(Renewed::Missing))
+    }
+
+    /// Whether a quorum of `required` can still confirm the hold: enough
+    /// nodes did not answer that the key is gone.
+    pub(crate) fn confirmable(&self, required: usize) -> bool {
+        self.answers.len() - self.absent >= required
+    }
+
+    /// The verdict for a hold that needs `required` nodes, at `times`.
+    pub(crate) fn verdict(&self, required: usize, times: &Times) -> Verdict {
+        match times.validity {
+            Some(v) if !times.lapsed && self.renewed >= required => {
+                Verdict::Renewed(times.valid_until.max(v))
+            }
+            _ if times.lapsed => Verdict::Lost(Loss::Lapsed),
+            _ if !self.confirmable(required) => Verdict::Lost(Loss::Unconfirmable),
+            _ if times.valid_until <= times.next_tick => Verdict::Lost(Loss::OutOfTime),
+            _ => Verdict::Retry,
+        }
+    }
+}
+
+/// What one answer says of the key on its node.
+fn held(answer: Option<Renewed>) -> Option<bool> {
+    match answer? {
+        Renewed::Extended | Renewed::Repaired => Some(true),
+        Renewed::Missing | Renewed::Conflict | Renewed::WrongType => Some(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Quorum;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Every policy for `n` nodes, as the nodes it requires.
+    fn policies(n: usize) -> Vec<usize> {
+        let mut all = vec![Quorum::Majority, Quorum::All];
+        all.extend((1..=n).map(Quorum::AtLeast));
+        all.into_iter()
+            .map(|q| q.required(n).expect("a valid policy"))
+            .collect()
+    }
+
+    /// The answers for `mask` (bit i set: node i renewed); `other` elsewhere.
+    fn subset(n: usize, mask: u32, other: Option<Renewed>) -> Vec<Option<Renewed>> {
+        (0..n)
+            .map(|i| {
+                if mask & (1 << i) != 0 {
+                    Some(Renewed::Extended)
+                } else {
+                    other
+                }
+            })
+            .collect()
+    }
+
+    /// A hold valid for 500 ms more, renewed for 1 s, next tick in 100 ms.
+    fn times(now: Instant) -> Times {
+        Times {
+            valid_until: now + 500 * MS,
+            lapsed: false,
+            validity: Some(now + 1_000 * MS),
+            next_tick: now + 100 * MS,
+        }
+    }
+
+    #[test]
+    fn every_subset_renewed_the_rest_empty() {
+        let now = Instant::now();
+        let t = times(now);
+        for n in 1..=5usize {
+            for required in policies(n) {
+                for mask in 0u32..1 << n {
+                    let tally = RenewalTally::of(subset(n, mask, Some(Renewed::Missing)));
+                    let renewed = mask.count_ones() as usize;
+                    let empty: Vec<usize> = (0..n).filter(|i| mask & (1 << i) == 0).collect();
+                    assert_eq!((tally.renewed, tally.absent), (renewed, n - renewed));
+                    assert_eq!(tally.empty().collect::<Vec<_>>(), empty);
+                    let held: Vec<_> = (0..n).map(|i| Some(mask & (1 << i) != 0)).collect();
+                    assert_eq!(tally.held().collect::<Vec<_>>(), held);
+                    // Every node answered: the renewed ones are the quorum
+                    // or nothing can be.
+                    let want = if renewed >= required {
+                        Verdict::Renewed(now + 1_000 * MS)
+                    } else {
+                        Verdict::Lost(Loss::Unconfirmable)
+                    };
+                    assert_eq!(tally.verdict(required, &t), want, "n={n} {mask:b}");
+                    assert_eq!(tally.confirmable(required), renewed >= required);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_subset_renewed_the_rest_silent() {
+        let now = Instant::now();
+        let (t, late) = (
+            times(now),
+            Times {
+                next_tick: now + 500 * MS,
+                ..times(now)
+            },
+        );
+        for n in 1..=5usize {
+            for required in policies(n) {
+                for mask in 0u32..1 << n {
+                    let tally = RenewalTally::of(subset(n, mask, None));
+                    let renewed = mask.count_ones() as usize;
+                    assert_eq!((tally.renewed, tally.absent), (renewed, 0));
+                    assert_eq!(tally.empty().count(), 0, "a silent node is not repaired");
+                    let held = (0..n).map(|i| (mask & (1 << i) != 0).then_some(true));
+                    assert!(tally.held().eq(held));
+                    assert!(tally.confirmable(required), "silence takes no vote away");
+                    let (now_, then) = if renewed >= required {
+                        let r = Verdict::Renewed(now + 1_000 * MS);
+                        (r, r)
+                    } else {
+                        (Verdict::Retry, Verdict::Lost(Loss::OutOfTime))
+                    };
+                    assert_eq!(tally.verdict(required, &t), now_, "n={n} {mask:b}");
+                    assert_eq!(tally.verdict(required, &late), then, "n={n} {mask:b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_answer_of_every_node() {
+        const ANSWERS: [Option<Renewed>; 6] = [
+            Some(Renewed::Extended),
+            Some(Renewed::Repaired),
+            Some(Renewed::Missing),
+            Some(Renewed::Conflict),
+            Some(Renewed::WrongType),
+            None,
+        ];
+        let now = Instant::now();
+        let base = times(now);
+        let cases = [
+            base,
+            Times {
+                lapsed: true,
+                ..base
+            },
+            Times {
+                validity: None,
+                ..base
+            },
+            Times {
+                next_tick: base.valid_until,
+                ..base
+            },
+            // A renewal never shortens the validity.
+            Times {
+                validity: Some(now + 200 * MS),
+                ..base
+            },
+        ];
+        for n in 1..=5u32 {
+            for code in 0..6usize.pow(n) {
+                let answers: Vec<_> = (0..n).map(|i| ANSWERS[code / 6usize.pow(i) % 6]).collect();
+                let tally = RenewalTally::of(answers.iter().copied());
+                let count =
+                    |f: fn(&Option<Renewed>) -> bool| answers.iter().filter(|a| f(a)).count();
+                let renewed = count(|a| matches!(a, Some(Renewed::Extended | Renewed::Repaired)));
+                let silent = count(Option::is_none);
+                let missing = count(|a| *a == Some(Renewed::Missing));
+                assert_eq!(tally.renewed, renewed);
+                assert_eq!(tally.absent, n as usize - renewed - silent);
+                assert_eq!(tally.empty().count(), missing);
+                assert_eq!(tally.answers(), &answers[..]);
+                for required in policies(n as usize) {
+                    for t in &cases {
+                        let got = tally.verdict(required, t);
+                        let want = match t.validity {
+                            _ if t.lapsed => Verdict::Lost(Loss::Lapsed),
+                            Some(v) if renewed >= required => {
+                                Verdict::Renewed(v.max(t.valid_until))
+                            }
+                            _ if renewed + silent < required => Verdict::Lost(Loss::Unconfirmable),
+                            _ if t.valid_until <= t.next_tick => Verdict::Lost(Loss::OutOfTime),
+                            _ => Verdict::Retry,
+                        };
+                        assert_eq!(got, want, "{answers:?} required {required} {t:?}");
+                    }
+                }
+            }
+        }
+    }
+}
