@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -17,7 +16,7 @@ use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{NodeOps, Released};
 use crate::quorum::{deadline_after, FanOut, Stragglers};
-use crate::resume::Resume;
+use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
 
@@ -87,9 +86,9 @@ impl Nodes {
     }
 
     /// Resumes of the machine, for a loss signal of a lease of `lease`: the
-    /// receiver changes when the time spent suspended grew (see
-    /// [`Resume`]); the watcher runs while a receiver is alive.
-    pub(crate) fn resumes(&self, lease: Duration) -> watch::Receiver<Duration> {
+    /// subscription tells when the time spent suspended grew (see
+    /// [`Resume`]); the watcher runs while a subscription is alive.
+    pub(crate) fn resumes(&self, lease: Duration) -> Resumes {
         self.resume.subscribe(self.drift(lease))
     }
 

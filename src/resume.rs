@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::clock;
@@ -37,8 +37,13 @@ const FINEST: Duration = Duration::from_millis(1);
 
 /// The watcher's state, owned by [`Nodes`](crate::nodes::Nodes).
 pub(crate) struct Resume {
-    /// The suspended total last seen; sent when it grows.
+    /// The suspended total last seen; sent when it grows. Its receivers are
+    /// the waits (counted: the watcher stops without one).
     seen: watch::Sender<Duration>,
+    /// Wakes the waits when `seen` grew, in the order they started waiting
+    /// (a watch receiver's wakeup order is random: the simulator replays a
+    /// seed exactly only with this one).
+    grew: Notify,
     /// The task, and its poll period while it runs: the smallest drift
     /// allowance of the waits since it started, at most [`POLL`].
     task: Mutex<Task>,
@@ -53,6 +58,7 @@ impl Resume {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             seen: watch::Sender::new(clock::suspended()),
+            grew: Notify::new(),
             task: Mutex::new(Task {
                 handle: None,
                 period: POLL,
@@ -61,9 +67,9 @@ impl Resume {
     }
 
     /// Subscribes a wait whose deadline has the drift allowance `drift` to
-    /// resumes: the receiver changes when the suspended total grew. Starts
-    /// the watcher if it is not running (and there is a runtime).
-    pub(crate) fn subscribe(self: &Arc<Self>, drift: Duration) -> watch::Receiver<Duration> {
+    /// resumes: [`Resumes::next`] resolves when the suspended total grew.
+    /// Starts the watcher if it is not running (and there is a runtime).
+    pub(crate) fn subscribe(self: &Arc<Self>, drift: Duration) -> Resumes {
         // Under the task's lock: the watcher decides to stop under it too,
         // so it never stops with this receiver alive.
         let mut task = locked(&self.task);
@@ -71,10 +77,36 @@ impl Resume {
         task.period = task.period.min(drift.max(FINEST));
         if task.handle.as_ref().is_none_or(JoinHandle::is_finished) {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                task.handle = Some(handle.spawn(watch(Arc::downgrade(self))));
+                task.handle = Some(handle.spawn(clock::inherit(watch(Arc::downgrade(self)))));
             }
         }
-        rx
+        Resumes {
+            rx,
+            resume: Arc::clone(self),
+        }
+    }
+}
+
+/// One wait's subscription to resumes (see [`Resume::subscribe`]).
+pub(crate) struct Resumes {
+    rx: watch::Receiver<Duration>,
+    resume: Arc<Resume>,
+}
+
+impl Resumes {
+    /// Resolves when the suspended total grew since the subscription or
+    /// the last call.
+    pub(crate) async fn next(&mut self) {
+        loop {
+            let grew = self.resume.grew.notified();
+            tokio::pin!(grew);
+            grew.as_mut().enable();
+            if self.rx.has_changed().unwrap_or(false) {
+                self.rx.borrow_and_update();
+                return;
+            }
+            grew.await;
+        }
     }
 }
 
@@ -93,7 +125,7 @@ async fn watch(resume: Weak<Resume>) {
         let Some(period) = resume.upgrade().map(|r| locked(&r.task).period) else {
             return;
         };
-        tokio::time::sleep(period).await;
+        clock::sleep(period).await;
         let Some(r) = resume.upgrade() else {
             return;
         };
@@ -107,12 +139,27 @@ async fn watch(resume: Weak<Resume>) {
             }
         }
         let now = clock::suspended();
-        r.seen.send_if_modified(|seen| {
+        if ignore_resumes() {
+            continue;
+        }
+        let grew = r.seen.send_if_modified(|seen| {
             let grew = now > *seen;
             if grew {
                 *seen = now;
             }
             grew
         });
+        if grew {
+            r.grew.notify_waiters();
+        }
     }
+}
+
+/// The simulator's mutation that keeps the waits on their pre-suspend
+/// timers: the watcher never tells them (never on outside tests).
+fn ignore_resumes() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::IgnoreResume);
+    #[cfg(not(test))]
+    false
 }

@@ -46,10 +46,10 @@ impl Background {
         };
         self.running.fetch_add(1, Ordering::AcqRel);
         let running = Running(Arc::clone(self));
-        drop(handle.spawn(async move {
+        drop(handle.spawn(crate::clock::inherit(async move {
             let _running = running;
             fut.await;
-        }));
+        })));
         true
     }
 

@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::keys::Keys;
 use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
+use crate::resume::Resumes;
 
 mod record;
 
@@ -302,21 +303,18 @@ const TIMER_SLACK: Duration = Duration::from_millis(1);
 /// Sleeps until `at`, or forever without one.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => clock::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
 
 /// Resolves when the machine resumed from a suspend; never without a
-/// receiver (or once its sender is gone, which lives as long as the hold's
-/// nodes).
-async fn resumed(rx: Option<&mut watch::Receiver<Duration>>) {
-    if let Some(rx) = rx {
-        if rx.changed().await.is_ok() {
-            return;
-        }
+/// subscription.
+async fn resumed(resumes: Option<&mut Resumes>) {
+    match resumes {
+        Some(r) => r.next().await,
+        None => std::future::pending().await,
     }
-    std::future::pending().await
 }
 
 /// When a hold valid until `valid_until` counts as lapsed.

@@ -28,6 +28,10 @@ pub(crate) enum Mutation {
     /// on one live node ring waiters of other managers into new attempts
     /// at one instant (the `Spin` the simulator found).
     RingQuorum,
+    /// The resume watcher never tells the loss signals that the process
+    /// was suspended: a wait keeps its pre-suspend timer, late by the
+    /// suspend (the code before the resume watcher).
+    IgnoreResume,
 }
 
 impl Mutation {
@@ -40,6 +44,7 @@ impl Mutation {
             Self::DeferredUnbounded => 16,
             Self::DeferToFair => 32,
             Self::RingQuorum => 64,
+            Self::IgnoreResume => 128,
         }
     }
 }

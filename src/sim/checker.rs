@@ -19,8 +19,10 @@ pub(crate) enum Invariant {
     /// A hold believed itself valid again after a later hold was granted a
     /// larger token (a lapsed hold brought back).
     FencingResumed,
-    /// `lost()` fired after `valid_until()` (or never, for a hold that
-    /// lapsed while not released).
+    /// `lost()` fired after `valid_until()` on the suspend-aware clock (or
+    /// never, for a hold that lapsed while not released); when the process
+    /// was paused or suspended at `valid_until()`, after it woke up (for a
+    /// suspend, plus the resume watcher's poll period).
     LossDeadline,
     /// The same for a fixed-lease hold (no watchdog): it must be lost at
     /// the end of its validity.
@@ -99,6 +101,12 @@ pub(crate) enum Ev {
     },
     /// A process (its tasks and its watchdog) is paused until `until`.
     Paused {
+        proc: usize,
+        until: Duration,
+    },
+    /// A process is suspended until `until`: paused, and its monotonic
+    /// clock stands still.
+    Suspended {
         proc: usize,
         until: Duration,
     },
@@ -188,6 +196,12 @@ fn ms(d: Duration) -> f64 {
 
 /// How soon after a pause a lapsed hold must be lost or released.
 const PAUSE_SLACK: Duration = Duration::from_millis(5);
+
+/// How late after a resume a loss is seen: the resume watcher's longest
+/// poll period (a wait whose deadline passed during the suspend, or ends
+/// within a period after it, learns of the resume at the watcher's next
+/// poll).
+const RESUME_POLL: Duration = crate::resume::POLL;
 
 #[derive(Default)]
 struct HoldView {
@@ -294,7 +308,8 @@ pub(crate) fn check(
             }
             Ev::ForceUnlock { lock } => breaks.push((*lock, seq, e.at)),
             Ev::Wiped { .. } => wipes.push(e.at),
-            Ev::Paused { proc, until } => pauses.push((*proc, e.at, *until)),
+            Ev::Paused { proc, until } => pauses.push((*proc, e.at, *until, Duration::ZERO)),
+            Ev::Suspended { proc, until } => pauses.push((*proc, e.at, *until, RESUME_POLL)),
             Ev::Failed {
                 late: Some(late),
                 op,
@@ -402,13 +417,17 @@ pub(crate) fn check(
     for (k, h) in &holds {
         let Some(vu) = h.first_lapse else { continue };
         // A paused process cannot tell at `valid_until`; it must tell as
-        // soon as it wakes up.
-        // Back-to-back pauses chain.
+        // soon as it wakes up. A suspended one as soon as its resume
+        // watcher polls after the resume: `valid_until` is on the
+        // suspend-aware clock (the run's), but the waits' timers armed
+        // before the suspend are late by it. Back-to-back pauses chain.
         let mut deadline = vu;
         while let Some(next) = pauses
             .iter()
-            .filter(|(p, from, until)| *p == h.proc && *from <= deadline && deadline <= *until)
-            .map(|(_, _, until)| *until + PAUSE_SLACK)
+            .filter(|(p, from, until, late)| {
+                *p == h.proc && *from <= deadline && deadline <= *until + *late
+            })
+            .map(|(_, _, until, late)| *until + *late + PAUSE_SLACK)
             .max()
         {
             deadline = next;

@@ -1,6 +1,8 @@
 //! The client tasks: a random mix of acquisitions, re-entries, releases,
 //! drops, cancellations and force-unlocks, each hold watched by a monitor
-//! that records when it believes itself valid.
+//! (`monitor`) that records when it believes itself valid. A task runs in
+//! its process ([`crate::clock::test::Process`]): its sleeps are on the
+//! process's monotonic clock, late after a suspend as the code's are.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,8 +12,10 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::checker::{Ev, Invariant, Log, Who};
+use super::monitor::{valid_until, Watched};
 use super::node::{LinkCtl, NodeCtl};
 use super::Params;
+use crate::clock;
 use crate::rng::up_to;
 use crate::sync::locked;
 use crate::{Error, LockGuard, LockManager};
@@ -22,9 +26,12 @@ pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
 /// Slack on top of the acquisition bound (scheduling of the paused clock).
 const MARGIN: Duration = Duration::from_millis(5);
 
-/// One process: its manager, its stall state and its link to all nodes.
+/// One process: its manager, its stall state, its clock and its link to
+/// all nodes.
 pub(crate) struct Proc {
     pub(crate) manager: LockManager,
+    /// Its suspends; its tasks run in it.
+    pub(crate) clock: Arc<clock::test::Process>,
     /// The manager's client id (its watchdog pauses with the process).
     pub(crate) client_id: String,
     pub(crate) stalled_until: Mutex<Option<Instant>>,
@@ -147,7 +154,7 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
                         .push(who, Ev::Fault(format!("force_unlock: {}", short(&e))));
                 }
             }
-            _ => tokio::time::sleep(ctx.ms(1, 100)).await,
+            _ => clock::sleep(ctx.ms(1, 100)).await,
         }
     }
 }
@@ -183,7 +190,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     let r = tokio::select! {
         biased;
         r = fut => Some(r),
-        () = tokio::time::sleep_until(stop) => None,
+        () = sleep_until(stop) => None,
     };
     drop(want);
     let elapsed = start.elapsed();
@@ -230,7 +237,7 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
             started: ctx.log.at(start),
             since,
             token,
-            vu: ctx.log.at(Instant::from_std(guard.valid_until())),
+            vu: ctx.log.at(valid_until(&guard)),
             fixed: matches!(ask, Ask::Lease(_)),
         },
     );
@@ -251,11 +258,11 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
     let until = (Instant::now() + hold_for).min(ctx.params.client_end);
     if let Some(o) = &owner {
-        tokio::time::sleep_until(start + (until - start) / 2).await;
+        sleep_until(start + (until - start) / 2).await;
         ctx.procs[who.0].gate().await;
         reentry(ctx, who, l, hold, token, o).await;
     }
-    tokio::time::sleep_until(until).await;
+    sleep_until(until).await;
     ctx.procs[who.0].gate().await;
     watched.end(ctx, up_to(9) < 7).await;
 }
@@ -277,7 +284,7 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
     let r = tokio::select! {
         biased;
         r = m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait) => Some(r),
-        () = tokio::time::sleep_until(stop) => None,
+        () = sleep_until(stop) => None,
     };
     let late = start
         .elapsed()
@@ -331,7 +338,7 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
                 started: ctx.log.at(start),
                 since,
                 token: guard.fencing_token(),
-                vu: ctx.log.at(Instant::from_std(guard.valid_until())),
+                vu: ctx.log.at(valid_until(&guard)),
                 fixed: false,
             },
         );
@@ -339,65 +346,11 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
     }
     let hold_for = ctx.ms(0, 2 * ctx.params.lease.as_millis() as u64);
     let until = (Instant::now() + hold_for).min(ctx.params.client_end);
-    tokio::time::sleep_until(until).await;
+    sleep_until(until).await;
     ctx.procs[who.0].gate().await;
     let release = up_to(9) < 7;
     for w in watched {
         w.end(ctx, release).await;
-    }
-}
-
-/// A hold under watch of its monitor.
-struct Watched {
-    guard: Arc<LockGuard>,
-    hold: usize,
-    who: Who,
-    stop: tokio::sync::oneshot::Sender<()>,
-    monitor: tokio::task::JoinHandle<()>,
-}
-
-impl Watched {
-    fn start(ctx: &Ctx, who: Who, guard: LockGuard, hold: usize) -> Self {
-        let guard = Arc::new(guard);
-        let (stop, stop_rx) = tokio::sync::oneshot::channel();
-        let monitor = tokio::spawn(monitor(
-            Arc::clone(&guard),
-            hold,
-            ctx.log.clone(),
-            who,
-            stop_rx,
-        ));
-        Self {
-            guard,
-            hold,
-            who,
-            stop,
-            monitor,
-        }
-    }
-
-    /// Ends the hold: `release()` or a dropped guard.
-    async fn end(self, ctx: &Ctx, release: bool) {
-        let (hold, who) = (self.hold, self.who);
-        ctx.log.push(
-            who,
-            Ev::Released {
-                hold,
-                how: if release { "release" } else { "drop" },
-            },
-        );
-        let _ = self.stop.send(());
-        let _ = self.monitor.await;
-        let guard = Arc::try_unwrap(self.guard).expect("the monitor gave the guard back");
-        if release {
-            let result = match guard.release().await {
-                Ok(()) => "ok".to_owned(),
-                Err(e) => short(&e),
-            };
-            ctx.log.push(who, Ev::ReleaseResult { hold, result });
-        } else {
-            drop(guard);
-        }
     }
 }
 
@@ -435,7 +388,7 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
                         ),
                     );
                 }
-                tokio::time::sleep(ctx.ms(0, 50)).await;
+                clock::sleep(ctx.ms(0, 50)).await;
                 if up_to(1) == 0 {
                     let _ = g.release().await;
                 }
@@ -449,12 +402,12 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
                     started: ctx.log.at(start),
                     since,
                     token: g.fencing_token(),
-                    vu: ctx.log.at(Instant::from_std(g.valid_until())),
+                    vu: ctx.log.at(valid_until(&g)),
                     fixed: false,
                 },
             );
             let watched = Watched::start(ctx, who, g, again);
-            tokio::time::sleep(ctx.ms(0, 50)).await;
+            clock::sleep(ctx.ms(0, 50)).await;
             watched.end(ctx, up_to(1) == 0).await;
         }
         Err(e) => ctx.log.push(
@@ -469,49 +422,14 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
     }
 }
 
-/// Records when the hold stops (and starts again) believing itself valid,
-/// and when it is lost, until its client ends it.
-async fn monitor(
-    g: Arc<LockGuard>,
-    hold: usize,
-    log: Log,
-    who: Who,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) {
-    let poll = Duration::from_millis(10);
-    let mut lapsed = false;
-    loop {
-        let vu = Instant::from_std(g.valid_until());
-        let now = Instant::now();
-        if !lapsed && vu <= now {
-            log.push(who, Ev::Lapsed { hold });
-            lapsed = true;
-        } else if lapsed && vu > now {
-            log.push(
-                who,
-                Ev::Resumed {
-                    hold,
-                    vu: log.at(vu),
-                },
-            );
-            lapsed = false;
-        }
-        let wake = if lapsed { now + poll } else { vu };
-        tokio::select! {
-            biased;
-            _ = &mut stop => return,
-            () = g.lost() => {
-                let vu = Instant::from_std(g.valid_until());
-                log.push(who, Ev::Lost { hold, vu: log.at(vu) });
-                return;
-            }
-            () = tokio::time::sleep_until(wake) => {}
-        }
-    }
+/// Sleeps until `at` of the run's clock, on the process's monotonic clock
+/// (armed now: a suspend that begins meanwhile delays it).
+async fn sleep_until(at: Instant) {
+    clock::sleep(at.saturating_duration_since(Instant::now())).await;
 }
 
 /// An error's kind, without node addresses or times.
-fn short(e: &Error) -> String {
+pub(crate) fn short(e: &Error) -> String {
     let s = format!("{e:?}");
     s.split([' ', '{', '(']).next().unwrap_or("").to_owned()
 }

@@ -1,5 +1,5 @@
 //! The fault schedule: node outages, slow and lossy links, restarts, clock
-//! jumps and process stalls, drawn from the run's RNG.
+//! jumps, process stalls and suspends, drawn from the run's RNG.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +31,10 @@ enum Kind {
     /// A forward clock step beyond it (unsafe).
     BigJump,
     Stall,
+    /// The process's machine sleeps: a stall during which the process's
+    /// monotonic clock stands still (its timers armed before it fire late
+    /// by its length) while its suspend-aware clock and the nodes' go on.
+    Suspend,
     /// A process pause that starts as the process receives its next grant,
     /// before it acts on it.
     StallOnGrant,
@@ -43,7 +47,7 @@ enum Kind {
     Die,
 }
 
-const SAFE: [Kind; 10] = [
+const SAFE: [Kind; 11] = [
     Kind::FailFast,
     Kind::BlackHole,
     Kind::Slow,
@@ -54,6 +58,7 @@ const SAFE: [Kind; 10] = [
     Kind::SmallJump,
     Kind::Stall,
     Kind::Stall,
+    Kind::Suspend,
 ];
 
 fn pick(mode: Mode) -> Kind {
@@ -176,14 +181,18 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                     link.set(Cut::None);
                 });
             }
-            Kind::Stall => {
+            Kind::Stall | Kind::Suspend => {
                 if proc_busy[proc] > now || ctx.procs[proc].stalled(now) {
                     continue;
                 }
                 // Sometimes longer than a lease.
                 let d = Duration::from_millis(10 + up_to(p.lease.as_millis() as u64 + 200));
                 proc_busy[proc] = now + d;
-                stall(&ctx, proc, d);
+                if matches!(kind, Kind::Suspend) {
+                    suspend(&ctx, proc, d);
+                } else {
+                    stall(&ctx, proc, d);
+                }
             }
             Kind::FeedLossy | Kind::FeedKill => {
                 let link = Arc::clone(&ctx.links[proc][node]);
@@ -240,15 +249,8 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
 
 /// Pauses process `proc` (its tasks, sockets and watchdog) for `d` from now.
 fn stall(ctx: &Arc<Ctx>, proc: usize, d: Duration) {
+    halt(ctx, proc, d);
     let now = Instant::now();
-    *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
-    // The watchdog resumes just after the links, as a process
-    // that wakes up finds its sockets working.
-    crate::hooks::pause::pause(
-        &ctx.procs[proc].client_id,
-        now + d + Duration::from_millis(1),
-    );
-    ctx.procs[proc].link.set(Cut::Requests);
     ctx.log
         .push(WORLD, Ev::Fault(format!("Stall p{proc} for {d:?}")));
     ctx.log.push(
@@ -258,6 +260,30 @@ fn stall(ctx: &Arc<Ctx>, proc: usize, d: Duration) {
             until: ctx.log.at(now + d + Duration::from_millis(1)),
         },
     );
+}
+
+/// Suspends process `proc` for `d` from now: a stall, and its monotonic
+/// clock stands still meanwhile.
+fn suspend(ctx: &Arc<Ctx>, proc: usize, d: Duration) {
+    ctx.procs[proc].clock.suspend(d);
+    halt(ctx, proc, d);
+    let until = ctx.log.at(Instant::now() + d);
+    ctx.log
+        .push(WORLD, Ev::Fault(format!("Suspend p{proc} for {d:?}")));
+    ctx.log.push(WORLD, Ev::Suspended { proc, until });
+}
+
+/// Stops process `proc` (its tasks, sockets and watchdog) for `d` from now.
+fn halt(ctx: &Arc<Ctx>, proc: usize, d: Duration) {
+    let now = Instant::now();
+    *locked(&ctx.procs[proc].stalled_until) = Some(now + d);
+    // The watchdog resumes just after the links, as a process
+    // that wakes up finds its sockets working.
+    crate::hooks::pause::pause(
+        &ctx.procs[proc].client_id,
+        now + d + Duration::from_millis(1),
+    );
+    ctx.procs[proc].link.set(Cut::Requests);
     let c = Arc::clone(ctx);
     tokio::spawn(async move {
         tokio::time::sleep(d).await;

@@ -17,7 +17,9 @@
 //!   and every connection of a node dies with its restart, or of a link
 //!   with a kill (the stream ends; the waiters poll and reconnect);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
-//! - `clients`: processes (one manager each) with several tasks doing
+//! - `clients`: processes (one manager each, one
+//!   [`crate::clock::test::Process`] each: see "Suspends" below) with
+//!   several tasks doing
 //!   `lock`, `try_lock`, `lock_with_lease`, explicit-owner re-entry,
 //!   `release`, dropped guards, acquisitions dropped mid-flight and
 //!   `force_unlock`, (in `Mode::Sets`) `try_lock_all` of two names, and
@@ -26,13 +28,17 @@
 //!   pause-heavy mode often from the moment a grant arrives; a process may
 //!   also die while one of its tasks waits (stalled until the end of the
 //!   run: it never calls again and never leaves the queues, so its fair
-//!   or plain place is a dead waiter's); a monitor per hold records when it
-//!   believes itself valid;
+//!   or plain place is a dead waiter's); a process may be suspended;
+//! - `monitor`: one per hold, records when it believes itself valid (from
+//!   `valid_until()` on the suspend-aware clock) and when its `lost()`
+//!   fires (one `lost()` future for the whole hold, as a caller waits);
 //! - `checker`: the event log and the invariants ([`checker::Invariant`]):
 //!   mutual exclusion, fencing order (also for a hold that comes back after
-//!   a lapse), `lost()` no later than `valid_until()`, no lock key after
-//!   quiescence and `flush()`, bounded `try_lock`, no hang or panic, no
-//!   spin;
+//!   a lapse), `lost()` no later than `valid_until()` on the suspend-aware
+//!   clock (for a process paused at `valid_until()`, at its wake-up plus
+//!   5 ms; suspended, at its resume plus the resume watcher's poll period,
+//!   10 ms, plus 5 ms), no lock key after quiescence and `flush()`, bounded
+//!   `try_lock`, no hang or panic, no spin;
 //! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
 //!   the nodes' actual keys every 5 ms: while a live waiter (its process
 //!   neither stalled nor dead) wants a lock that is free on a quorum of the
@@ -54,14 +60,37 @@
 //!   unsafe modes and the mutations;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
 //!
+//! Suspends: a real machine's `CLOCK_MONOTONIC` (tokio's clock) stops while
+//! it sleeps, and its `CLOCK_BOOTTIME` does not; validity is kept on the
+//! latter ([`crate::clock`]), timers run on the former, so a timer armed
+//! before a suspend fires late by its length. The simulator has one tokio
+//! clock for every process and node, so each process carries its own
+//! suspends ([`crate::clock::test::Process`]; its tasks and the tasks its
+//! manager spawns run in it): in the process, `clock::now()` is the run's
+//! clock, `clock::suspended()` the time it spent suspended, and
+//! `clock::monotonic()` the run's clock minus that. A `Suspend` fault (in
+//! the safe mix) is a stall (tasks gated, requests dropped, watchdog held)
+//! during which the process's monotonic clock stands still while the
+//! nodes' time goes on: the loss signals' deadline timers, the resume
+//! watcher's poll, the watchdog's ticks and wave pacing, and the clients'
+//! own sleeps, all armed before the suspend, fire late by it. The other
+//! timers of the code (attempt deadlines, backoffs, waiters, pub/sub) run
+//! on the run's clock and may fire during a suspend, as they do during a
+//! stall, where the requests they lead to are dropped; on a real machine
+//! they would wait for the resume too. The must-fail mutation `ignore-resume` (the resume
+//! watcher never tells the waits, as before it existed) breaks the loss
+//! deadline within a few seeds.
+//!
 //! Determinism needs every `tokio::select!` the history depends on to be
-//! `biased` (tokio's unseedable RNG picks the branch otherwise), maps the
+//! `biased` (tokio's unseedable RNG picks the branch otherwise), no two
+//! tasks woken by one `watch` send (it wakes them in a random order: the
+//! resume watcher wakes its waits through a `Notify`), maps the
 //! waiters iterate walked in a fixed order, and, in the random modes, no
 //! two tasks of one manager waiting on one lock at once (task `t` of every
 //! process uses lock `t`). So the random modes never build two local
@@ -72,6 +101,7 @@ mod clients;
 mod faults;
 mod feed;
 mod liveness;
+mod monitor;
 mod node;
 mod scenario;
 mod tests;
@@ -262,6 +292,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
         procs.push(Proc {
             client_id,
             manager,
+            clock: crate::clock::test::Process::new(),
             stalled_until: Mutex::new(None),
             link: process,
         });
@@ -294,7 +325,9 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     let mut tasks = Vec::new();
     for p in 0..params.procs {
         for t in 0..params.tasks {
-            tasks.push(tokio::spawn(clients::client(Arc::clone(&ctx), p, t)));
+            let task = clients::client(Arc::clone(&ctx), p, t);
+            let process = Arc::clone(&ctx.procs[p].clock);
+            tasks.push(tokio::spawn(crate::clock::test::scope(process, task)));
         }
     }
     if let Err(e) = faults.await {

@@ -198,3 +198,78 @@ async fn the_resume_watcher_runs_only_while_a_loss_is_awaited() {
     g.release().await.expect("release");
     h.release().await.expect("release");
 }
+
+/// The simulator's suspend of one process (`clock::test::Process`): its
+/// monotonic timers armed before the suspend fire late by it, the ones it
+/// arms after it on time; its suspend-aware clock is tokio's (the nodes'
+/// and the other processes'), its monotonic clock is behind by the
+/// suspend; a task outside it sees none of this.
+#[tokio::test(start_paused = true)]
+async fn a_simulated_suspend_delays_the_timers_its_process_armed_before_it() {
+    use crate::clock::{self, test::Process};
+    let p = Process::new();
+    let t0 = Instant::now();
+    let timers = clock::test::scope(Arc::clone(&p), async move {
+        let early = clock::sleep(100 * MS);
+        let outside = tokio::spawn(async { tokio::time::sleep(100 * MS).await });
+        let inside = tokio::spawn(clock::inherit(clock::sleep(100 * MS)));
+        early.await;
+        let fired = Instant::now();
+        assert_eq!(clock::now(), fired, "the suspend-aware clock is tokio's");
+        assert_eq!(clock::suspended(), 200 * MS);
+        assert_eq!(clock::monotonic(), fired - 200 * MS);
+        assert!(
+            outside.is_finished(),
+            "a task of no process is not suspended"
+        );
+        let _ = inside.await;
+        let armed = Instant::now();
+        clock::sleep(50 * MS).await;
+        (fired, Instant::now() - armed)
+    });
+    let suspend = async {
+        tokio::time::sleep(30 * MS).await;
+        p.suspend(200 * MS);
+    };
+    let ((fired, after), ()) = tokio::join!(timers, suspend);
+    assert_eq!(fired - t0, 300 * MS, "late by the suspend");
+    assert_eq!(after, 50 * MS, "a timer armed after the resume is on time");
+}
+
+/// A process suspended past a fixed lease's end with `lost()` waiting: the
+/// resume watcher, suspended too, polls within 10 ms of the resume and the
+/// signal fires then; without its news (the simulator's mutation) the
+/// signal waits for its pre-suspend timer, late by the suspend.
+#[tokio::test(start_paused = true)]
+async fn a_simulated_suspend_past_a_fixed_lease_is_signalled_at_resume() {
+    use crate::hooks::mutation::{self, Mutation};
+    for ignore in [false, true] {
+        let _m = ignore.then(|| mutation::enable(Mutation::IgnoreResume));
+        let (m, _fakes) = cluster_with(3, |b| b);
+        let p = crate::clock::test::Process::new();
+        let process = Arc::clone(&p);
+        let lost = crate::clock::test::scope(process, async move {
+            let g = m
+                .lock_with_lease("job", Duration::from_secs(2))
+                .await
+                .expect("lock");
+            g.lost().await;
+            Instant::now()
+        });
+        let suspend = async {
+            tokio::time::sleep(100 * MS).await;
+            p.suspend(Duration::from_secs(5));
+            Instant::now() + Duration::from_secs(5)
+        };
+        let (lost_at, resumed) = tokio::join!(lost, suspend);
+        if ignore {
+            assert!(lost_at >= resumed + 1_800 * MS, "{:?}", lost_at - resumed);
+        } else {
+            assert!(
+                lost_at >= resumed && lost_at - resumed <= AT_RESUME,
+                "lost() fired {:?} after the resume",
+                lost_at - resumed
+            );
+        }
+    }
+}

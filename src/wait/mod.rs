@@ -102,7 +102,13 @@ impl Notifier {
             let (tx, rx) = mpsc::unbounded_channel();
             senders.push(tx);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                drop(handle.spawn(node_task(i, feed, timeouts, Arc::downgrade(&board), rx)));
+                drop(handle.spawn(crate::clock::inherit(node_task(
+                    i,
+                    feed,
+                    timeouts,
+                    Arc::downgrade(&board),
+                    rx,
+                ))));
             }
         }
         Self {
@@ -454,10 +460,10 @@ impl Waiter {
             }
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn(async move {
+            Ok(handle) => drop(handle.spawn(crate::clock::inherit(async move {
                 tokio::time::sleep(LINGER).await;
                 retire();
-            })),
+            }))),
             Err(_) => retire(),
         }
     }

@@ -128,7 +128,7 @@ impl Watchdog {
             .is_none_or(tokio::task::JoinHandle::is_finished)
         {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                *task = Some(handle.spawn(run(Arc::downgrade(self))));
+                *task = Some(handle.spawn(clock::inherit(run(Arc::downgrade(self)))));
             }
         }
     }
@@ -184,8 +184,7 @@ async fn run(watchdog: Weak<Watchdog>) {
     let Some(interval) = watchdog.upgrade().map(|w| w.interval()) else {
         return;
     };
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = clock::ticker(interval);
     loop {
         ticker.tick().await;
         #[cfg(test)]
@@ -262,7 +261,7 @@ fn share(spread: Duration, done: usize, total: usize) -> Duration {
 /// answer in time) is not asked again this tick: its answers count as
 /// failures, so a dead node costs one timeout per tick, not one per wave.
 pub(crate) async fn tick(wd: &Watchdog) {
-    let began = Instant::now();
+    let began = clock::monotonic();
     let holds = wd.live(clock::now());
     if holds.is_empty() {
         return;
@@ -274,16 +273,16 @@ pub(crate) async fn tick(wd: &Watchdog) {
     let mut done = 0;
     while done < holds.len() {
         let due = began + share(spread, done, holds.len());
-        if Instant::now() > due + gap {
+        if clock::monotonic() > due + gap {
             size = size.saturating_mul(2).min(max_wave);
         }
-        tokio::time::sleep_until(due).await;
+        clock::sleep_until(due).await;
         let end = done.saturating_add(size).min(holds.len());
         wave::renew(wd, &holds[done..end], &mut down).await;
         done = end;
     }
     add(&wd.counters.ticks, 1);
-    let took = began.elapsed();
+    let took = clock::monotonic().saturating_duration_since(began);
     if took > wd.interval() {
         add(&wd.counters.overruns, 1);
         warn!(locks = holds.len(), ?took, interval = ?wd.interval(), "a renewal tick took longer than the renew interval: the lease is short for this many locks");
