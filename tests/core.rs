@@ -245,16 +245,18 @@ async fn status_and_force_unlock_report_reality() {
     let st = m.status(&name).await.expect("status");
     assert_eq!(st.nodes.len(), 5);
     assert_eq!(st.holder(), Some(g.holder_id()));
+    let mut fenced = 0;
     for n in &st.nodes {
         let s = n.state.as_ref().expect("reachable");
         assert_eq!(s.holder.as_deref(), Some(g.holder_id()));
         assert_eq!(s.hold_count, 2);
         assert!(s.pttl.is_some_and(|p| p > Duration::from_secs(25)));
-        assert!(
-            s.fence >= g.fencing_token(),
-            "the counter is at least the token"
-        );
+        fenced += usize::from(s.fence >= g.fencing_token());
     }
+    // The token is handed out once a quorum's counters are at least the
+    // token (a node whose grant came after the decision may lag: the nodes'
+    // counters are shared with every other test of this binary).
+    assert!(fenced >= 3, "{fenced} counters are at least the token");
     assert_eq!(m.force_unlock(&name).await.expect("force"), 5);
     assert_eq!(nodes_with_key(&name).await, 0);
     let st = m.status(&name).await.expect("status");
