@@ -33,6 +33,7 @@ mod nodes;
 
 mod hold;
 mod queue;
+mod slots;
 mod wait;
 
 mod guard;

@@ -1,22 +1,21 @@
 //! The manager: the entry point that owns the nodes, the watchdog and the
 //! release channels, and the requests that acquire locks through it.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::{reenter, Acquisition, Terms, Wait};
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
 use crate::guard::LockGuard;
-use crate::hold::{Hold, OnDrop};
+use crate::hold::OnDrop;
 use crate::keys::Keys;
 use crate::node::NodeOps;
 use crate::nodes::Nodes;
 use crate::owner::{new_client_id, Owner};
+use crate::slots::Slots;
 use crate::status::LockStatus;
-use crate::sync::locked;
 use crate::wait::{Notifier, PubSubStats};
 use crate::watchdog::{Watchdog, WatchdogStats};
 
@@ -53,21 +52,13 @@ pub struct LockManager {
     pub(crate) inner: Arc<Inner>,
 }
 
-type SlotKey = (Arc<str>, Arc<str>);
-
 pub(crate) struct Inner {
     pub(crate) nodes: Arc<Nodes>,
-    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    pub(crate) slots: Arc<Slots>,
     pub(crate) watchdog: Arc<Watchdog>,
     notifier: Notifier,
     /// The nodes that could not be reached at `build()`.
     unreachable: Vec<NodeFailure>,
-}
-
-/// Serializes acquisitions of one name by one owner and remembers its hold.
-pub(crate) struct Slot {
-    pub(crate) gate: tokio::sync::Mutex<()>,
-    pub(crate) hold: Mutex<Weak<Hold>>,
 }
 
 impl fmt::Debug for LockManager {
@@ -199,47 +190,19 @@ impl LockRequest<'_> {
             // An owner of its own: nothing can re-enter it, so no slot; the
             // hold only keeps the manager's state alive.
             let owner = Owner::explicit(client_id);
-            let keep = Arc::clone(inner);
-            let on_drop = OnDrop::new(move || drop(keep));
+            let on_drop = inner.keep_alive();
             let hold = acquisition.fresh(keys, owner, terms, on_drop).await?;
             return Ok(LockGuard::new(hold));
         };
-        let slot = SlotUse {
-            slot: inner.slot(&owner, &keys.name),
-            inner,
-            owner_id: owner.shared_id(),
-            name: Arc::clone(&keys.name),
-        };
-        let slot = &slot.slot;
-        let _gate = slot.gate.lock().await;
-        let existing = locked(&slot.hold).upgrade().filter(|h| h.is_live());
-        if let Some(hold) = existing {
+        let slot = inner.slots.enter(&owner, &keys.name);
+        let _gate = slot.gate().await;
+        if let Some(hold) = slot.live_hold() {
             return reenter(hold).await;
         }
-        let on_drop = {
-            let (inner, owner_id, name) =
-                (Arc::clone(inner), owner.shared_id(), Arc::clone(&keys.name));
-            OnDrop::new(move || inner.forget_slot_if_idle(&owner_id, &name, 0))
-        };
+        let on_drop = slot.on_hold_drop(Arc::clone(inner));
         let hold = acquisition.fresh(keys, owner, terms, on_drop).await?;
-        *locked(&slot.hold) = Arc::downgrade(&hold);
+        slot.keep(&hold);
         Ok(LockGuard::new(hold))
-    }
-}
-
-/// An acquisition's use of its slot: when the acquisition ends, however it
-/// ends (including by being dropped), a slot left without a hold is removed.
-pub(crate) struct SlotUse<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
-    pub(crate) slot: Arc<Slot>,
-    pub(crate) owner_id: Arc<str>,
-    pub(crate) name: Arc<str>,
-}
-
-impl Drop for SlotUse<'_> {
-    fn drop(&mut self) {
-        self.inner
-            .forget_slot_if_idle(&self.owner_id, &self.name, 1);
     }
 }
 
@@ -257,7 +220,7 @@ impl LockManager {
             notifier,
             watchdog: Watchdog::new(&nodes),
             nodes,
-            slots: Mutex::new(HashMap::new()),
+            slots: Arc::default(),
             unreachable,
         });
         Self { inner }
@@ -465,36 +428,10 @@ impl Inner {
         }
     }
 
-    pub(crate) fn slot(&self, owner: &Owner, name: &Arc<str>) -> Arc<Slot> {
-        let mut slots = locked(&self.slots);
-        Arc::clone(
-            slots
-                .entry((owner.shared_id(), Arc::clone(name)))
-                .or_insert_with(|| {
-                    Arc::new(Slot {
-                        gate: tokio::sync::Mutex::new(()),
-                        hold: Mutex::new(Weak::new()),
-                    })
-                }),
-        )
-    }
-
-    /// How many (owner, name) slots are tracked.
-    #[cfg(test)]
-    pub(crate) fn slot_count(&self) -> usize {
-        locked(&self.slots).len()
-    }
-
-    /// Drops the slot of (`owner`, `name`) if nobody uses it any more
-    /// besides the map and the caller's `own` references.
-    pub(crate) fn forget_slot_if_idle(&self, owner: &Arc<str>, name: &Arc<str>, own: usize) {
-        let mut slots = locked(&self.slots);
-        let key = (Arc::clone(owner), Arc::clone(name));
-        let idle = slots.get(&key).is_some_and(|slot| {
-            Arc::strong_count(slot) == 1 + own && locked(&slot.hold).strong_count() == 0
-        });
-        if idle {
-            slots.remove(&key);
-        }
+    /// What a hold with no slot (an owner of its own) runs when dropped:
+    /// nothing, but it keeps the manager's state alive as long as the hold.
+    pub(crate) fn keep_alive(self: &Arc<Self>) -> OnDrop {
+        let keep = Arc::clone(self);
+        OnDrop::new(move || drop(keep))
     }
 }

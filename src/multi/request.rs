@@ -6,10 +6,9 @@ use std::time::Duration;
 use crate::acquire::{reenter, Wait};
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::hold::OnDrop;
-use crate::manager::{LockManager, SlotUse};
+use crate::manager::LockManager;
 use crate::owner::Owner;
-use crate::sync::locked;
+use crate::slots::SlotUse;
 
 use super::{fresh_all, MultiLockGuard, Set};
 
@@ -121,50 +120,43 @@ impl MultiLockRequest<'_> {
             // holds only keep the manager's state alive.
             let owner = Owner::explicit(client_id);
             let holds = fresh_all(inner, &set, &owner, lease, renew, self.wait, |_| {
-                let keep = Arc::clone(inner);
-                OnDrop::new(move || drop(keep))
+                inner.keep_alive()
             })
             .await?;
             return Ok(MultiLockGuard::new(
                 holds.into_iter().map(LockGuard::new).collect(),
             ));
         };
-        let uses: Vec<SlotUse<'_>> = set
+        let uses: Vec<SlotUse> = set
             .keys
             .iter()
-            .map(|k| SlotUse {
-                slot: inner.slot(&owner, &k.name),
-                inner,
-                owner_id: owner.shared_id(),
-                name: Arc::clone(&k.name),
-            })
+            .map(|k| inner.slots.enter(&owner, &k.name))
             .collect();
         // The gates in name order: two acquisitions of one owner never wait
         // for each other's gates in a cycle.
         let mut gates = Vec::with_capacity(uses.len());
         for u in &uses {
-            gates.push(u.slot.gate.lock().await);
+            gates.push(u.gate().await);
         }
         let mut guards = Vec::with_capacity(uses.len());
         let mut fresh = Vec::new();
         for (k, u) in set.keys.iter().zip(&uses) {
-            let existing = locked(&u.slot.hold).upgrade().filter(|h| h.is_live());
-            match existing {
+            match u.live_hold() {
                 Some(hold) => guards.push(reenter(hold).await?),
                 None => fresh.push(Arc::clone(k)),
             }
         }
         if !fresh.is_empty() {
             let rest = Set::of(fresh);
+            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
             let holds = fresh_all(inner, &rest, &owner, lease, renew, self.wait, |name| {
-                let (inner, owner_id, name) =
-                    (Arc::clone(inner), owner.shared_id(), Arc::clone(name));
-                OnDrop::new(move || inner.forget_slot_if_idle(&owner_id, &name, 0))
+                slot_of(name)
+                    .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
             })
             .await?;
             for hold in holds {
-                if let Some(u) = uses.iter().find(|u| u.name == hold.keys.name) {
-                    *locked(&u.slot.hold) = Arc::downgrade(&hold);
+                if let Some(u) = slot_of(&hold.keys.name) {
+                    u.keep(&hold);
                 }
                 guards.push(LockGuard::new(hold));
             }

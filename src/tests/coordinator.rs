@@ -391,11 +391,11 @@ async fn no_slot_outlives_its_acquisitions() {
         let _ = m.try_lock("job", Duration::ZERO).await;
     }
     let g = lock_as(&m, &me, "free").await.expect("lock");
-    assert_eq!(m.inner.slot_count(), 1, "only the held lock keeps a slot");
+    assert_eq!(m.inner.slots.len(), 1, "only the held lock keeps a slot");
     drop(g);
     // The background release holds the hold until it is done.
     tokio::time::sleep(MS).await;
-    assert_eq!(m.inner.slot_count(), 0);
+    assert_eq!(m.inner.slots.len(), 0);
 }
 
 const FENCE: &str = "quorumlock:fence";
