@@ -39,6 +39,7 @@ async fn lock_and_release_touch_every_node() {
         assert_eq!(hash_on(i, &name).await, vec![(owner.clone(), 1)]);
     }
     g.release().await.expect("release");
+    m.flush().await;
     assert_eq!(nodes_with_key(&name).await, 0);
 }
 
@@ -72,6 +73,7 @@ async fn reentry_counts_and_needs_as_many_releases() {
         "still held after 2 of 3 releases"
     );
     a.release().await.expect("release 1");
+    m.flush().await;
     assert_eq!(nodes_with_key(&name).await, 0);
 }
 

@@ -51,6 +51,7 @@ async fn lock_all_writes_every_name_on_every_node_and_release_deletes_them() {
         assert_eq!(hash_on(i, &b).await, vec![(holder.clone(), 1)]);
     }
     g.release().await.expect("release");
+    m.flush().await;
     assert_eq!(nodes_with_key(&a).await + nodes_with_key(&b).await, 0);
 }
 
@@ -100,6 +101,7 @@ async fn the_owner_re_enters_the_set_and_tokens_increase_per_name() {
     let t1 = first.fencing_token(&a).expect("a");
     again.release().await.expect("release 2");
     first.release().await.expect("release 1");
+    m.flush().await;
     assert_eq!(nodes_with_key(&a).await + nodes_with_key(&b).await, 0);
     // Successive holds of each name, alone or in a set, get larger tokens.
     let single = m.lock(&a).await.expect("lock a");

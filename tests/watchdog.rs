@@ -86,6 +86,7 @@ async fn a_node_down_before_acquire_majority_succeeds_and_all_fails_cleanly() {
     let granted = g.granted_nodes();
     assert!(granted.len() >= 3 && !granted.contains(&4), "{granted:?}");
     g.release().await.expect("release");
+    majority.flush().await;
     for i in 0..4 {
         assert!(!has_key(i, &name).await);
     }
@@ -367,6 +368,7 @@ async fn a_manager_can_start_during_a_minority_outage() {
         "the node that was down at build should be used once it answers"
     );
     g.release().await.expect("release");
+    m.flush().await;
     assert_eq!(nodes_with_key(&name).await, 0);
 
     for i in 0..3 {
