@@ -1,22 +1,22 @@
-//! Taking a lock: attempts until one wins or the wait runs out, sleeping
-//! between them on the release channel (or a backoff), and re-entering a
-//! hold the owner already has.
+//! Taking a lock or a set: attempts (`attempt`) until one wins or the wait
+//! runs out, sleeping between them for the acquisition's turn (`turn`),
+//! and re-entering a hold the owner already has.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::attempt::attempt;
+use crate::attempt::{attempt, Ask, Kind};
 use crate::clock;
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::hold::{Hold, HoldState, OnDrop};
-use crate::keys::Keys;
+use crate::keys::Target;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
-use crate::queue::Spot;
-use crate::wait::{Notifier, Waiter};
+use crate::turn::Turn;
+use crate::wait::Notifier;
 use crate::watchdog::Watchdog;
 
 /// How long an acquisition may wait for the lock.
@@ -46,203 +46,88 @@ pub(crate) struct Acquisition<'a> {
 }
 
 impl Acquisition<'_> {
-    /// Takes the lock anew for `owner` on `terms`. The hold runs `on_drop`
-    /// when dropped.
-    ///
-    /// A waiter has a place in the lock's queue on the nodes (see the
-    /// `queue` module): a fair request from its first attempt, since it
-    /// may not pass waiters queued before it; a plain one from its first
-    /// miss, so that a release wakes it and not one waiter per process (from
-    /// its first attempt if the manager already listens on the lock's
-    /// release channel: it is then woken without a second try).
+    /// Takes `target` (one lock, or a set all or none) anew for `owner` on
+    /// `terms`: attempt → miss → wait for the turn, until an attempt wins
+    /// or the wait runs out. Returns one hold per name, in the target's
+    /// order; each runs `on_drop(name)`'s work when dropped.
     pub(crate) async fn fresh(
         &self,
-        keys: Arc<Keys>,
-        owner: Owner,
+        target: &Target,
+        owner: &Owner,
         terms: Terms,
-        on_drop: OnDrop,
-    ) -> Result<Arc<Hold>, Error> {
+        on_drop: impl Fn(&Arc<str>) -> OnDrop,
+    ) -> Result<Vec<Arc<Hold>>, Error> {
         let Terms {
             lease,
             renew,
             wait,
             fair,
         } = terms;
-        let config = &self.nodes.config;
-        let start = clock::now();
         // A wait too long to represent is a wait without end.
         let deadline = match wait {
             Wait::Forever => None,
-            Wait::Up(w) => start.checked_add(w),
+            Wait::Up(w) => clock::now().checked_add(w),
         };
-        let mut attempt_no: u32 = 0;
-        let mut spot = fair.then(|| Spot::new(self.nodes, &keys, owner.waiter_id(), true));
-        let mut waiter: Option<Waiter> = None;
-        // A release by this owner is one of this acquisition's rollbacks:
-        // it does not ring its waiter (see `wait::bells`).
-        let owner_id = owner.shared_id();
-        if wait != Wait::Up(Duration::ZERO) {
-            // Local order: while plain waiters of this manager are queued
-            // for the lock, a plain newcomer queues behind them instead of
-            // barging in. (Fair waiters do not hold it back, and a fair
-            // request needs a place of its own on the nodes: it attempts.)
-            if !fair {
-                waiter = self.notifier.join_if_queued(&keys.channel, &owner_id);
-            }
-            // A request whose release channel this manager already listens
-            // on joins it before its first attempt (a fair one by name), so
-            // that a release during that attempt rings it: a miss needs no
-            // second try before waiting (one fan-out and its rollbacks fewer
-            // per contended acquisition).
-            if waiter.is_none() {
-                let id = spot.as_ref().map(|s| Arc::clone(s.waiter()));
-                waiter = self
-                    .notifier
-                    .join_if_covered(&keys.channel, id.as_ref(), &owner_id);
-            }
-            if waiter.is_some() && spot.is_none() {
-                spot = Some(Spot::new(self.nodes, &keys, owner.waiter_id(), false));
-            }
-        }
-        // Only a plain newcomer behind local waiters defers to them.
-        let mut deferred = waiter.as_ref().is_some_and(Waiter::is_behind);
+        let waits = wait != Wait::Up(Duration::ZERO);
+        let mut turn = Turn::new(self.nodes, self.notifier, target, owner, fair, waits);
         loop {
-            let err = if deferred {
+            let err = if turn.deferred() {
                 None
             } else {
-                if let Some(w) = waiter.as_mut() {
-                    w.mark();
-                }
                 // A holder id per attempt: a late rollback of a failed
                 // attempt can never touch a later one's grants.
                 let holder_id = owner.holder_id();
-                let tried = attempt(
-                    self.nodes,
-                    &keys,
-                    &holder_id,
+                let ask = Ask {
+                    nodes: self.nodes,
+                    target,
+                    holder_id: &holder_id,
                     lease,
-                    1,
-                    0,
-                    attempt_no,
-                    spot.as_mut(),
-                )
-                .await;
-                match tried {
+                    kind: Kind::Fresh,
+                    attempt: turn.misses(),
+                };
+                match attempt(ask, turn.attempting()).await {
                     Ok(won) => {
-                        if let Some(w) = waiter.take() {
-                            w.acquired(lease);
-                        }
-                        let hold = Hold::new(
-                            self.nodes,
-                            &keys,
-                            &owner,
-                            &holder_id,
-                            lease,
-                            renew,
-                            won.acquired,
-                            on_drop,
-                        );
-                        won.late.finish(&hold);
-                        if renew {
-                            self.watchdog.register(&hold);
-                        }
-                        // Leaves the queue where a refusal kept it.
-                        if let Some(mut s) = spot {
-                            s.won();
-                        }
-                        return Ok(hold);
+                        let holds: Vec<Arc<Hold>> = target
+                            .keys
+                            .iter()
+                            .map(|keys| {
+                                let hold = Hold::new(
+                                    self.nodes,
+                                    keys,
+                                    owner,
+                                    &holder_id,
+                                    lease,
+                                    renew,
+                                    won.acquired.clone(),
+                                    on_drop(&keys.name),
+                                );
+                                if renew {
+                                    self.watchdog.register(&hold);
+                                }
+                                hold
+                            })
+                            .collect();
+                        won.late.finish(&holds);
+                        turn.won(lease);
+                        return Ok(holds);
                     }
-                    Err(e) if e.is_retryable() => {
-                        if let (Some(w), Some(pttl)) = (&waiter, e.min_pttl()) {
-                            w.holder_seen(pttl);
-                        }
-                        Some(e)
-                    }
+                    Err(e) if e.is_retryable() => Some(e),
                     Err(e) => return Err(e),
                 }
             };
-            let now = clock::now();
-            let remaining = deadline.map(|d| d.saturating_duration_since(now));
+            let remaining = deadline.map(|d| d.saturating_duration_since(clock::now()));
             if remaining == Some(Duration::ZERO) {
                 match err {
                     Some(e) => return Err(e),
                     // Queued the whole wait behind local waiters: one try.
                     None => {
-                        deferred = false;
+                        turn.stop_deferring();
                         continue;
                     }
                 }
             }
-            attempt_no = attempt_no.saturating_add(1);
-            let Some(w) = waiter.as_mut() else {
-                // First miss: subscribe to the release channel, then try once
-                // more, so a release that happened before the subscription
-                // took effect is not missed; that try takes a place in the
-                // queue.
-                let s = spot
-                    .get_or_insert_with(|| Spot::new(self.nodes, &keys, owner.waiter_id(), false));
-                // A release naming a fair waiter rings that waiter: its turn
-                // on the nodes. One naming a plain waiter of ours rings the
-                // local head, which keeps the order among local waiters.
-                let w =
-                    self.notifier
-                        .waiter(&keys.channel, s.fair().then(|| s.waiter()), &owner_id);
-                if let Some(pttl) = err.as_ref().and_then(Error::min_pttl) {
-                    w.holder_seen(pttl);
-                }
-                let limit = remaining.map_or(config.node_timeout, |r| r.min(config.node_timeout));
-                w.confirmed(limit).await;
-                waiter = Some(w);
-                continue;
-            };
-            // The nodes put a fair waiter at different tickets: the next
-            // attempt re-files it at the largest on every node, at once, so
-            // that no node orders it differently for long.
-            if spot.as_mut().is_some_and(|s| s.fair() && s.take_settle()) {
-                continue;
-            }
-            let delay = match &err {
-                Some(e) => self.fallback(e, attempt_no, w.covered(), remaining),
-                // Queued behind local waiters: our bell rings when our turn
-                // comes; until then, sleep no longer than the holder's key
-                // is known to last (an expiry publishes nothing), or poll if
-                // release messages are not covered.
-                None if w.covered() => {
-                    let until_expiry = w.holder_left().unwrap_or(lease);
-                    remaining.map_or(until_expiry, |r| r.min(until_expiry))
-                }
-                None => config.backoff.delay(attempt_no),
-            };
-            let timer_deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
-            // A waiter with a place on the nodes keeps it by calling at
-            // least every refresh interval (so does the local head, placed
-            // or not: see `Waiter::wait`).
-            let placed = err.is_some() && spot.is_some();
-            let woke = w.wait(delay, timer_deadline, placed).await;
-            deferred = false;
-            debug!(lock = %keys.name, ?woke, "waiter woke");
+            turn.wait(err.as_ref(), remaining, lease).await;
         }
-    }
-
-    /// How long a waiter sleeps when no release message comes. With release
-    /// messages covered, until the holder's key would expire (so a lost
-    /// message costs at most one TTL); without, the polling backoff. Never
-    /// past the caller's deadline; jittered.
-    fn fallback(
-        &self,
-        err: &Error,
-        attempt_no: u32,
-        covered: bool,
-        remaining: Option<Duration>,
-    ) -> Duration {
-        let backoff = self.nodes.config.backoff.delay(attempt_no);
-        let jitter = Duration::from_micros(crate::rng::up_to(2_000));
-        let delay = match err.min_pttl() {
-            Some(pttl) if covered => pttl + jitter,
-            Some(pttl) => backoff.min(pttl + jitter),
-            None => backoff,
-        };
-        remaining.map_or(delay, |r| delay.min(r))
     }
 }
 
@@ -272,21 +157,18 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
     let count = hold.enter_level();
     let guard = LockGuard::new(Arc::clone(&hold));
     let nodes = &hold.nodes;
-    match attempt(
+    let ask = Ask {
         nodes,
-        &hold.keys,
-        &hold.holder_id,
-        hold.lease,
-        count,
-        count - 1,
-        0,
-        None,
-    )
-    .await
-    {
+        target: &Target::one(&hold.keys),
+        holder_id: &hold.holder_id,
+        lease: hold.lease,
+        kind: Kind::Reenter { count },
+        attempt: 0,
+    };
+    match attempt(ask, None).await {
         Ok(won) => {
             hold.merge(&won.acquired, &won.missing);
-            won.late.finish(&hold);
+            won.late.finish(std::slice::from_ref(&hold));
         }
         Err(e @ Error::Lost { .. }) => {
             // Gone on too many nodes for a quorum: the holder is told now.

@@ -1,22 +1,47 @@
-//! One attempt at a lock: the acquire script on every node at once,
-//! counted against the quorum, the validity left after the time it took,
-//! the fence token shown on a quorum, and the rollback when it fails.
+//! One attempt at a lock or a set: the acquire script on every node at
+//! once, counted against the quorum, the validity left after the time it
+//! took, the fence token shown on a quorum (`fence`), and the one rollback
+//! exit when it fails.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::{debug, field, Instrument};
 
 use crate::clock;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
+use crate::fence::fence_quorum;
 use crate::hold::Acquired;
-use crate::keys::Keys;
-use crate::node::Grant;
+use crate::keys::Target;
+use crate::node::{Answer, Grant, Place};
 use crate::nodes::Nodes;
 use crate::queue::Spot;
 use crate::quorum::{self, Decision, FanOut, Tally};
 use crate::rollback::{LateGrants, Rollback};
+
+/// What one fan-out asks of the nodes.
+pub(crate) struct Ask<'a> {
+    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) target: &'a Target,
+    /// The id written into the lock hash: one per attempt, so that a late
+    /// rollback of a failed attempt never touches a later one's grants.
+    pub(crate) holder_id: &'a Arc<str>,
+    pub(crate) lease: Duration,
+    /// A fresh acquisition, or a re-entry.
+    pub(crate) kind: Kind,
+    /// The attempt's number within its acquisition, for traces.
+    pub(crate) attempt: u32,
+}
+
+/// A fresh acquisition, or the re-entry of a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Fresh,
+    /// A re-entry of one lock to this count (one level above the hold's).
+    Reenter {
+        count: u32,
+    },
+}
 
 /// A successful fan-out.
 pub(crate) struct Won {
@@ -26,32 +51,51 @@ pub(crate) struct Won {
     pub(crate) missing: Vec<bool>,
 }
 
-/// One fan-out of the acquire script. On success the grants belong to the
-/// caller; on failure (or if dropped) they are rolled back. With a `spot`,
+impl Ask<'_> {
+    /// The script call to node `i`: the acquire script (queued with a
+    /// `place`), its re-entry mode, or the set's.
+    fn call(&self, i: usize, place: Option<&Place>) -> Answer<Grant> {
+        let (node, keys) = (self.nodes.node(i), self.target.first());
+        match self.kind {
+            Kind::Fresh if self.target.set => {
+                node.acquire_all(&self.target.keys, self.holder_id, self.lease, 1)
+            }
+            Kind::Fresh => node.acquire(keys, self.holder_id, self.lease, 1, place),
+            Kind::Reenter { count } => node.reenter(keys, self.holder_id, self.lease, count),
+        }
+    }
+
+    /// The count a rollback restores: none for a fresh acquisition, the
+    /// hold's own for a re-entry.
+    fn restore(&self) -> u32 {
+        match self.kind {
+            Kind::Fresh => 0,
+            Kind::Reenter { count } => count.saturating_sub(1),
+        }
+    }
+}
+
+/// One fan-out of an acquire script, for one lock or a set. On success the
+/// grants belong to the caller; on failure (or if dropped) they are rolled
+/// back, for every name on every node that may hold one. With a `spot`,
 /// the attempt is a queued waiter's, and the answers update its place.
 ///
-/// With a `prior_count`, it is a re-entry of a hold at that count: the
-/// nodes are asked in the re-entry mode, which never creates a missing key
-/// ([`NodeOps::reenter`](crate::node::NodeOps::reenter)), and when so many
+/// A re-entry ([`Kind::Reenter`]) asks the nodes in the re-entry mode,
+/// which never creates a missing key
+/// ([`NodeOps::reenter`](crate::node::NodeOps::reenter)); when so many
 /// nodes answer that the key is missing or not ours (another holder, a key
-/// of another type) that no quorum can confirm the hold, the attempt fails
-/// with [`Error::Lost`], as the watchdog's renewal would find it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn attempt(
-    nodes: &Arc<Nodes>,
-    keys: &Arc<Keys>,
-    holder_id: &Arc<str>,
-    lease: Duration,
-    count: u32,
-    prior_count: u32,
-    attempt: u32,
-    mut spot: Option<&mut Spot>,
-) -> Result<Won, Error> {
+/// of another type) that no quorum can confirm the hold, it fails with
+/// [`Error::Lost`], as the watchdog's renewal would find it.
+pub(crate) async fn attempt(ask: Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
+    let count = match ask.kind {
+        Kind::Fresh => 1,
+        Kind::Reenter { count } => count,
+    };
     let span = tracing::debug_span!(
         "quorumlock.acquire",
-        lock = %keys.name,
-        holder = %holder_id,
-        attempt,
+        lock = %ask.target.label,
+        holder = %ask.holder_id,
+        attempt = ask.attempt,
         count,
         granted = field::Empty,
         taken = field::Empty,
@@ -60,242 +104,137 @@ pub(crate) async fn attempt(
         validity_ms = field::Empty,
         outcome = field::Empty,
     );
-    async {
-        let required = nodes.required();
-        let start = clock::now();
-        let mut rollback = Rollback::new(nodes, keys, holder_id, prior_count, lease);
-        let timeout = nodes.call_timeout(lease);
-        let place = spot.as_deref_mut().map(Spot::place);
-        let mut fan = FanOut::start(nodes.len(), timeout, |i| {
-            let node = nodes.node(i);
-            if prior_count > 0 {
-                node.reenter(keys, holder_id, lease, count)
-            } else {
-                node.acquire(keys, holder_id, lease, count, place.as_ref())
-            }
-        });
-        fan.until(|f| Tally::of(f.replies()).decide(required) != Decision::Open)
-            .await;
-        let elapsed = clock::now().saturating_duration_since(start);
-        let tally = Tally::of(fan.replies());
-        let span = tracing::Span::current();
-        // Nothing to record, and no per-node events, when nobody listens.
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            span.record("granted", tally.granted);
-            span.record("taken", tally.taken);
-            span.record("failed", tally.failed);
-            span.record(
-                "elapsed_us",
-                u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            );
-            for (i, r) in fan.replies().iter().enumerate() {
-                match r {
-                    Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
-                    Some(Ok(Grant::Taken(p, t))) => {
-                        debug!(node = i, pttl = ?p, ticket = t, "taken")
-                    }
-                    Some(Ok(Grant::Missing)) => debug!(node = i, "missing"),
-                    Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
-                    None => debug!(node = i, "pending"),
-                }
-            }
-        }
-        if let Some(s) = spot {
-            s.record(fan.replies());
-        }
-        let decision = tally.decide(required);
-        if decision != Decision::Won {
-            span.record("outcome", "missed");
-            let (replies, _) = fan.into_parts();
-            rollback.run(&replies).await;
-            if prior_count > 0 && unconfirmable(nodes, &replies, tally) {
-                span.record("outcome", "lost");
-                return Err(Error::Lost {
-                    name: keys.name.to_string(),
-                });
-            }
-            return Err(missed(nodes, &keys.name, &replies, tally));
-        }
-        let (replies, rest) = fan.into_parts();
-        let mut granted = vec![false; replies.len()];
-        let mut missing = vec![false; replies.len()];
-        let mut token = 0;
-        for (i, r) in replies.iter().enumerate() {
-            match r {
-                Some(Ok(Grant::Granted(t))) => {
-                    granted[i] = true;
-                    token = token.max(*t);
-                }
-                Some(Ok(Grant::Missing)) => missing[i] = true,
-                _ => {}
-            }
-        }
-        let fenced = if prior_count == 0 {
-            fence_quorum(nodes, keys, &replies, token, start, lease).await
-        } else {
-            Ok(())
-        };
-        let now = clock::now();
-        match (
-            fenced,
-            quorum::valid_until(start, now, lease, nodes.drift(lease)),
-        ) {
-            (Ok(()), Some(valid_until)) => {
-                rollback.disarm();
-                span.record(
-                    "validity_ms",
-                    u64::try_from(valid_until.saturating_duration_since(now).as_millis())
-                        .unwrap_or(u64::MAX),
-                );
-                span.record("outcome", "won");
-                Ok(Won {
-                    acquired: Acquired {
-                        token,
-                        valid_until,
-                        started: start,
-                        granted,
-                    },
-                    late: LateGrants {
-                        rest,
-                        waiter: place.map(|p| p.waiter),
-                    },
-                    missing,
-                })
-            }
-            (Err(failures), _) => {
-                span.record("outcome", "fence quorum missed");
-                rollback.run(&replies).await;
-                Err(Error::Unavailable {
-                    name: keys.name.to_string(),
-                    failures,
-                    required,
-                    granted: tally.granted,
-                })
-            }
-            (Ok(()), None) => {
-                span.record("outcome", "validity exhausted");
-                rollback.run(&replies).await;
-                Err(Error::ValidityExhausted {
-                    name: keys.name.to_string(),
-                    elapsed: now.saturating_duration_since(start),
-                    lease,
-                })
-            }
-        }
-    }
-    .instrument(span)
-    .await
+    fan_out(&ask, spot).instrument(span).await
 }
 
-/// Hands out `token` only once a quorum of nodes is known to have a fence
-/// counter of at least `token`: the granting nodes that returned it, plus
-/// lagging nodes raised to it now. Every later quorum then overlaps that
-/// set in a node whose next INCR is above `token`. Returns the failures
-/// when no quorum could be shown within the lease's validity.
-pub(crate) async fn fence_quorum(
-    nodes: &Nodes,
-    keys: &Arc<Keys>,
-    replies: &[Option<Result<Grant, NodeError>>],
-    token: u64,
-    start: Instant,
-    lease: Duration,
-) -> Result<(), Vec<NodeFailure>> {
+async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
+    let Ask {
+        nodes,
+        target,
+        holder_id,
+        lease,
+        ..
+    } = *ask;
     let required = nodes.required();
-    let at_token: Vec<bool> = replies
-        .iter()
-        .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
-        .collect();
-    if at_token.iter().filter(|b| **b).count() >= required {
-        return Ok(());
-    }
-    #[cfg(test)]
-    if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
-        let calls: Vec<_> = (0..nodes.len())
-            .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
-            .map(|i| nodes.node(i).raise_fence(keys, token))
-            .collect();
-        nodes.spawn(async move {
-            for call in calls {
-                let _ = call.await;
-            }
-        });
-        return Ok(());
-    }
-    // First the nodes that granted below the token, or have not answered
-    // yet (their grant lands late and will hold the lock too): once raised
-    // they make a quorum with the nodes at the token. The nodes that
-    // answered "taken" or failed are asked only when that fails, or has not
-    // succeeded within half the time: under contention that spares a raise
-    // per node that holds nothing of ours, and both rounds stay within the
-    // one timeout a single round had.
-    // The raise spends what is left of the attempt's own node timeout, so an
-    // attempt (acquire and raise) never takes longer than one node timeout
-    // and a failed one, rolled back, ends within two.
-    let elapsed = clock::now().saturating_duration_since(start);
-    let valid_for = quorum::validity(lease, elapsed, nodes.drift(lease)).unwrap_or_default();
-    let timeout = nodes
-        .call_timeout(lease)
-        .saturating_sub(elapsed)
-        .min(valid_for);
-    let deadline = quorum::deadline_after(Instant::now(), timeout);
-    let mut at = at_token;
-    let mut failures = Vec::new();
-    for first_round in [true, false] {
-        let targets: Vec<bool> = (0..nodes.len())
-            .map(|i| {
-                let first = matches!(replies[i], None | Some(Ok(Grant::Granted(_))));
-                !at[i] && first == first_round
-            })
-            .collect();
-        if !targets.contains(&true) {
-            continue;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let round = if first_round { left / 2 } else { left };
-        let mut fan = FanOut::start(nodes.len(), round, |i| {
-            if at[i] {
-                Box::pin(std::future::ready(Ok(token)))
-            } else if targets[i] {
-                nodes.node(i).raise_fence(keys, token)
-            } else {
-                // Not asked in this round: neither raised nor pending.
-                Box::pin(std::future::ready(Ok(0)))
-            }
-        });
-        let raised = |f: &FanOut<u64>| {
-            let (mut done, mut pending) = (0, 0);
-            for r in f.replies() {
-                match r {
-                    Some(Ok(c)) if *c >= token => done += 1,
-                    None => pending += 1,
-                    _ => {}
-                }
-            }
-            (done, pending)
-        };
-        fan.until(|f| {
-            let (done, pending) = raised(f);
-            done >= required || done + pending < required
-        })
+    let start = clock::now();
+    // Armed from the start: dropped with this future, it sends the release
+    // of every name to every node in the background.
+    let mut rollback = Rollback::new(nodes, target, holder_id, ask.restore(), lease);
+    let mut spot = spot;
+    let place = spot.as_deref_mut().map(Spot::place);
+    let mut fan = FanOut::start(nodes.len(), nodes.call_timeout(lease), |i| {
+        ask.call(i, place.as_ref())
+    });
+    fan.until_quorum(required, |g| matches!(g, Grant::Granted(_)))
         .await;
-        let (done, _) = raised(&fan);
-        let (raised_replies, rest) = fan.into_parts();
-        if !rest.is_empty() {
-            nodes.spawn(rest.for_each(|_, _| {}));
+    let elapsed = clock::now().saturating_duration_since(start);
+    let tally = Tally::of(fan.replies());
+    trace_replies(fan.replies(), tally, elapsed);
+    if let Some(s) = spot {
+        s.record(fan.replies());
+    }
+    let (replies, rest) = fan.into_parts();
+    let span = tracing::Span::current();
+    if tally.decide(required) != Decision::Won {
+        span.record("outcome", "missed");
+        rollback.run(&replies).await;
+        if ask.kind != Kind::Fresh && unconfirmable(nodes, &replies, tally) {
+            span.record("outcome", "lost");
+            return Err(Error::Lost {
+                name: target.label.to_string(),
+            });
         }
-        if done >= required {
-            return Ok(());
-        }
-        for (i, r) in raised_replies.iter().enumerate() {
-            match r {
-                Some(Ok(c)) if *c >= token => at[i] = true,
-                Some(Err(e)) => failures.push(nodes.failure(i, e)),
-                _ => {}
+        return Err(missed(nodes, &target.label, &replies, tally));
+    }
+    let mut granted = vec![false; replies.len()];
+    let mut missing = vec![false; replies.len()];
+    let mut token = 0;
+    for (i, r) in replies.iter().enumerate() {
+        match r {
+            Some(Ok(Grant::Granted(t))) => {
+                granted[i] = true;
+                token = token.max(*t);
             }
+            Some(Ok(Grant::Missing)) => missing[i] = true,
+            _ => {}
         }
     }
-    debug!(lock = %keys.name, token, required, "fence counters could not be raised on a quorum");
-    Err(failures)
+    // A re-entry keeps the hold's token: nothing new to show.
+    let fenced = match ask.kind {
+        Kind::Fresh => fence_quorum(nodes, target, &replies, token, start, lease).await,
+        Kind::Reenter { .. } => Ok(()),
+    };
+    let now = clock::now();
+    let valid_until = quorum::valid_until(start, now, lease, nodes.drift(lease));
+    let failed = match (fenced, valid_until) {
+        (Ok(()), Some(valid_until)) => {
+            rollback.disarm();
+            span.record(
+                "validity_ms",
+                u64::try_from(valid_until.saturating_duration_since(now).as_millis())
+                    .unwrap_or(u64::MAX),
+            );
+            span.record("outcome", "won");
+            return Ok(Won {
+                acquired: Acquired {
+                    token,
+                    valid_until,
+                    started: start,
+                    granted,
+                },
+                late: LateGrants {
+                    rest,
+                    waiter: place.map(|p| p.waiter),
+                },
+                missing,
+            });
+        }
+        (Err(failures), _) => {
+            span.record("outcome", "fence quorum missed");
+            Error::Unavailable {
+                name: target.label.to_string(),
+                failures,
+                required,
+                granted: tally.granted,
+            }
+        }
+        (Ok(()), None) => {
+            span.record("outcome", "validity exhausted");
+            Error::ValidityExhausted {
+                name: target.label.to_string(),
+                elapsed: now.saturating_duration_since(start),
+                lease,
+            }
+        }
+    };
+    // The one exit of a fan-out that won the quorum but cannot keep it.
+    rollback.run(&replies).await;
+    Err(failed)
+}
+
+/// Records the tally on the attempt's span, and each node's answer as an
+/// event; nothing when nobody listens.
+fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, elapsed: Duration) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let span = tracing::Span::current();
+    span.record("granted", tally.granted);
+    span.record("taken", tally.taken);
+    span.record("failed", tally.failed);
+    span.record(
+        "elapsed_us",
+        u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+    );
+    for (i, r) in replies.iter().enumerate() {
+        match r {
+            Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+            Some(Ok(Grant::Taken(p, t))) => debug!(node = i, pttl = ?p, ticket = t, "taken"),
+            Some(Ok(Grant::Missing)) => debug!(node = i, "missing"),
+            Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),
+            None => debug!(node = i, "pending"),
+        }
+    }
 }
 
 /// A re-entry that missed the quorum because the hold is gone: so many

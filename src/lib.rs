@@ -36,18 +36,21 @@ mod queue;
 mod slots;
 mod wait;
 
+mod fence;
 mod guard;
 mod rollback;
+mod turn;
 mod watchdog;
 
 mod attempt;
+mod multi;
 
 mod acquire;
 
 mod manager;
 
 mod builder;
-mod multi;
+mod request;
 
 #[cfg(test)]
 mod tests;
@@ -60,11 +63,12 @@ pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
-pub use crate::keys::MAX_NAME_LEN;
-pub use crate::manager::{LockManager, LockRequest};
-pub use crate::multi::{MultiLockGuard, MultiLockRequest, MAX_LOCK_ALL_NAMES};
+pub use crate::keys::{MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
+pub use crate::manager::LockManager;
+pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};
+pub use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
 pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;

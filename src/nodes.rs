@@ -131,16 +131,8 @@ impl Nodes {
         let mut fan = FanOut::start(self.len(), self.call_timeout(lease), |i| {
             self.release_call(i, keys, holder, left, lease, token)
         });
-        fan.until(|f| {
-            let (mut released, mut pending) = (0, 0);
-            for r in f.replies() {
-                match r {
-                    Some(Ok(Released::Deleted | Released::Lowered)) => released += 1,
-                    None => pending += 1,
-                    _ => {}
-                }
-            }
-            released >= required || released + pending < required
+        fan.until_quorum(required, |r| {
+            matches!(r, Released::Deleted | Released::Lowered)
         })
         .await;
         let (replies, rest) = fan.into_parts();

@@ -163,6 +163,30 @@ impl<T: Send + 'static> FanOut<T> {
         }
     }
 
+    /// The quorum stop rule, the one every fan-out of a quorum follows:
+    /// reads replies until `required` of them are successes (`ok`), or so
+    /// many are not that the rest can no longer make `required`, or the
+    /// deadline passed. Returns the successes.
+    pub(crate) async fn until_quorum(&mut self, required: usize, ok: impl Fn(&T) -> bool) -> usize {
+        let count = |f: &Self| {
+            let (mut done, mut pending) = (0, 0);
+            for r in f.replies() {
+                match r {
+                    Some(Ok(v)) if ok(v) => done += 1,
+                    None => pending += 1,
+                    _ => {}
+                }
+            }
+            (done, pending)
+        };
+        self.until(|f| {
+            let (done, pending) = count(f);
+            done >= required || done + pending < required
+        })
+        .await;
+        count(self).0
+    }
+
     /// Replies so far, by node index; `None` where still pending.
     pub(crate) fn replies(&self) -> &[Option<Result<T, NodeError>>] {
         &self.replies

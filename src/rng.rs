@@ -23,6 +23,12 @@ pub(crate) fn up_to(max: u64) -> u64 {
     with(|r| r.random_range(0..=max), || rand::random_range(0..=max))
 }
 
+/// Up to 2 ms: spreads out waiters whose timers end together, and
+/// managers whose attempts would otherwise retry in step.
+pub(crate) fn jitter() -> std::time::Duration {
+    std::time::Duration::from_micros(up_to(2_000))
+}
+
 /// 128 random bits.
 pub(crate) fn bits128() -> u128 {
     with(|r| r.random(), rand::random)

@@ -1,7 +1,7 @@
 //! What an acquisition leaves behind on the nodes: the rollback of grants
 //! it did not keep, and the grants that land after it was decided.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -9,7 +9,7 @@ use tracing::{debug, warn};
 
 use crate::error::NodeError;
 use crate::hold::Hold;
-use crate::keys::Keys;
+use crate::keys::{Keys, Target};
 use crate::node::{Grant, Released};
 use crate::nodes::Nodes;
 use crate::quorum::Stragglers;
@@ -31,22 +31,27 @@ pub(crate) struct LateGrants {
 }
 
 impl LateGrants {
-    pub(crate) fn finish(self, hold: &Arc<Hold>) {
+    /// Records the late grants on `holds` (one, or a set's: a set is
+    /// granted on a node all or none), and takes the waiter out of the
+    /// queue of every node whose late answer was not a grant.
+    pub(crate) fn finish(self, holds: &[Arc<Hold>]) {
+        let Some(first) = holds.first() else { return };
         if self.rest.is_empty() {
             return;
         }
-        let weak = Arc::downgrade(hold);
-        let (nodes, keys) = (Arc::clone(&hold.nodes), Arc::clone(&hold.keys));
+        let weak: Vec<Weak<Hold>> = holds.iter().map(Arc::downgrade).collect();
+        let (nodes, keys) = (Arc::clone(&first.nodes), Arc::clone(&first.keys));
         let waiter = self.waiter;
         let rest = self.rest;
-        hold.nodes.spawn(async move {
+        first.nodes.spawn(async move {
             let mut queued = Vec::new();
-            rest.for_each(|i, r| match (r, weak.upgrade()) {
-                (Ok(Grant::Granted(_)), Some(hold)) => {
+            rest.for_each(|i, r| match r {
+                Ok(Grant::Granted(_)) => {
                     debug!(node = i, "late grant");
-                    hold.grant_landed(i);
+                    for hold in weak.iter().filter_map(Weak::upgrade) {
+                        hold.grant_landed(i);
+                    }
                 }
-                (Ok(Grant::Granted(_)), None) => {}
                 _ => queued.push(i),
             })
             .await;
@@ -69,7 +74,9 @@ impl LateGrants {
 /// connection run in order, so the rollback lands after the acquire.
 pub(crate) struct Rollback {
     nodes: Arc<Nodes>,
-    keys: Arc<Keys>,
+    /// Every name of the acquisition (one, or a set's).
+    keys: Arc<[Arc<Keys>]>,
+    label: Arc<str>,
     holder_id: Arc<str>,
     /// The hold count to restore: 0 for a fresh acquisition, the previous
     /// count for a re-entry.
@@ -83,14 +90,15 @@ type Call = (usize, BoxFuture<'static, Result<Released, NodeError>>);
 impl Rollback {
     pub(crate) fn new(
         nodes: &Arc<Nodes>,
-        keys: &Arc<Keys>,
+        target: &Target,
         holder_id: &Arc<str>,
         restore: u32,
         lease: Duration,
     ) -> Self {
         Self {
             nodes: Arc::clone(nodes),
-            keys: Arc::clone(keys),
+            keys: Arc::clone(&target.keys),
+            label: Arc::clone(&target.label),
             holder_id: Arc::clone(holder_id),
             restore,
             lease,
@@ -103,19 +111,22 @@ impl Rollback {
         self.armed = false;
     }
 
+    /// A release per name, to every node not in `skip`.
     fn calls(&self, skip: &[bool]) -> Vec<Call> {
         (0..self.nodes.len())
             .filter(|i| !skip.get(*i).copied().unwrap_or(false))
-            .map(|i| {
-                let call = self.nodes.release_call(
-                    i,
-                    &self.keys,
-                    &self.holder_id,
-                    self.restore,
-                    self.lease,
-                    0,
-                );
-                (i, call)
+            .flat_map(|i| {
+                self.keys.iter().map(move |keys| {
+                    let call = self.nodes.release_call(
+                        i,
+                        keys,
+                        &self.holder_id,
+                        self.restore,
+                        self.lease,
+                        0,
+                    );
+                    (i, call)
+                })
             })
             .collect()
     }
@@ -155,13 +166,13 @@ impl Rollback {
         }
         let calls = self.calls(&[]);
         let timeout = self.nodes.config.node_timeout;
-        let name = Arc::clone(&self.keys.name);
+        let label = Arc::clone(&self.label);
         let spawned = self.nodes.spawn(async move {
             send_all(calls, timeout).await;
-            debug!(lock = %name, "rolled back a cancelled acquisition");
+            debug!(lock = %label, "rolled back a cancelled acquisition");
         });
         if !spawned {
-            warn!(lock = %self.keys.name, "no runtime to roll back on; grants expire with the lease");
+            warn!(lock = %self.label, "no runtime to roll back on; grants expire with the lease");
         }
     }
 }

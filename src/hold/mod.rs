@@ -51,7 +51,8 @@ pub(crate) fn stopped(phase: HoldState) -> bool {
     matches!(phase, HoldState::Lost | HoldState::MaxHoldReached)
 }
 
-/// What a won acquisition hands to its hold.
+/// What a won acquisition hands to its hold (to each of a set's holds).
+#[derive(Clone)]
 pub(crate) struct Acquired {
     pub(crate) token: u64,
     pub(crate) valid_until: Instant,

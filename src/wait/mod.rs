@@ -45,6 +45,7 @@ use self::bells::{unbounded, Bell, Board, Channel, Kind};
 use self::pubsub::{node_task, Command, Timeouts};
 use crate::config::Config;
 use crate::node::Feed;
+use crate::rng::jitter;
 use crate::sync::locked;
 
 /// Counters of the waiters' pub/sub connections.
@@ -402,11 +403,6 @@ impl Waiter {
 /// or a ring that is not a release: a change of coverage, the previous head
 /// leaving).
 const QUORUM_GRACE: Duration = Duration::from_millis(5);
-
-/// Up to 2 ms, so that waiters whose timers end together spread out.
-fn jitter() -> Duration {
-    Duration::from_micros(crate::rng::up_to(2_000))
-}
 
 impl Drop for Waiter {
     fn drop(&mut self) {

@@ -1,4 +1,16 @@
-//! The guard of a multi-lock: one guard per name, released and watched together.
+//! The multi-lock's guard. A set of names is taken as one target
+//! (`keys::Target`): on each node one script grants all of them or none
+//! (`scripts/acquire_all.lua`), counted against the quorum like a single
+//! lock (`attempt`), retried after the backoff (`turn`: a set has no
+//! single release channel).
+//!
+//! Once won, the set becomes one hold per name (same holder id, same
+//! validity, same granting nodes, same fencing token), so that renewal,
+//! repair, loss, release and re-entry are those of single locks: the
+//! watchdog renews the names together (they are registered together, so
+//! one wave renews them in one pipeline per node; with more than 100 locks
+//! held a set may straddle two waves or two script calls), and a later
+//! `lock(name)` by the same owner re-enters that name's hold.
 
 use std::fmt;
 

@@ -1,0 +1,111 @@
+//! The fence rule: a fencing token is handed out only once a quorum of
+//! nodes has a fence counter at least as large, so that every later
+//! quorum's grant draws a larger one.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::clock;
+use crate::error::{NodeError, NodeFailure};
+use crate::keys::Target;
+use crate::node::Grant;
+use crate::nodes::Nodes;
+use crate::quorum::{self, FanOut};
+
+/// Hands out `token` (of one lock, or of a set, whose names share one
+/// counter per node) only once a quorum of nodes is known to have a fence
+/// counter of at least `token`: the granting nodes that returned it, plus
+/// lagging nodes raised to it now. Every later quorum then overlaps that
+/// set in a node whose next INCR is above `token`. Returns the failures
+/// when no quorum could be shown within the lease's validity.
+pub(crate) async fn fence_quorum(
+    nodes: &Nodes,
+    target: &Target,
+    replies: &[Option<Result<Grant, NodeError>>],
+    token: u64,
+    start: Instant,
+    lease: Duration,
+) -> Result<(), Vec<NodeFailure>> {
+    let required = nodes.required();
+    let at_token: Vec<bool> = replies
+        .iter()
+        .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
+        .collect();
+    if at_token.iter().filter(|b| **b).count() >= required {
+        return Ok(());
+    }
+    #[cfg(test)]
+    if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
+        let calls: Vec<_> = (0..nodes.len())
+            .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
+            .map(|i| nodes.node(i).raise_fence(target.first(), token))
+            .collect();
+        nodes.spawn(async move {
+            for call in calls {
+                let _ = call.await;
+            }
+        });
+        return Ok(());
+    }
+    // First the nodes that granted below the token, or have not answered
+    // yet (their grant lands late and will hold the lock too): once raised
+    // they make a quorum with the nodes at the token. The nodes that
+    // answered "taken" or failed are asked only when that fails, or has not
+    // succeeded within half the time: under contention that spares a raise
+    // per node that holds nothing of ours, and both rounds stay within the
+    // one timeout a single round had.
+    // The raise spends what is left of the attempt's own node timeout, so an
+    // attempt (acquire and raise) never takes longer than one node timeout
+    // and a failed one, rolled back, ends within two.
+    let elapsed = clock::now().saturating_duration_since(start);
+    let valid_for = quorum::validity(lease, elapsed, nodes.drift(lease)).unwrap_or_default();
+    let timeout = nodes
+        .call_timeout(lease)
+        .saturating_sub(elapsed)
+        .min(valid_for);
+    let deadline = quorum::deadline_after(Instant::now(), timeout);
+    let mut at = at_token;
+    let mut failures = Vec::new();
+    for first_round in [true, false] {
+        let targets: Vec<bool> = (0..nodes.len())
+            .map(|i| {
+                let first = matches!(replies[i], None | Some(Ok(Grant::Granted(_))));
+                !at[i] && first == first_round
+            })
+            .collect();
+        if !targets.contains(&true) {
+            continue;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let round = if first_round { left / 2 } else { left };
+        let mut fan = FanOut::start(nodes.len(), round, |i| {
+            if at[i] {
+                Box::pin(std::future::ready(Ok(token)))
+            } else if targets[i] {
+                nodes.node(i).raise_fence(target.first(), token)
+            } else {
+                // Not asked in this round: neither raised nor pending.
+                Box::pin(std::future::ready(Ok(0)))
+            }
+        });
+        let done = fan.until_quorum(required, |c| *c >= token).await;
+        let (raised_replies, rest) = fan.into_parts();
+        if !rest.is_empty() {
+            nodes.spawn(rest.for_each(|_, _| {}));
+        }
+        if done >= required {
+            return Ok(());
+        }
+        for (i, r) in raised_replies.iter().enumerate() {
+            match r {
+                Some(Ok(c)) if *c >= token => at[i] = true,
+                Some(Err(e)) => failures.push(nodes.failure(i, e)),
+                _ => {}
+            }
+        }
+    }
+    debug!(lock = %target.label, token, required, "fence counters could not be raised on a quorum");
+    Err(failures)
+}

@@ -1,0 +1,483 @@
+//! Asking for locks: the requests that acquire one name ([`LockRequest`])
+//! or a set ([`MultiLockRequest`]), configured step by step with the same
+//! settings, and the manager's entry points that build them. A request
+//! turns into terms (`acquire::Terms`), takes the owner's slots, re-enters
+//! what the owner holds and acquires the rest (`acquire`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::{reenter, Terms, Wait};
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::keys::{Keys, Target};
+use crate::manager::LockManager;
+use crate::multi::MultiLockGuard;
+use crate::owner::Owner;
+use crate::slots::SlotUse;
+
+/// One acquisition, configured step by step: of one name
+/// ([`LockRequest`], from [`LockManager::request`]) or of a set
+/// ([`MultiLockRequest`], from [`LockManager::request_all`]).
+#[derive(Debug)]
+#[must_use = "a request does nothing until `acquire` is awaited"]
+pub struct Request<'a, N> {
+    manager: &'a LockManager,
+    names: N,
+    owner: Option<Owner>,
+    lease: Option<Duration>,
+    wait: Wait,
+    fair: bool,
+}
+
+/// What a [`LockRequest`] asks for: one lock name.
+#[derive(Debug)]
+pub struct OneName(String);
+
+/// What a [`MultiLockRequest`] asks for: several lock names, all or none.
+#[derive(Debug)]
+pub struct NameSet(Vec<String>);
+
+/// One acquisition, configured step by step; see [`LockManager::request`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+/// let owner = locks.new_owner();
+/// let guard = locks
+///     .request("report:daily")
+///     .owner(&owner)
+///     .lease(Duration::from_secs(60)) // fixed: not renewed
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// # fn main() { let _ = demo; }
+/// ```
+pub type LockRequest<'a> = Request<'a, OneName>;
+
+/// One acquisition of several names at once; see [`LockManager::request_all`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+/// let owner = locks.new_owner();
+/// let both = locks
+///     .request_all(["account:7", "account:9"])
+///     .owner(&owner)
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// both.release().await?;
+/// # Ok(())
+/// # }
+/// # fn main() { let _ = demo; }
+/// ```
+pub type MultiLockRequest<'a> = Request<'a, NameSet>;
+
+impl<'a, N> Request<'a, N> {
+    fn new(manager: &'a LockManager, names: N) -> Self {
+        Self {
+            manager,
+            names,
+            owner: None,
+            lease: None,
+            wait: Wait::Forever,
+            fair: false,
+        }
+    }
+
+    /// Acquire on behalf of `owner` instead of the calling task.
+    pub fn owner(mut self, owner: &Owner) -> Self {
+        self.owner = Some(owner.clone());
+        self
+    }
+
+    /// Hold for a fixed `lease`, without renewal.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Give up after `wait` if the lock (a name of a set) is still taken. `Duration::ZERO`
+    /// makes a single attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Wait::Up(wait);
+        self
+    }
+
+    /// Wait as long as it takes (the default).
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// The terms of the acquisition, and its owner: the one given, else
+    /// the enclosing [`Owner::scope`]'s, else `None` (an owner of its own).
+    fn terms(&self) -> Result<(Terms, Option<Owner>), Error> {
+        let inner = &self.manager.inner;
+        let config = &inner.nodes.config;
+        let (lease, renew) = match self.lease {
+            Some(lease) => (lease, false),
+            None => (config.lease, true),
+        };
+        config.check_lease(lease)?;
+        let terms = Terms {
+            lease,
+            renew,
+            wait: self.wait,
+            fair: self.fair,
+        };
+        let owner = self
+            .owner
+            .clone()
+            .or_else(|| Owner::scoped(&inner.nodes.client_id));
+        Ok((terms, owner))
+    }
+}
+
+impl Request<'_, OneName> {
+    /// Take the lock in turn (Redisson's fair lock, over N masters): grants
+    /// follow the order in which fair waiters first asked, across processes,
+    /// and a release wakes only the waiter whose turn it is.
+    ///
+    /// Each waiter carries one ticket to every node, so all nodes agree on
+    /// the order. A waiter that stops calling the nodes (its process died)
+    /// is skipped after the manager's
+    /// [`queue_timeout`](crate::LockManagerBuilder::queue_timeout); a
+    /// dropped acquisition leaves the queue on every node at once. Plain
+    /// requests for the same name are not held back by the queue: they may
+    /// take the lock whenever it is free.
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Acquires the lock, or re-enters it if this owner already holds it.
+    ///
+    /// The owner is the one given to [`owner`](Self::owner), else the one of
+    /// the enclosing [`Owner::scope`], else a new owner of its own, which
+    /// never re-enters: it waits for every other hold, including one taken
+    /// by another future of the same task.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for a bad name or lease;
+    /// - [`Error::Contended`] when the wait ran out while another owner held it;
+    /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
+    /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
+    /// - [`Error::WrongType`] when the lock key holds a non-hash value;
+    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid;
+    ///   [`Error::Lost`] also when the re-entry finds the lock missing (forced, or lost by
+    ///   nodes restarted empty) or another holder's on so many nodes that no quorum can
+    ///   confirm it: a re-entry never re-creates the lock, and the hold is then lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future at any await point rolls back, in the
+    /// background, whatever grants it obtained on every node that may hold
+    /// one, at once rather than when the lease runs out. A re-entry that is
+    /// dropped restores the previous hold count.
+    pub async fn acquire(self) -> Result<LockGuard, Error> {
+        let inner = &self.manager.inner;
+        let keys = Keys::checked(&inner.nodes.config.key_prefix, &self.names.0)?;
+        let (terms, owner) = self.terms()?;
+        let target = Target::one(&keys);
+        let acquisition = inner.acquisition();
+        let Some(owner) = owner else {
+            // An owner of its own: nothing can re-enter it, so no slot; the
+            // hold only keeps the manager's state alive.
+            let owner = Owner::explicit(&inner.nodes.client_id);
+            let holds = acquisition
+                .fresh(&target, &owner, terms, |_| inner.keep_alive())
+                .await?;
+            return Ok(LockGuard::new(only(holds)?));
+        };
+        let slot = inner.slots.enter(&owner, &keys.name);
+        let _gate = slot.gate().await;
+        if let Some(hold) = slot.live_hold() {
+            return reenter(hold).await;
+        }
+        let holds = acquisition
+            .fresh(&target, &owner, terms, |_| {
+                slot.on_hold_drop(Arc::clone(inner))
+            })
+            .await?;
+        let hold = only(holds)?;
+        slot.keep(&hold);
+        Ok(LockGuard::new(hold))
+    }
+}
+
+/// The one hold of a single-name acquisition.
+fn only(holds: Vec<Arc<crate::hold::Hold>>) -> Result<Arc<crate::hold::Hold>, Error> {
+    holds
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::invalid("lock name", "no hold for the name"))
+}
+
+impl Request<'_, NameSet> {
+    /// Acquires every name, all or none, or re-enters the names this owner
+    /// already holds.
+    ///
+    /// On each node one script grants every name or none, and the set
+    /// counts against the quorum like one lock: no partial hold is ever
+    /// kept, so sets taken in any order cannot deadlock each other. Names
+    /// the owner already holds (by an earlier `lock_all` of the same set,
+    /// or a single lock) are re-entered one level each; the others are
+    /// then acquired together. The owner is the one given, else the
+    /// enclosing [`Owner::scope`]'s, else a new owner of its own.
+    ///
+    /// A set that is taken is retried after the configured
+    /// [`Backoff`](crate::Backoff) (no longer than the largest PTTL the nodes
+    /// reported); it is not woken by release messages and has no place in
+    /// the queues of single-lock waiters, so under steady contention from
+    /// `lock` calls on the same names it may wait longer than they do. A
+    /// smaller backoff maximum retries sooner.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidInput`] for an empty list, more than
+    ///   [`MAX_LOCK_ALL_NAMES`](crate::MAX_LOCK_ALL_NAMES) names, a name listed twice, a bad name or a
+    ///   bad lease;
+    /// - [`Error::Contended`] when the wait ran out while another owner held
+    ///   a name (the error's `name` lists the set);
+    /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
+    /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
+    /// - [`Error::WrongType`] when a lock key holds a non-hash value;
+    /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that
+    ///   is no longer valid (re-entered levels taken so far are given back).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future at any await point rolls back, in
+    /// the background, every name of the attempt in flight on every node
+    /// that may hold a grant, and gives back the levels of names re-entered
+    /// so far. Nothing of a dropped acquisition stays held.
+    pub async fn acquire(self) -> Result<MultiLockGuard, Error> {
+        let inner = &self.manager.inner;
+        let set = Target::set_checked(&inner.nodes.config.key_prefix, &self.names.0)?;
+        let (terms, owner) = self.terms()?;
+        let acquisition = inner.acquisition();
+        let Some(owner) = owner else {
+            // An owner of its own: nothing can re-enter it, so no slots; the
+            // holds only keep the manager's state alive.
+            let owner = Owner::explicit(&inner.nodes.client_id);
+            let holds = acquisition
+                .fresh(&set, &owner, terms, |_| inner.keep_alive())
+                .await?;
+            return Ok(MultiLockGuard::new(
+                holds.into_iter().map(LockGuard::new).collect(),
+            ));
+        };
+        let uses: Vec<SlotUse> = set
+            .keys
+            .iter()
+            .map(|k| inner.slots.enter(&owner, &k.name))
+            .collect();
+        // The gates in name order: two acquisitions of one owner never wait
+        // for each other's gates in a cycle.
+        let mut gates = Vec::with_capacity(uses.len());
+        for u in &uses {
+            gates.push(u.gate().await);
+        }
+        let mut guards = Vec::with_capacity(uses.len());
+        let mut fresh = Vec::new();
+        for (k, u) in set.keys.iter().zip(&uses) {
+            match u.live_hold() {
+                Some(hold) => guards.push(reenter(hold).await?),
+                None => fresh.push(Arc::clone(k)),
+            }
+        }
+        if !fresh.is_empty() {
+            let rest = Target::set_of(fresh);
+            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
+            let holds = acquisition
+                .fresh(&rest, &owner, terms, |name| {
+                    slot_of(name)
+                        .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
+                })
+                .await?;
+            for hold in holds {
+                if let Some(u) = slot_of(&hold.keys.name) {
+                    u.keep(&hold);
+                }
+                guards.push(LockGuard::new(hold));
+            }
+        }
+        drop(gates);
+        Ok(MultiLockGuard::new(guards))
+    }
+}
+
+impl LockManager {
+    /// A configurable acquisition of `name`: owner, fixed lease, wait. See
+    /// [`LockRequest`] for an example.
+    pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
+        Request::new(self, OneName(name.into()))
+    }
+
+    /// Waits until `name` is held, then keeps it renewed until released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let guard = locks.lock("account:7").await?;
+    /// assert!(guard.is_held());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// See [`LockRequest::acquire`]; contention and outages are retried, so
+    /// this returns errors only for bad input, wrong-type keys and re-entry of
+    /// a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard, Error> {
+        self.request(name).acquire().await
+    }
+
+    /// Tries to take `name`, waiting at most `wait`; renewed while held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// match locks.try_lock("cron:cleanup", Duration::ZERO).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(e) if e.is_contended() => println!("another instance runs it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] (with the holder's smallest PTTL) or
+    /// [`Error::Unavailable`] once `wait` has passed; see
+    /// [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn try_lock(&self, name: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.request(name).wait(wait).acquire().await
+    }
+
+    /// Waits until `name` is held for a fixed `lease`, which is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero lease or one not above the drift;
+    /// see [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock_with_lease(&self, name: &str, lease: Duration) -> Result<LockGuard, Error> {
+        self.request(name).lease(lease).acquire().await
+    }
+}
+
+impl LockManager {
+    /// A configurable acquisition of several names at once: owner, fixed
+    /// lease, wait. See [`MultiLockRequest`] for an example.
+    pub fn request_all<I, S>(&self, names: I) -> MultiLockRequest<'_>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Request::new(self, NameSet(names.into_iter().map(Into::into).collect()))
+    }
+
+    /// Waits until every one of `names` is held, all at once, then keeps
+    /// them renewed until released.
+    ///
+    /// On each node, one script grants every name or none, and the set
+    /// counts against the quorum like a single lock, so no ordering is
+    /// needed: two transfers `a → b` and `b → a` locking `["a", "b"]` and
+    /// `["b", "a"]` cannot deadlock. At most [`MAX_LOCK_ALL_NAMES`](crate::MAX_LOCK_ALL_NAMES) names.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let both = locks.lock_all(["account:7", "account:9"]).await?;
+    /// assert_eq!(both.names(), ["account:7", "account:9"]);
+    /// let token = both.fencing_token("account:7");
+    /// // ... move money between the two accounts, passing `token` along ...
+    /// both.release().await?;
+    /// # let _ = token;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// See [`MultiLockRequest::acquire`]; contention and outages are
+    /// retried, so this returns errors only for bad input, wrong-type keys
+    /// and re-entry of a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back every name's partial grants
+    /// at once, on every node that may hold one.
+    pub async fn lock_all<I, S>(&self, names: I) -> Result<MultiLockGuard, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.request_all(names).acquire().await
+    }
+
+    /// Tries to take every one of `names` at once, waiting at most `wait`;
+    /// renewed while held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] or [`Error::Unavailable`] once `wait` has
+    /// passed; see [`MultiLockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back every name's partial grants
+    /// at once.
+    pub async fn try_lock_all<I, S>(
+        &self,
+        names: I,
+        wait: Duration,
+    ) -> Result<MultiLockGuard, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.request_all(names).wait(wait).acquire().await
+    }
+}
+
+/// `lock_all`'s future can be spawned.
+#[allow(dead_code)]
+fn lock_all_is_send(m: &LockManager) -> impl Send + '_ {
+    m.lock_all(["a"])
+}

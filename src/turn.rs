@@ -1,0 +1,245 @@
+//! One acquisition's turn: its place in the lock's queue on the nodes
+//! (`queue::Spot`) and its bell among this manager's waiters
+//! (`wait::Waiter`), kept in step as one value, so that an acquisition
+//! reads attempt → miss → [`Turn::wait`].
+//!
+//! A waiter has a place in the lock's queue on the nodes (see the `queue`
+//! module): a fair request from its first attempt, since it may not pass
+//! waiters queued before it; a plain one from its first miss, so that a
+//! release wakes it and not one waiter per process (from its first attempt
+//! if the manager already listens on the lock's release channel: it is
+//! then woken without a second try). A set (`lock_all`) has neither: no
+//! single release channel rings it, and it retries after the backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::debug;
+
+use crate::error::Error;
+use crate::keys::{Keys, Target};
+use crate::nodes::Nodes;
+use crate::owner::Owner;
+use crate::queue::Spot;
+use crate::rng::jitter;
+use crate::wait::{Notifier, Waiter};
+
+/// One acquisition's place on the nodes and bell, from its first attempt
+/// to its end. Dropping it leaves the queue on every node where the
+/// waiter may be queued (in the background) and leaves the local FIFO,
+/// passing the turn on.
+pub(crate) struct Turn<'a> {
+    nodes: Arc<Nodes>,
+    notifier: &'a Notifier,
+    /// The lock's keys; `None` for a set, which only polls.
+    keys: Option<Arc<Keys>>,
+    /// The id of the owner: a release by this owner is one of this
+    /// acquisition's rollbacks, which does not ring its waiter (see
+    /// `wait::bells`).
+    owner_id: Arc<str>,
+    waiter_id: Arc<str>,
+    spot: Option<Spot>,
+    bell: Option<Waiter>,
+    /// A plain newcomer behind local waiters: its first attempt waits for
+    /// its turn.
+    deferred: bool,
+    /// Misses so far (the backoff's step).
+    misses: u32,
+}
+
+impl<'a> Turn<'a> {
+    /// The turn of an acquisition of `target` for `owner`. One that may
+    /// wait (`waits`) joins the lock's waiters before its first attempt
+    /// when that is useful:
+    /// - a plain request, behind the plain waiters of this manager already
+    ///   queued for the lock, instead of barging in (fair waiters do not
+    ///   hold it back, and a fair request needs a place of its own on the
+    ///   nodes: it attempts);
+    /// - any request whose release channel this manager already listens on,
+    ///   so that a release during its first attempt rings it: a miss needs
+    ///   no second try before waiting (one fan-out and its rollbacks fewer
+    ///   per contended acquisition).
+    pub(crate) fn new(
+        nodes: &Arc<Nodes>,
+        notifier: &'a Notifier,
+        target: &Target,
+        owner: &Owner,
+        fair: bool,
+        waits: bool,
+    ) -> Self {
+        let keys = (!target.set).then(|| Arc::clone(target.first()));
+        let mut turn = Self {
+            nodes: Arc::clone(nodes),
+            notifier,
+            owner_id: owner.shared_id(),
+            waiter_id: owner.waiter_id(),
+            spot: None,
+            bell: None,
+            deferred: false,
+            misses: 0,
+            keys,
+        };
+        let Some(keys) = turn.keys.clone() else {
+            return turn;
+        };
+        if fair {
+            turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), true));
+        }
+        if waits {
+            if !fair {
+                turn.bell = notifier.join_if_queued(&keys.channel, &turn.owner_id);
+            }
+            if turn.bell.is_none() {
+                let id = turn.spot.as_ref().map(|s| Arc::clone(s.waiter()));
+                turn.bell = notifier.join_if_covered(&keys.channel, id.as_ref(), &turn.owner_id);
+            }
+            if turn.bell.is_some() && turn.spot.is_none() {
+                turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), false));
+            }
+        }
+        turn.deferred = turn.bell.as_ref().is_some_and(Waiter::is_behind);
+        turn
+    }
+
+    /// Whether the next attempt waits for this waiter's turn first (a
+    /// plain newcomer behind local waiters).
+    pub(crate) fn deferred(&self) -> bool {
+        self.deferred
+    }
+
+    /// The deferred newcomer's wait ran out: it attempts once anyway.
+    pub(crate) fn stop_deferring(&mut self) {
+        self.deferred = false;
+    }
+
+    /// The attempts so far that missed.
+    pub(crate) fn misses(&self) -> u32 {
+        self.misses
+    }
+
+    /// Readies the next attempt: a ring from now on ends the next wait at
+    /// once. Returns the place the attempt sends, if queued.
+    pub(crate) fn attempting(&mut self) -> Option<&mut Spot> {
+        if let Some(b) = self.bell.as_mut() {
+            b.mark();
+        }
+        self.spot.as_mut()
+    }
+
+    /// The attempt won, holding the lock for `lease`: the local waiters
+    /// behind sleep until then at most, and the place is left where a
+    /// refusal kept it (not where an answer was still pending: see
+    /// `rollback::LateGrants`).
+    pub(crate) fn won(mut self, lease: Duration) {
+        if let Some(b) = self.bell.take() {
+            b.acquired(lease);
+        }
+        if let Some(s) = self.spot.as_mut() {
+            s.won();
+        }
+    }
+
+    /// Sleeps after a miss (`err`, or none when the attempt was deferred)
+    /// until the next attempt is due, never past `remaining`:
+    /// - the first miss subscribes to the release channel and returns once
+    ///   the subscription is confirmed, so that the next attempt catches a
+    ///   release that came before it (that attempt takes a place in the
+    ///   queue);
+    /// - a fair waiter that the nodes put at different tickets retries at
+    ///   once with the largest, so that no node orders it differently for
+    ///   long;
+    /// - otherwise until the bell rings, or the fallback: the holder's
+    ///   known expiry while release messages are covered (an expiry
+    ///   publishes nothing), the polling backoff while they are not.
+    pub(crate) async fn wait(
+        &mut self,
+        err: Option<&Error>,
+        remaining: Option<Duration>,
+        lease: Duration,
+    ) {
+        self.misses = self.misses.saturating_add(1);
+        let pttl = err.and_then(Error::min_pttl);
+        let Some(keys) = self.keys.clone() else {
+            // A set: the backoff, no longer than the largest PTTL reported.
+            let delay = fallback(&self.nodes, self.misses, pttl, false, remaining);
+            tokio::time::sleep(delay).await;
+            return;
+        };
+        let bell = match self.bell.as_mut() {
+            Some(b) => {
+                if let Some(pttl) = pttl {
+                    b.holder_seen(pttl);
+                }
+                b
+            }
+            None => {
+                let nodes = &self.nodes;
+                let waiter = &self.waiter_id;
+                let spot = self
+                    .spot
+                    .get_or_insert_with(|| Spot::new(nodes, &keys, Arc::clone(waiter), false));
+                // A release naming a fair waiter rings that waiter: its turn
+                // on the nodes. One naming a plain waiter of ours rings the
+                // local head, which keeps the order among local waiters.
+                let fair = spot.fair().then(|| spot.waiter());
+                let bell = self.notifier.waiter(&keys.channel, fair, &self.owner_id);
+                if let Some(pttl) = pttl {
+                    bell.holder_seen(pttl);
+                }
+                let timeout = nodes.config.node_timeout;
+                bell.confirmed(remaining.map_or(timeout, |r| r.min(timeout)))
+                    .await;
+                self.bell = Some(bell);
+                return;
+            }
+        };
+        if self
+            .spot
+            .as_mut()
+            .is_some_and(|s| s.fair() && s.take_settle())
+        {
+            return;
+        }
+        let covered = bell.covered();
+        let delay = match err {
+            Some(_) => fallback(&self.nodes, self.misses, pttl, covered, remaining),
+            // Queued behind local waiters: our bell rings when our turn
+            // comes; until then, sleep no longer than the holder's key is
+            // known to last, or poll if release messages are not covered.
+            None if covered => {
+                let until_expiry = bell.holder_left().unwrap_or(lease);
+                remaining.map_or(until_expiry, |r| r.min(until_expiry))
+            }
+            None => self.nodes.config.backoff.delay(self.misses),
+        };
+        let deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
+        // A waiter with a place on the nodes keeps it by calling at least
+        // every refresh interval (so does the local head, placed or not:
+        // see `Waiter::wait`).
+        let placed = err.is_some() && self.spot.is_some();
+        let woke = bell.wait(delay, deadline, placed).await;
+        self.deferred = false;
+        debug!(lock = %keys.name, ?woke, "waiter woke");
+    }
+}
+
+/// How long a waiter sleeps after its `misses`-th miss when no release
+/// message comes. With release messages covered, until the holder's key
+/// would expire (`pttl`, so a lost message costs at most one TTL); without,
+/// the polling backoff, no longer than that. Never past `remaining`;
+/// jittered.
+fn fallback(
+    nodes: &Nodes,
+    misses: u32,
+    pttl: Option<Duration>,
+    covered: bool,
+    remaining: Option<Duration>,
+) -> Duration {
+    let backoff = nodes.config.backoff.delay(misses);
+    let delay = match pttl {
+        Some(pttl) if covered => pttl + jitter(),
+        Some(pttl) => backoff.min(pttl + jitter()),
+        None => backoff,
+    };
+    remaining.map_or(delay, |r| delay.min(r))
+}
