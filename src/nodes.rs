@@ -99,26 +99,9 @@ impl Nodes {
 
     /// Sends the release script for all but `left` levels of `holder`'s hold
     /// to every node, and tallies the answers. Returns once a quorum
-    /// released or can no longer release; the other calls go on in the
-    /// background, so every node gets the release.
-    pub(crate) async fn release(
-        &self,
-        keys: &Arc<Keys>,
-        holder: &Arc<str>,
-        left: u32,
-        lease: Duration,
-        token: u64,
-    ) -> ReleaseTally {
-        let (t, rest) = self.release_quorum(keys, holder, left, lease, token).await;
-        if !rest.is_empty() {
-            self.spawn(rest.for_each(|_, _| {}));
-        }
-        t
-    }
-
-    /// [`Nodes::release`], handing back the calls still in flight when the
-    /// quorum was decided instead of spawning their drain: a caller that
-    /// already runs as background work drains them itself, one task fewer.
+    /// released or can no longer release, with the calls still in flight:
+    /// the caller drains them (as background work), so every node gets the
+    /// release.
     pub(crate) async fn release_quorum(
         &self,
         keys: &Arc<Keys>,

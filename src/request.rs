@@ -142,6 +142,68 @@ impl<'a, N> Request<'a, N> {
             .or_else(|| Owner::scoped(&inner.nodes.client_id));
         Ok((terms, owner))
     }
+
+    /// Takes `target` for the request's owner: re-enters the names the
+    /// owner holds (one level each) and acquires the others together, one
+    /// guard per name in the target's order (re-entered names first).
+    /// Without an owner (a new owner of its own, which nothing can
+    /// re-enter) no slot is used: the holds only keep the manager's state
+    /// alive.
+    async fn take(&self, target: Target) -> Result<Vec<LockGuard>, Error> {
+        let inner = &self.manager.inner;
+        let (terms, owner) = self.terms()?;
+        let acquisition = inner.acquisition();
+        let Some(owner) = owner else {
+            let owner = Owner::explicit(&inner.nodes.client_id);
+            let holds = acquisition
+                .fresh(&target, &owner, terms, |_| inner.keep_alive())
+                .await?;
+            return Ok(holds.into_iter().map(LockGuard::new).collect());
+        };
+        let uses: Vec<SlotUse> = target
+            .keys
+            .iter()
+            .map(|k| inner.slots.enter(&owner, &k.name))
+            .collect();
+        // The gates in name order: two acquisitions of one owner never wait
+        // for each other's gates in a cycle.
+        let mut gates = Vec::with_capacity(uses.len());
+        for u in &uses {
+            gates.push(u.gate().await);
+        }
+        let mut guards = Vec::with_capacity(uses.len());
+        let mut fresh = Vec::new();
+        for (k, u) in target.keys.iter().zip(&uses) {
+            match u.live_hold() {
+                Some(hold) => guards.push(reenter(hold).await?),
+                None => fresh.push(Arc::clone(k)),
+            }
+        }
+        if !fresh.is_empty() {
+            // A set takes its names not held yet together; one name is
+            // taken as it was asked for (queued, fair or not).
+            let rest = if target.set {
+                Target::set_of(fresh)
+            } else {
+                target
+            };
+            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
+            let holds = acquisition
+                .fresh(&rest, &owner, terms, |name| {
+                    slot_of(name)
+                        .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
+                })
+                .await?;
+            for hold in holds {
+                if let Some(u) = slot_of(&hold.keys.name) {
+                    u.keep(&hold);
+                }
+                guards.push(LockGuard::new(hold));
+            }
+        }
+        drop(gates);
+        Ok(guards)
+    }
 }
 
 impl Request<'_, OneName> {
@@ -187,42 +249,13 @@ impl Request<'_, OneName> {
     /// one, at once rather than when the lease runs out. A re-entry that is
     /// dropped restores the previous hold count.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let inner = &self.manager.inner;
-        let keys = Keys::checked(&inner.nodes.config.key_prefix, &self.names.0)?;
-        let (terms, owner) = self.terms()?;
-        let target = Target::one(&keys);
-        let acquisition = inner.acquisition();
-        let Some(owner) = owner else {
-            // An owner of its own: nothing can re-enter it, so no slot; the
-            // hold only keeps the manager's state alive.
-            let owner = Owner::explicit(&inner.nodes.client_id);
-            let holds = acquisition
-                .fresh(&target, &owner, terms, |_| inner.keep_alive())
-                .await?;
-            return Ok(LockGuard::new(only(holds)?));
-        };
-        let slot = inner.slots.enter(&owner, &keys.name);
-        let _gate = slot.gate().await;
-        if let Some(hold) = slot.live_hold() {
-            return reenter(hold).await;
-        }
-        let holds = acquisition
-            .fresh(&target, &owner, terms, |_| {
-                slot.on_hold_drop(Arc::clone(inner))
-            })
-            .await?;
-        let hold = only(holds)?;
-        slot.keep(&hold);
-        Ok(LockGuard::new(hold))
+        let keys = Keys::checked(&self.manager.inner.nodes.config.key_prefix, &self.names.0)?;
+        let mut guards = self.take(Target::one(&keys)).await?;
+        // One name, one guard.
+        guards.pop().ok_or_else(|| Error::NotHeld {
+            name: keys.name.to_string(),
+        })
     }
-}
-
-/// The one hold of a single-name acquisition.
-fn only(holds: Vec<Arc<crate::hold::Hold>>) -> Result<Arc<crate::hold::Hold>, Error> {
-    holds
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::invalid("lock name", "no hold for the name"))
 }
 
 impl Request<'_, NameSet> {
@@ -264,58 +297,9 @@ impl Request<'_, NameSet> {
     /// that may hold a grant, and gives back the levels of names re-entered
     /// so far. Nothing of a dropped acquisition stays held.
     pub async fn acquire(self) -> Result<MultiLockGuard, Error> {
-        let inner = &self.manager.inner;
-        let set = Target::set_checked(&inner.nodes.config.key_prefix, &self.names.0)?;
-        let (terms, owner) = self.terms()?;
-        let acquisition = inner.acquisition();
-        let Some(owner) = owner else {
-            // An owner of its own: nothing can re-enter it, so no slots; the
-            // holds only keep the manager's state alive.
-            let owner = Owner::explicit(&inner.nodes.client_id);
-            let holds = acquisition
-                .fresh(&set, &owner, terms, |_| inner.keep_alive())
-                .await?;
-            return Ok(MultiLockGuard::new(
-                holds.into_iter().map(LockGuard::new).collect(),
-            ));
-        };
-        let uses: Vec<SlotUse> = set
-            .keys
-            .iter()
-            .map(|k| inner.slots.enter(&owner, &k.name))
-            .collect();
-        // The gates in name order: two acquisitions of one owner never wait
-        // for each other's gates in a cycle.
-        let mut gates = Vec::with_capacity(uses.len());
-        for u in &uses {
-            gates.push(u.gate().await);
-        }
-        let mut guards = Vec::with_capacity(uses.len());
-        let mut fresh = Vec::new();
-        for (k, u) in set.keys.iter().zip(&uses) {
-            match u.live_hold() {
-                Some(hold) => guards.push(reenter(hold).await?),
-                None => fresh.push(Arc::clone(k)),
-            }
-        }
-        if !fresh.is_empty() {
-            let rest = Target::set_of(fresh);
-            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
-            let holds = acquisition
-                .fresh(&rest, &owner, terms, |name| {
-                    slot_of(name)
-                        .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
-                })
-                .await?;
-            for hold in holds {
-                if let Some(u) = slot_of(&hold.keys.name) {
-                    u.keep(&hold);
-                }
-                guards.push(LockGuard::new(hold));
-            }
-        }
-        drop(gates);
-        Ok(MultiLockGuard::new(guards))
+        let prefix = &self.manager.inner.nodes.config.key_prefix;
+        let set = Target::set_checked(prefix, &self.names.0)?;
+        Ok(MultiLockGuard::new(self.take(set).await?))
     }
 }
 

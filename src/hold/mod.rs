@@ -13,8 +13,10 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::Error;
 use crate::keys::Keys;
+use crate::node::Released;
 use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
+use crate::quorum::Stragglers;
 use crate::resume::Resumes;
 
 mod record;
@@ -213,10 +215,22 @@ impl Hold {
         }
     }
 
-    /// Releases all but `left` levels on every node.
+    /// Releases all but `left` levels on every node: returns at the
+    /// quorum's decision, and the calls still in flight go on as background
+    /// work, so every node gets the release.
     pub(crate) async fn release_levels(&self, left: u32) -> ReleaseTally {
+        let (t, rest) = self.release_quorum(left).await;
+        if !rest.is_empty() {
+            self.nodes.spawn(rest.for_each(|_, _| {}));
+        }
+        t
+    }
+
+    /// Sends this hold's release of all but `left` levels to every node;
+    /// hands back the calls still in flight at the quorum's decision.
+    async fn release_quorum(&self, left: u32) -> (ReleaseTally, Stragglers<Released>) {
         self.nodes
-            .release(&self.keys, &self.holder_id, left, self.lease, self.token)
+            .release_quorum(&self.keys, &self.holder_id, left, self.lease, self.token)
             .await
     }
 
@@ -233,10 +247,7 @@ impl Hold {
         self.nodes
             .spawn(async move {
                 hold.wait_renewal_done().await;
-                let (t, rest) = hold
-                    .nodes
-                    .release_quorum(&hold.keys, &hold.holder_id, left, hold.lease, hold.token)
-                    .await;
+                let (t, rest) = hold.release_quorum(left).await;
                 let _ = tx.send(t);
                 // The calls the quorum did not wait for run on in this task,
                 // so that every node gets the release (no second task).
@@ -265,14 +276,8 @@ impl Hold {
         }
         let mut resend = Resend(Some(self));
         self.wait_renewal_done().await;
-        let (t, rest) = self
-            .nodes
-            .release_quorum(&self.keys, &self.holder_id, 0, self.lease, self.token)
-            .await;
+        let t = self.release_levels(0).await;
         resend.0 = None;
-        if !rest.is_empty() {
-            self.nodes.spawn(rest.for_each(|_, _| {}));
-        }
         t
     }
 
