@@ -181,7 +181,7 @@ impl<T: Send + 'static> FanOut<T> {
         };
         self.until(|f| {
             let (done, pending) = count(f);
-            done >= required || done + pending < required
+            Decision::of(done, pending, required) != Decision::Open
         })
         .await;
         count(self).0
@@ -244,7 +244,7 @@ pub(crate) struct Tally {
     pub(crate) pending: usize,
 }
 
-/// Where an acquisition stands.
+/// Where a fan-out of a quorum stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Not yet decided.
@@ -253,6 +253,20 @@ pub(crate) enum Decision {
     Won,
     /// The quorum can no longer be reached.
     Lost,
+}
+
+impl Decision {
+    /// The quorum rule: won at `required` successes (`done`), lost once the
+    /// calls still `pending` can no longer make up the difference.
+    pub(crate) fn of(done: usize, pending: usize, required: usize) -> Self {
+        if done >= required {
+            Self::Won
+        } else if done + pending < required {
+            Self::Lost
+        } else {
+            Self::Open
+        }
+    }
 }
 
 impl Tally {
@@ -271,13 +285,7 @@ impl Tally {
     }
 
     pub(crate) fn decide(&self, required: usize) -> Decision {
-        if self.granted >= required {
-            Decision::Won
-        } else if self.granted + self.pending < required {
-            Decision::Lost
-        } else {
-            Decision::Open
-        }
+        Decision::of(self.granted, self.pending, required)
     }
 }
 
