@@ -30,15 +30,22 @@ Examples:
   quorumlock exec --wait 10m db-migrate -- ./migrate.sh --all
   quorumlock exec --fair batch-slot -- ./process-next-batch.sh
 
-  # Who holds it, node by node (or as JSON)
+  # Who holds it, node by node (or as JSON), and who waits for it
   quorumlock status nightly-report
   quorumlock status --json nightly-report
+
+  # The same, redrawn every second until Ctrl-C
+  quorumlock status --watch nightly-report
+
+  # The locks with the most waiters, found by a prefix scan of every node
+  quorumlock top --limit 10
 
   # Break a lock whose holder is known to be gone
   quorumlock unlock --force nightly-report
 
 Exit status:
-  0        success (exec: the command's own status, whatever it is)
+  0        success (exec: the command's own status, whatever it is;
+           --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
   2        usage or configuration error: bad option, duration, URL, quorum,
            lock name, or no nodes given
@@ -48,6 +55,7 @@ Exit status:
   126/127  exec: the command could not be started / was not found
   128+N    exec: the command was killed by signal N, or quorumlock was
            interrupted by signal N while waiting for the lock
+           (--watch: ended by SIGTERM or SIGHUP)
   Whenever the status is quorumlock's own, a line on stderr says why.";
 
 const EXEC_HELP: &str = "\
@@ -96,6 +104,72 @@ Exit status:
   76       lock lost while the command ran; the command was terminated
   126/127  the command could not be started / was not found
   128+N    quorumlock was interrupted by signal N while waiting for the lock";
+
+/// What `--watch` does, for the help of `status` and `top`.
+macro_rules! watch_help {
+    () => {
+        "\
+With --watch, the view is redrawn every --interval until Ctrl-C. On a
+terminal it is redrawn in place (cut to the terminal's size, the cursor
+hidden meanwhile and shown again at the end); otherwise each snapshot is
+printed in turn, plain text without escape codes, after a header line
+`-- quorumlock ... at TIME` (with --json: one JSON document per line).
+Nodes that go down show as unreachable and the view goes on; a node that
+does not answer within 3 s counts as down for that snapshot.
+
+Exit status: 0 (also when ended by Ctrl-C), 2 for a bad option or
+interval, 69 when no node can be reached at the start, 128+N when ended
+by SIGTERM or SIGHUP."
+    };
+}
+
+const STATUS_HELP: &str = concat!(
+    "\
+For every node: whether it answered, the holder id, the hold count (the
+reentrancy count), the PTTL, the node's fence counter (the last fencing
+token it issued) and its maxmemory-policy. The holder id tells the host,
+process id and since when it holds the lock. Below, the waiters queued on
+the nodes (waiters that missed the lock once, fair or not), in ticket
+order: waiter id, host, pid, ticket, on how many nodes it is queued, and
+how long until the nodes skip it if it stops calling (they do after the
+queue timeout, 5 s by default, which each attempt renews). At most 20 are
+listed, with the total.
+
+Examples:
+  quorumlock status nightly-report
+  quorumlock status --json nightly-report
+  quorumlock status --watch --interval 500ms nightly-report
+
+",
+    watch_help!()
+);
+
+const TOP_HELP: &str = concat!(
+    "\
+Scans every node for the lock hashes under the key prefix (SCAN with MATCH
+`<prefix>{*}` and COUNT --batch, never KEYS) and reads each lock found with
+one pipeline per batch (HGETALL, PTTL and ZCARD of its queue), so a node
+holding 100,000 locks answers other clients between batches. Locks are
+listed by waiters (most first), then by name: holder (host@pid when the
+holder id tells, the raw id otherwise), hold count, the smallest PTTL over
+the nodes that hold it, waiters (the longest queue over the nodes), and on
+how many nodes the lock exists. A lock held by no owner on a quorum shows
+the owner with the most nodes, marked `(no quorum)`. A lock that is free
+while waiters are queued (between two holders) has no hash and is not
+listed. While it scans, a progress bar is shown on stderr when stderr is a
+terminal (not with --watch).
+
+Examples:
+  quorumlock top
+  quorumlock top --limit 50 --key-prefix jobs:
+  quorumlock top --watch --interval 5s
+
+A node that cannot be scanned is named below the list, and the others are
+listed; without --watch, the exit status is 69 when no node could be.
+
+",
+    watch_help!()
+);
 
 const UNLOCK_HELP: &str = "\
 An administrative break: the lock is deleted on every node whoever holds it.
@@ -184,8 +258,14 @@ pub enum Command {
     /// Run a command while holding the lock, renewed until it exits.
     #[command(after_long_help = EXEC_HELP)]
     Exec(ExecArgs),
-    /// Show what every node holds for a lock: holder, hold count, PTTL, fence.
+    /// Show what every node holds for a lock (holder, hold count, PTTL,
+    /// fence) and who waits for it; --watch redraws it until Ctrl-C.
+    #[command(after_long_help = STATUS_HELP)]
     Status(StatusArgs),
+    /// Show the locks with the most waiters, found by a prefix scan of the
+    /// nodes; --watch redraws them until Ctrl-C.
+    #[command(after_long_help = TOP_HELP)]
+    Top(TopArgs),
     /// Break a lock whoever holds it (administrative; needs --force).
     #[command(after_long_help = UNLOCK_HELP)]
     Unlock(UnlockArgs),
@@ -245,13 +325,52 @@ pub struct ExecArgs {
 /// `quorumlock status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (with --watch: one document per line).
     #[arg(long)]
     pub json: bool,
+
+    /// Redraw the status every --interval until Ctrl-C.
+    #[command(flatten)]
+    pub watch: WatchArgs,
 
     /// The lock name.
     #[arg(value_name = "NAME")]
     pub name: String,
+}
+
+/// `quorumlock top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// How many locks to list.
+    #[arg(long, value_name = "N", default_value = "20", value_parser = parse_limit)]
+    pub limit: usize,
+
+    /// Keys each SCAN call examines (its COUNT): a larger batch scans
+    /// faster, a smaller one keeps each call shorter on the nodes.
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = parse_batch)]
+    pub batch: usize,
+
+    /// Redraw the list every --interval until Ctrl-C (a new scan each time).
+    #[command(flatten)]
+    pub watch: WatchArgs,
+}
+
+/// `--watch` and `--interval`, shared by `status` and `top`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Redraw every --interval until interrupted (Ctrl-C exits with 0).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// Time between two redraws with --watch (at least 100ms).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        requires = "watch",
+        value_parser = parse_interval
+    )]
+    pub interval: Duration,
 }
 
 /// `quorumlock unlock`.
@@ -274,6 +393,47 @@ pub struct UnlockArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e} (expected a duration such as 500ms, 30s, 5m or 1h)"))
+}
+
+/// Shortest `--interval`: shorter ones would keep the nodes busy for a view
+/// no one can read that fast.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Parses a `--interval`: a duration of at least [`MIN_INTERVAL`].
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "{} is too short: the interval must be at least 100ms",
+            s.trim()
+        ));
+    }
+    Ok(d)
+}
+
+/// Most locks `top --limit` lists.
+pub const MAX_LIMIT: usize = 100_000;
+
+/// Parses `top --limit`: 1 to [`MAX_LIMIT`].
+fn parse_limit(s: &str) -> Result<usize, String> {
+    parse_count(s, MAX_LIMIT)
+}
+
+/// Largest `top --batch`: a SCAN COUNT above it would make single calls
+/// long on a big node.
+pub const MAX_BATCH: usize = 10_000;
+
+/// Parses `top --batch`: 1 to [`MAX_BATCH`].
+fn parse_batch(s: &str) -> Result<usize, String> {
+    parse_count(s, MAX_BATCH)
+}
+
+/// A whole number from 1 to `max`.
+fn parse_count(s: &str, max: usize) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {max}")),
+    }
 }
 
 /// Parses `majority`, `all` or a number.
