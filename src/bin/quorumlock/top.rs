@@ -9,7 +9,7 @@
 //! the number of locks, not with nodes times locks.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
@@ -111,8 +111,9 @@ impl View for Top {
 /// What the nodes hold for one lock, merged.
 #[derive(Debug, Default)]
 struct Lock {
-    /// Nodes where the lock hash exists.
-    nodes: usize,
+    /// The nodes where the lock hash exists (by index, each once: SCAN
+    /// may return a key twice).
+    nodes: Vec<usize>,
     /// Each owner in the hash: on how many nodes, and its largest count.
     holders: Vec<(String, usize, u32)>,
     /// The smallest PTTL over the nodes, in ms (`None`: no node gave one).
@@ -130,8 +131,6 @@ async fn scan(
     locks: &RefCell<HashMap<String, Lock>>,
     bar: &RefCell<ScanBar>,
 ) -> Result<(), String> {
-    // SCAN may return a key twice: each lock counts once per node.
-    let mut seen: HashSet<String> = HashSet::new();
     let mut cursor = 0u64;
     loop {
         let mut pipe = redis::pipe();
@@ -146,7 +145,6 @@ async fn scan(
             .into_iter()
             .filter_map(|k| String::from_utf8(k).ok())
             .filter_map(|k| name_of(&k, prefix).map(str::to_owned))
-            .filter(|n| seen.insert(n.clone()))
             .collect();
         if !names.is_empty() {
             let mut pipe = redis::pipe();
@@ -161,7 +159,7 @@ async fn scan(
                     .arg(format!("{key}:queue"));
             }
             let replies: Vec<redis::Value> = node.query(&pipe).await?;
-            merge(&mut locks.borrow_mut(), names, replies)?;
+            merge(&mut locks.borrow_mut(), node.index, names, replies)?;
         }
         cursor = next;
         let part = if cursor == 0 { 1.0 } else { scanned(cursor) };
@@ -173,10 +171,11 @@ async fn scan(
     }
 }
 
-/// Adds one node's replies for `names` (HGETALL, PTTL, ZCARD each) to
+/// Adds node `node`'s replies for `names` (HGETALL, PTTL, ZCARD each) to
 /// `locks`.
 fn merge(
     locks: &mut HashMap<String, Lock>,
+    node: usize,
     names: Vec<String>,
     replies: Vec<redis::Value>,
 ) -> Result<(), String> {
@@ -192,7 +191,10 @@ fn merge(
             continue;
         };
         let lock = locks.entry(name).or_default();
-        lock.nodes += 1;
+        if lock.nodes.contains(&node) {
+            continue;
+        }
+        lock.nodes.push(node);
         for (owner, count) in hash {
             let count = count.parse().unwrap_or(0);
             match lock.holders.iter_mut().find(|(o, _, _)| *o == owner) {
@@ -281,7 +283,7 @@ fn table(
             since,
             lock.pttl
                 .map_or_else(|| "no ttl".to_owned(), |p| human(Duration::from_millis(p))),
-            format!("{}/{total}", lock.nodes),
+            format!("{}/{total}", lock.nodes.len()),
         ]);
     }
     out.push_str(&align(&rows));
@@ -328,7 +330,7 @@ mod tests {
     #[test]
     fn the_busiest_come_first_then_by_name() {
         let lock = |waiting, holders: Vec<(&str, usize, u32)>| Lock {
-            nodes: 3,
+            nodes: vec![0, 1, 2],
             holders: holders
                 .into_iter()
                 .map(|(h, n, c)| (h.to_owned(), n, c))
@@ -357,5 +359,35 @@ mod tests {
         assert_eq!(cells(lines[3]), ["a", "2", "y", "1", "-", "1.5s", "3/3"]);
         assert_eq!(cells(lines[4])[..4], ["b", "2", "h@1", "2"]);
         assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn a_node_counts_once_per_lock_and_foreign_keys_not_at_all() {
+        use redis::Value::{Array, BulkString, Int};
+        let replies = |pttl, waiting| {
+            vec![
+                Array(vec![BulkString(b"o".to_vec()), BulkString(b"2".to_vec())]),
+                Int(pttl),
+                Int(waiting),
+            ]
+        };
+        let mut locks = HashMap::new();
+        let names = || vec!["a".to_owned()];
+        merge(&mut locks, 0, names(), replies(900, 1)).expect("merge");
+        // SCAN returned the key again on node 0.
+        merge(&mut locks, 0, names(), replies(900, 1)).expect("merge");
+        merge(&mut locks, 1, names(), replies(-1, 4)).expect("merge");
+        // Gone between the SCAN and the read: an empty hash, no lock.
+        let gone = vec![Array(vec![]), Int(-2), Int(0)];
+        merge(&mut locks, 1, vec!["b".to_owned()], gone).expect("merge");
+        assert!(!locks.contains_key("b"));
+        let a = &locks["a"];
+        assert_eq!(a.nodes, [0, 1]);
+        assert_eq!(a.holders, [("o".to_owned(), 2, 2)]);
+        assert_eq!((a.pttl, a.waiting), (Some(900), 4));
+        assert!(
+            merge(&mut locks, 2, names(), vec![Int(1)]).is_err(),
+            "short"
+        );
     }
 }
