@@ -3,6 +3,8 @@
 #[path = "cli/observe.rs"]
 mod observe;
 mod support;
+#[path = "cli/top.rs"]
+mod top;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

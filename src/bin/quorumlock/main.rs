@@ -9,6 +9,7 @@ mod cluster;
 mod direct;
 mod exec;
 mod exit;
+mod help;
 mod progress;
 mod queue;
 mod status;
