@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Installs what quorumlock's demo, tests and benchmark need on a fresh
-# Debian/Ubuntu machine: redis-server (the nodes of the demo and the tests).
+# Debian/Ubuntu machine: redis-server (the nodes of the demo and the tests)
+# and tmux (tests/cli.rs runs `status --watch` in a real terminal).
 # Docker is needed only by the chaos tests (tests/chaos.rs); no registry is
 # used: docker/build-image.sh builds the image from the local redis-server.
 set -euo pipefail
 
-need_redis() { ! command -v redis-server >/dev/null 2>&1; }
+# The packages missing, named by the command each provides.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 
-if need_redis; then
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing redis-server with apt-get" >&2
+    echo "setup: installing ${missing[*]} with apt-get" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq redis-server >/dev/null
+    apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "setup: redis-server is missing; install it (e.g. sudo apt-get install -y redis-server)" >&2
+    echo "setup: ${missing[*]} missing; install (e.g. sudo apt-get install -y ${missing[*]})" >&2
     exit 1
   fi
 fi
@@ -23,3 +27,4 @@ if command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 redis-server --version >&2
+tmux -V >&2

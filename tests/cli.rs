@@ -1,6 +1,10 @@
 //! The `quorumlock` binary, run as a real process against local masters.
 
+#[path = "cli/observe.rs"]
+mod observe;
 mod support;
+#[path = "cli/top.rs"]
+mod top;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -403,8 +407,9 @@ async fn status_shows_every_node() {
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].contains(&format!("held by {owner}")), "{table}");
     assert!(lines[1].starts_with("NODE"), "{table}");
-    assert_eq!(lines.len(), 7, "{table}");
-    for (i, line) in lines[2..].iter().enumerate() {
+    assert_eq!(lines.len(), 8, "{table}");
+    assert_eq!(lines[7], "no one waiting", "{table}");
+    for (i, line) in lines[2..7].iter().enumerate() {
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cells[0], i.to_string(), "{table}");
         assert_eq!(cells[1], format!("127.0.0.1:{}", nodes().port(i)));

@@ -8,106 +8,10 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use quorumlock::Quorum;
 
+use crate::help::{EXEC_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP};
+
 /// Example node list, shown wherever the nodes are missing.
 pub const NODES_EXAMPLE: &str = "redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379";
-
-const ROOT_HELP: &str = "\
-Nodes:
-  Every command needs the Redis masters (independent, not replicas of each
-  other), as --nodes or in QUORUMLOCK_NODES, comma separated:
-    export QUORUMLOCK_NODES=redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379
-  URLs may carry a password and a db: redis://:secret@redis-a:6379/2
-
-Examples:
-  # Run a report on one host at a time; give up at once if it is running elsewhere
-  quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
-
-  # crontab on every host: at most one run at a time across all of them;
-  # --quiet keeps cron from mailing when another host has the lock
-  */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
-
-  # Wait up to 10 minutes for the lock, keep it renewed while migrating
-  quorumlock exec --wait 10m db-migrate -- ./migrate.sh --all
-  quorumlock exec --fair batch-slot -- ./process-next-batch.sh
-
-  # Who holds it, node by node (or as JSON)
-  quorumlock status nightly-report
-  quorumlock status --json nightly-report
-
-  # Break a lock whose holder is known to be gone
-  quorumlock unlock --force nightly-report
-
-Exit status:
-  0        success (exec: the command's own status, whatever it is)
-  1        other failure (confirmation declined, key of the wrong type)
-  2        usage or configuration error: bad option, duration, URL, quorum,
-           lock name, or no nodes given
-  69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
-  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
-  76       exec: lock lost while the command ran; the command was terminated
-  126/127  exec: the command could not be started / was not found
-  128+N    exec: the command was killed by signal N, or quorumlock was
-           interrupted by signal N while waiting for the lock
-  Whenever the status is quorumlock's own, a line on stderr says why.";
-
-const EXEC_HELP: &str = "\
-The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
-fencing token: larger than every token issued for this lock before; pass it
-to the resource you protect and have it reject smaller ones).
-
-While the command runs, the lock is renewed every lease/3. If renewal cannot
-show a quorum in time, the lock is lost: the command's process group gets
-SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76. The grace
-is capped at what is left of the lock's validity at that moment, because
-another owner may take the lock once it has expired: a lock lost with
-nothing left gets SIGKILL right after SIGTERM.
-
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to quorumlock are forwarded to the
-command (its whole process group); quorumlock waits for it, releases the
-lock and exits with the command's status.
-
-Run from cron, a script or a service, the command gets a process group of
-its own, so that these signals reach every process it starts, and the lock
-is held until every process of that group has exited, not only the command
-(background jobs it left running included; if the lock is lost meanwhile,
-they get SIGTERM and SIGKILL as above). A process that leaves the group
-(setsid, a daemon) is not tracked. Run in the foreground of a terminal (or
-with --foreground), the command shares quorumlock's process group so that
-it can read the terminal; signals then go to the command alone, and the
-lock is released as soon as the command exits: processes it left running
-in the background cannot be told apart from quorumlock's own group and are
-neither waited for nor stopped.
-
-On Linux, if quorumlock itself dies (even by SIGKILL), the kernel kills the
-command with SIGKILL, so that it does not run on without the lock. Only the
-command's own process gets this signal; processes it started keep running
-then (in their own group, a `kill -KILL -- -PGID` stops them all).
-
-Examples:
-  quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
-  */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
-  quorumlock exec --wait 2m --lease 10s --grace 5s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
-
-Exit status:
-  N        the command's own status (128+N if it was killed by signal N)
-  2        usage or configuration error
-  69       not enough nodes reachable for the quorum
-  75       lock not obtained within --wait (another owner holds it)
-  76       lock lost while the command ran; the command was terminated
-  126/127  the command could not be started / was not found
-  128+N    quorumlock was interrupted by signal N while waiting for the lock";
-
-const UNLOCK_HELP: &str = "\
-An administrative break: the lock is deleted on every node whoever holds it.
-The holder is not told until its next renewal finds the lock gone, so for a
-moment two processes may both believe they hold it. Use it only when the
-holder is known to be gone, or wait for the lease to run out instead.
-
-Without --yes, asks on stdin to type the lock name to confirm.
-
-Exit status: 0 when deleted on every node (or held nowhere), 1 when not
-confirmed, 2 without --force, 69 when some node could not be reached (the
-lock may survive there until its TTL).";
 
 /// Run a command under a distributed lock held on N independent Redis masters.
 #[derive(Debug, Parser)]
@@ -184,8 +88,14 @@ pub enum Command {
     /// Run a command while holding the lock, renewed until it exits.
     #[command(after_long_help = EXEC_HELP)]
     Exec(ExecArgs),
-    /// Show what every node holds for a lock: holder, hold count, PTTL, fence.
+    /// Show what every node holds for a lock (holder, hold count, PTTL,
+    /// fence) and who waits for it; --watch redraws it until Ctrl-C.
+    #[command(after_long_help = STATUS_HELP)]
     Status(StatusArgs),
+    /// Show the locks with the most waiters, found by a prefix scan of the
+    /// nodes; --watch redraws them until Ctrl-C.
+    #[command(after_long_help = TOP_HELP)]
+    Top(TopArgs),
     /// Break a lock whoever holds it (administrative; needs --force).
     #[command(after_long_help = UNLOCK_HELP)]
     Unlock(UnlockArgs),
@@ -245,13 +155,52 @@ pub struct ExecArgs {
 /// `quorumlock status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (with --watch: one document per line).
     #[arg(long)]
     pub json: bool,
+
+    /// Redraw the status every --interval until Ctrl-C.
+    #[command(flatten)]
+    pub watch: WatchArgs,
 
     /// The lock name.
     #[arg(value_name = "NAME")]
     pub name: String,
+}
+
+/// `quorumlock top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// How many locks to list.
+    #[arg(long, value_name = "N", default_value = "20", value_parser = parse_limit)]
+    pub limit: usize,
+
+    /// Keys each SCAN call examines (its COUNT): a larger batch scans
+    /// faster, a smaller one keeps each call shorter on the nodes.
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = parse_batch)]
+    pub batch: usize,
+
+    /// Redraw the list every --interval until Ctrl-C (a new scan each time).
+    #[command(flatten)]
+    pub watch: WatchArgs,
+}
+
+/// `--watch` and `--interval`, shared by `status` and `top`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Redraw every --interval until interrupted (Ctrl-C exits with 0).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// Time between two redraws with --watch (at least 100ms).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        requires = "watch",
+        value_parser = parse_interval
+    )]
+    pub interval: Duration,
 }
 
 /// `quorumlock unlock`.
@@ -274,6 +223,47 @@ pub struct UnlockArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e} (expected a duration such as 500ms, 30s, 5m or 1h)"))
+}
+
+/// Shortest `--interval`: shorter ones would keep the nodes busy for a view
+/// no one can read that fast.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Parses a `--interval`: a duration of at least [`MIN_INTERVAL`].
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "{} is too short: the interval must be at least 100ms",
+            s.trim()
+        ));
+    }
+    Ok(d)
+}
+
+/// Most locks `top --limit` lists.
+pub const MAX_LIMIT: usize = 100_000;
+
+/// Parses `top --limit`: 1 to [`MAX_LIMIT`].
+fn parse_limit(s: &str) -> Result<usize, String> {
+    parse_count(s, MAX_LIMIT)
+}
+
+/// Largest `top --batch`: a SCAN COUNT above it would make single calls
+/// long on a big node.
+pub const MAX_BATCH: usize = 10_000;
+
+/// Parses `top --batch`: 1 to [`MAX_BATCH`].
+fn parse_batch(s: &str) -> Result<usize, String> {
+    parse_count(s, MAX_BATCH)
+}
+
+/// A whole number from 1 to `max`.
+fn parse_count(s: &str, max: usize) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {max}")),
+    }
 }
 
 /// Parses `majority`, `all` or a number.

@@ -5,6 +5,7 @@ use std::time::Duration;
 use quorumlock::{redis, Error, LockManager, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
+use crate::direct::DirectNode;
 use crate::exit::{Failure, UNAVAILABLE};
 
 /// How many reachable nodes a command needs to go on.
@@ -31,6 +32,10 @@ pub struct Cluster {
     pub required: usize,
     /// The nodes that could not be reached at the start.
     pub down: Vec<NodeFailure>,
+    /// The prefix of the lock keys.
+    pub key_prefix: String,
+    /// A client per node, for the reads made without the manager.
+    clients: Vec<redis::Client>,
 }
 
 impl Cluster {
@@ -61,7 +66,7 @@ impl Cluster {
             Need::Any => (Quorum::AtLeast(1), 1),
         };
         let mut builder = match &global.tls_ca {
-            None => LockManager::builder().nodes(urls),
+            None => LockManager::builder().nodes(urls.clone()),
             Some(ca) => {
                 let ca = read_ca(ca)?;
                 let mut b = LockManager::builder();
@@ -81,11 +86,14 @@ impl Cluster {
         match builder.build().await {
             Ok(manager) => {
                 let down = manager.unreachable_at_build().to_vec();
+                let clients = clients(&urls, global.tls_ca.as_deref())?;
                 Ok(Self {
                     manager,
                     total,
                     required,
                     down,
+                    key_prefix: global.key_prefix.clone(),
+                    clients,
                 })
             }
             Err(Error::Connect { failures }) => Err(Failure::new(
@@ -119,12 +127,39 @@ impl Cluster {
         })
     }
 
+    /// Every node, reached directly (not through the manager), in the
+    /// `--nodes` order.
+    pub fn direct(&self) -> Vec<DirectNode> {
+        self.manager
+            .nodes()
+            .into_iter()
+            .zip(&self.clients)
+            .enumerate()
+            .map(|(i, (addr, client))| DirectNode::new(i, addr, client.clone()))
+            .collect()
+    }
+
     /// Waits until the library's background work (releases to slow nodes,
     /// rollbacks of cancelled acquisitions) has landed: the process must not
     /// exit before it does.
     pub async fn settle(&self) {
         self.manager.flush().await;
     }
+}
+
+/// A client per URL, trusting the CA of `--tls-ca` if given. The manager
+/// accepted these URLs already; errors name the node by index (a URL may
+/// carry a password).
+fn clients(urls: &[String], ca: Option<&std::path::Path>) -> Result<Vec<redis::Client>, Failure> {
+    let ca = ca.map(read_ca).transpose()?;
+    urls.iter()
+        .enumerate()
+        .map(|(i, url)| match &ca {
+            Some(ca) => tls_client(i, url, ca),
+            None => redis::Client::open(url.as_str())
+                .map_err(|e| Failure::usage(format!("node {i}: {e}"))),
+        })
+        .collect()
 }
 
 /// The PEM of the CA given with `--tls-ca`.

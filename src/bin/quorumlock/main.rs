@@ -1,15 +1,21 @@
 //! `quorumlock`: run a command under a distributed lock held on N independent
-//! Redis masters, inspect a lock, or break one.
+//! Redis masters, inspect a lock (once or redrawn), list the busiest locks,
+//! or break one.
 //!
 //! See `quorumlock --help` for the commands, examples and exit statuses.
 
 mod cli;
 mod cluster;
+mod direct;
 mod exec;
 mod exit;
+mod help;
 mod progress;
+mod queue;
 mod status;
+mod top;
 mod unlock;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -41,6 +47,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Exec(args) => exec::run(&cli.global, args).await,
             Command::Status(args) => status::run(&cli.global, args).await,
+            Command::Top(args) => top::run(&cli.global, args).await,
             Command::Unlock(args) => unlock::run(&cli.global, args).await,
         }
     });

@@ -9,7 +9,10 @@ use serde::Serialize;
 
 use crate::cli::{Global, StatusArgs};
 use crate::cluster::{human, Cluster, Need};
+use crate::direct::DirectNode;
 use crate::exit::{self, Failure};
+use crate::queue::{self, Queue};
+use crate::watch::{self, View};
 
 /// The status of a lock, as printed (`--json` prints exactly this).
 #[derive(Debug, Serialize)]
@@ -26,6 +29,8 @@ pub struct Report {
     pub holder_info: Option<Holder>,
     /// One row per node, in `--nodes` order.
     pub nodes: Vec<Row>,
+    /// Who waits for it (`status` reads it; `unlock` does not).
+    pub queue: Option<Queue>,
 }
 
 /// Where the holder runs and since when it holds the lock.
@@ -85,24 +90,73 @@ pub struct Row {
 /// Runs `quorumlock status`; returns the exit status.
 pub async fn run(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     let cluster = Cluster::connect(global, None, Need::Any).await?;
-    let report = report(&cluster, global.quorum, &args.name).await?;
-    if args.json {
-        let json = serde_json::to_string_pretty(&report)
-            .map_err(|e| Failure::new(exit::FAILURE, format!("cannot encode JSON: {e}")))?;
-        exit::print(&format!("{json}\n"))?;
-    } else {
-        exit::print(&table(&report))?;
+    let mut view = Status {
+        direct: cluster.direct(),
+        cluster,
+        quorum: global.quorum,
+        name: args.name,
+        json: args.json,
+        watching: args.watch.watch,
+    };
+    if args.watch.watch {
+        return watch::run(&mut view, args.watch.interval).await;
     }
+    let frame = view.frame().await?;
+    exit::print(&frame)?;
     Ok(0)
 }
 
-/// Asks every reachable node about `name`; unreachable ones get a row too.
+/// The status of one lock, as `status` prints it once or redraws it.
+struct Status {
+    cluster: Cluster,
+    direct: Vec<DirectNode>,
+    quorum: Quorum,
+    name: String,
+    json: bool,
+    /// JSON on one line per snapshot, rather than pretty.
+    watching: bool,
+}
+
+impl View for Status {
+    fn title(&self) -> String {
+        format!("quorumlock status {}", self.name)
+    }
+
+    fn json(&self) -> bool {
+        self.json
+    }
+
+    async fn frame(&mut self) -> Result<String, Failure> {
+        let lock_key = format!("{}{{{}}}", self.cluster.key_prefix, self.name);
+        let (report, queue) = futures::join!(
+            report(&self.cluster, self.quorum, &self.name),
+            queue::read(&mut self.direct, &lock_key)
+        );
+        let report = Report {
+            queue: Some(queue),
+            ..report?
+        };
+        if !self.json {
+            return Ok(table(&report));
+        }
+        let json = if self.watching {
+            serde_json::to_string(&report)
+        } else {
+            serde_json::to_string_pretty(&report)
+        };
+        json.map(|j| format!("{j}\n"))
+            .map_err(|e| Failure::new(exit::FAILURE, format!("cannot encode JSON: {e}")))
+    }
+}
+
+/// Asks every node about `name`; nodes that do not answer get a row that
+/// says why (the failure at the start for a node down since then).
 pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Report, Failure> {
     let status = cluster.manager.status(name).await?;
     let mut nodes: Vec<Row> = status
         .nodes
         .into_iter()
-        .filter(|n| !cluster.is_down(n.node))
+        .filter(|n| n.state.is_ok() || !cluster.is_down(n.node))
         .map(|n| {
             let node = n.node;
             let policy = n.maxmemory_policy;
@@ -128,7 +182,15 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
             }
         })
         .collect();
-    nodes.extend(cluster.down.iter().cloned().map(unreachable_row));
+    let answered: Vec<usize> = nodes.iter().map(|r| r.node).collect();
+    nodes.extend(
+        cluster
+            .down
+            .iter()
+            .filter(|f| !answered.contains(&f.node))
+            .cloned()
+            .map(unreachable_row),
+    );
     nodes.sort_by_key(|r| r.node);
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for holder in nodes.iter().filter_map(|r| r.holder.as_deref()) {
@@ -145,6 +207,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
         holder_info: holder.as_deref().and_then(Holder::of),
         holder,
         nodes,
+        queue: None,
     })
 }
 
@@ -223,21 +286,9 @@ pub fn table(report: &Report) -> String {
             r.maxmemory_policy.clone().unwrap_or_else(dash),
         ]);
     }
-    let mut widths = [0usize; 8];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for row in &rows {
-        let line = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ");
-        out.push_str(line.trim_end());
-        out.push('\n');
+    out.push_str(&align(&rows));
+    if let Some(queue) = &report.queue {
+        out.push_str(&queue.lines(total));
     }
     for r in report.nodes.iter().filter(|r| !r.reachable) {
         if let Some(e) = &r.error {
@@ -251,6 +302,29 @@ pub fn table(report: &Report) -> String {
                 r.node, r.addr
             ));
         }
+    }
+    out
+}
+
+/// Rows of cells as lines, each column as wide as its widest cell, two
+/// spaces apart.
+pub fn align<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
