@@ -4,97 +4,21 @@
 //! its process ([`crate::clock::test::Process`]): its sleeps are on the
 //! process's monotonic clock, late after a suspend as the code's are.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::checker::{Ev, Invariant, Log, Who};
+use super::checker::{short, Ev, Invariant, Who, LOCKS};
+use super::ctx::Ctx;
 use super::monitor::{valid_until, Watched};
-use super::node::{LinkCtl, NodeCtl};
-use super::Params;
 use crate::clock;
 use crate::rng::up_to;
-use crate::sync::locked;
-use crate::{Error, LockGuard, LockManager};
-
-/// Lock names used by the clients.
-pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
+use crate::{Error, LockGuard};
 
 /// Slack on top of the acquisition bound (scheduling of the paused clock).
 const MARGIN: Duration = Duration::from_millis(5);
-
-/// One process: its manager, its stall state, its clock and its link to
-/// all nodes.
-pub(crate) struct Proc {
-    pub(crate) manager: LockManager,
-    /// Its suspends; its tasks run in it.
-    pub(crate) clock: Arc<clock::test::Process>,
-    /// The manager's client id (its watchdog pauses with the process).
-    pub(crate) client_id: String,
-    pub(crate) stalled_until: Mutex<Option<Instant>>,
-    pub(crate) link: Arc<LinkCtl>,
-}
-
-impl Proc {
-    /// Whether the process is stalled at `now`.
-    pub(crate) fn stalled(&self, now: Instant) -> bool {
-        locked(&self.stalled_until).is_some_and(|t| t > now)
-    }
-
-    /// Waits while the process is stalled.
-    async fn gate(&self) {
-        let until = *locked(&self.stalled_until);
-        if let Some(t) = until {
-            tokio::time::sleep_until(t).await;
-        }
-    }
-}
-
-/// Everything a run shares.
-pub(crate) struct Ctx {
-    pub(crate) log: Log,
-    pub(crate) params: Params,
-    pub(crate) procs: Vec<Proc>,
-    pub(crate) nodes: Vec<Arc<NodeCtl>>,
-    /// `[process][node]`.
-    pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
-    /// Holder ids to hold numbers, in order of first sight.
-    holds: Mutex<HashMap<String, usize>>,
-    pub(crate) wants: Arc<super::liveness::Wants>,
-}
-
-impl Ctx {
-    pub(crate) fn new(
-        log: Log,
-        params: Params,
-        procs: Vec<Proc>,
-        nodes: Vec<Arc<NodeCtl>>,
-        links: Vec<Vec<Arc<LinkCtl>>>,
-    ) -> Self {
-        Self {
-            log,
-            params,
-            procs,
-            nodes,
-            links,
-            holds: Mutex::default(),
-            wants: Arc::default(),
-        }
-    }
-
-    fn hold_no(&self, holder_id: &str) -> usize {
-        let mut h = locked(&self.holds);
-        let n = h.len();
-        *h.entry(holder_id.to_owned()).or_insert(n)
-    }
-
-    fn ms(&self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + up_to(hi.saturating_sub(lo)))
-    }
-}
 
 /// How an acquisition was asked for.
 #[derive(Clone, Copy)]
@@ -426,10 +350,4 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
 /// (armed now: a suspend that begins meanwhile delays it).
 async fn sleep_until(at: Instant) {
     clock::sleep(at.saturating_duration_since(Instant::now())).await;
-}
-
-/// An error's kind, without node addresses or times.
-pub(crate) fn short(e: &Error) -> String {
-    let s = format!("{e:?}");
-    s.split([' ', '{', '(']).next().unwrap_or("").to_owned()
 }

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
+use super::params::Mode;
 use super::scenario::{self, Scenario};
-use super::{run, run_traced, Mode};
+use super::{run, run_traced};
 use crate::hooks::mutation::{self, Mutation};
 
 /// Safe-mode seeds per `cargo test`.
