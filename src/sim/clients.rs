@@ -83,6 +83,130 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
     }
 }
 
+/// When an acquisition began: on the run's clock, and the log's length
+/// then (a causal order where the virtual time ties).
+#[derive(Clone, Copy)]
+struct Began {
+    at: Instant,
+    since: usize,
+}
+
+impl Began {
+    fn now(ctx: &Ctx) -> Self {
+        Self {
+            at: Instant::now(),
+            since: ctx.log.mark(),
+        }
+    }
+}
+
+/// Runs an acquisition beginning now. Some are dropped mid-flight, the
+/// rest are cut at the end of the run: `None` for both.
+async fn attempt<T>(
+    ctx: &Ctx,
+    acquire: impl std::future::Future<Output = Result<T, Error>>,
+) -> (Option<Result<T, Error>>, Began) {
+    let began = Began::now(ctx);
+    let stop = if up_to(3) == 0 {
+        began.at + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
+    } else {
+        ctx.params.client_end
+    };
+    let r = tokio::select! {
+        biased;
+        r = acquire => Some(r),
+        () = sleep_until(stop) => None,
+    };
+    (r, began)
+}
+
+/// How far an acquisition that began at `began` and waited up to `wait`
+/// ran past its bound: the wait, the last attempt's fan-out, and its
+/// rollback, which is awaited so that a retry never meets its own leftover
+/// grants.
+fn overrun(ctx: &Ctx, began: Began, wait: Duration) -> Option<Duration> {
+    began
+        .at
+        .elapsed()
+        .checked_sub(wait + 2 * ctx.params.node_timeout + MARGIN)
+        .filter(|late| !late.is_zero())
+}
+
+/// What an acquisition of `lock` (asked for as `op`) came to: logs a
+/// cancellation or a failure, and gives what it took otherwise.
+fn taken<T>(
+    ctx: &Ctx,
+    who: Who,
+    (lock, op): (usize, &'static str),
+    r: Option<Result<T, Error>>,
+    late: Option<Duration>,
+) -> Option<T> {
+    match r {
+        None => {
+            ctx.log.push(who, Ev::Cancelled { lock, op });
+            None
+        }
+        Some(Err(e)) => {
+            let error = short(&e);
+            ctx.log.push(
+                who,
+                Ev::Failed {
+                    lock,
+                    op,
+                    error,
+                    late,
+                },
+            );
+            None
+        }
+        Some(Ok(taken)) => Some(taken),
+    }
+}
+
+/// Flags an acquisition (asked for as `op`) that ran `late` past its bound.
+fn flag_late(ctx: &Ctx, who: Who, op: &str, late: Option<Duration>) {
+    if let Some(late) = late {
+        ctx.log.push(
+            who,
+            Ev::Violation(
+                Invariant::Bounded,
+                format!("{op} took {late:?} past its bound"),
+            ),
+        );
+    }
+}
+
+/// Logs hold `hold` of `lock`, granted to `guard` by an acquisition that
+/// began at `began`; `fixed`: a fixed lease (no watchdog).
+fn acquired(
+    ctx: &Ctx,
+    who: Who,
+    (lock, hold): (usize, usize),
+    began: Began,
+    guard: &LockGuard,
+    fixed: bool,
+) {
+    ctx.log.push(
+        who,
+        Ev::Acquired {
+            hold,
+            lock,
+            started: ctx.log.at(began.at),
+            since: began.since,
+            token: guard.fencing_token(),
+            vu: ctx.log.at(valid_until(guard)),
+            fixed,
+        },
+    );
+}
+
+/// Until when to hold a grant of `lease`: a random while up to two leases,
+/// within the run.
+fn hold_until(ctx: &Ctx, lease: Duration) -> Instant {
+    let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
+    (Instant::now() + hold_for).min(ctx.params.client_end)
+}
+
 /// Acquires, holds for a while (re-entering if asked), then releases or drops.
 async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     let m = &ctx.procs[who.0].manager;
@@ -103,86 +227,34 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         Box::pin(if fair { req.fair() } else { req }.acquire())
     };
     let want = ctx.want(who, l, fair, matches!(ask, Ask::TryLock(w) if w.is_zero()));
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    // Some acquisitions are dropped mid-flight; the rest are cut at the end.
-    let stop = if up_to(3) == 0 {
-        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
-    } else {
-        ctx.params.client_end
-    };
-    let r = tokio::select! {
-        biased;
-        r = fut => Some(r),
-        () = sleep_until(stop) => None,
-    };
+    let (r, began) = attempt(ctx, fut).await;
     drop(want);
-    let elapsed = start.elapsed();
     let late = match ask {
-        // The wait, the last attempt's fan-out, and its rollback, which is
-        // awaited so that a retry never meets its own leftover grants.
-        Ask::TryLock(w) => elapsed
-            .checked_sub(w + 2 * ctx.params.node_timeout + MARGIN)
-            .filter(|late| !late.is_zero()),
+        Ask::TryLock(w) => overrun(ctx, began, w),
         _ => None,
     };
-    let guard = match r {
-        None => {
-            ctx.log.push(
-                who,
-                Ev::Cancelled {
-                    lock: l,
-                    op: ask.name(),
-                },
-            );
-            return;
-        }
-        Some(Err(e)) => {
-            ctx.log.push(
-                who,
-                Ev::Failed {
-                    lock: l,
-                    op: ask.name(),
-                    error: short(&e),
-                    late,
-                },
-            );
-            return;
-        }
-        Some(Ok(g)) => g,
+    let Some(guard) = taken(ctx, who, (l, ask.name()), r, late) else {
+        return;
     };
     let hold = ctx.hold_no(guard.holder_id());
     let token = guard.fencing_token();
-    ctx.log.push(
+    acquired(
+        ctx,
         who,
-        Ev::Acquired {
-            hold,
-            lock: l,
-            started: ctx.log.at(start),
-            since,
-            token,
-            vu: ctx.log.at(valid_until(&guard)),
-            fixed: matches!(ask, Ask::Lease(_)),
-        },
+        (l, hold),
+        began,
+        &guard,
+        matches!(ask, Ask::Lease(_)),
     );
-    if let Some(late) = late {
-        ctx.log.push(
-            who,
-            Ev::Violation(
-                Invariant::Bounded,
-                format!("try_lock took {late:?} past its bound"),
-            ),
-        );
-    }
+    flag_late(ctx, who, "try_lock", late);
     let watched = Watched::start(ctx, who, guard, hold);
     let lease = match ask {
         Ask::Lease(lease) => lease,
         _ => ctx.params.lease,
     };
-    let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
-    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
+    let until = hold_until(ctx, lease);
     if let Some(o) = &owner {
-        sleep_until(start + (until - start) / 2).await;
+        sleep_until(began.at + (until - began.at) / 2).await;
         ctx.procs[who.0].gate().await;
         reentry(ctx, who, l, hold, token, o).await;
     }
@@ -198,79 +270,22 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
     let m = &ctx.procs[who.0].manager;
     let ls = [l, (l + 1) % LOCKS.len()];
     let wait = ctx.ms(0, 300);
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    let stop = if up_to(3) == 0 {
-        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
-    } else {
-        ctx.params.client_end
+    let (r, began) = attempt(ctx, m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait)).await;
+    let late = overrun(ctx, began, wait);
+    let Some(set) = taken(ctx, who, (ls[0], "try_lock_all"), r, late) else {
+        return;
     };
-    let r = tokio::select! {
-        biased;
-        r = m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait) => Some(r),
-        () = sleep_until(stop) => None,
-    };
-    let late = start
-        .elapsed()
-        .checked_sub(wait + 2 * ctx.params.node_timeout + MARGIN)
-        .filter(|late| !late.is_zero());
-    let set = match r {
-        None => {
-            ctx.log.push(
-                who,
-                Ev::Cancelled {
-                    lock: ls[0],
-                    op: "try_lock_all",
-                },
-            );
-            return;
-        }
-        Some(Err(e)) => {
-            ctx.log.push(
-                who,
-                Ev::Failed {
-                    lock: ls[0],
-                    op: "try_lock_all",
-                    error: short(&e),
-                    late,
-                },
-            );
-            return;
-        }
-        Some(Ok(set)) => set,
-    };
-    if let Some(late) = late {
-        ctx.log.push(
-            who,
-            Ev::Violation(
-                Invariant::Bounded,
-                format!("try_lock_all took {late:?} past its bound"),
-            ),
-        );
-    }
+    flag_late(ctx, who, "try_lock_all", late);
     let mut watched = Vec::new();
     for guard in set.into_guards() {
         let Some(lock) = LOCKS.iter().position(|n| *n == guard.name()) else {
             continue;
         };
         let hold = ctx.hold_no(&format!("{}#{}", guard.holder_id(), guard.name()));
-        ctx.log.push(
-            who,
-            Ev::Acquired {
-                hold,
-                lock,
-                started: ctx.log.at(start),
-                since,
-                token: guard.fencing_token(),
-                vu: ctx.log.at(valid_until(&guard)),
-                fixed: false,
-            },
-        );
+        acquired(ctx, who, (lock, hold), began, &guard, false);
         watched.push(Watched::start(ctx, who, guard, hold));
     }
-    let hold_for = ctx.ms(0, 2 * ctx.params.lease.as_millis() as u64);
-    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
-    sleep_until(until).await;
+    sleep_until(hold_until(ctx, ctx.params.lease)).await;
     ctx.procs[who.0].gate().await;
     let release = up_to(9) < 7;
     for w in watched {
@@ -284,66 +299,44 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
 async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o: &crate::Owner) {
     let m = &ctx.procs[who.0].manager;
     let name = LOCKS[l];
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    match m
+    let began = Began::now(ctx);
+    let r = m
         .request(name)
         .owner(o)
         .wait(Duration::ZERO)
         .acquire()
-        .await
-    {
-        Ok(g) => {
-            let again = ctx.hold_no(g.holder_id());
-            if again == hold {
-                ctx.log.push(
-                    who,
-                    Ev::Reentered {
-                        hold,
-                        count: g.hold_count(),
-                    },
-                );
-                if g.fencing_token() != token {
-                    ctx.log.push(
-                        who,
-                        Ev::Violation(
-                            Invariant::Fencing,
-                            format!("re-entry of hold {hold} changed its token"),
-                        ),
-                    );
-                }
-                clock::sleep(ctx.ms(0, 50)).await;
-                if up_to(1) == 0 {
-                    let _ = g.release().await;
-                }
-                return;
-            }
+        .await;
+    let Some(g) = taken(ctx, who, (l, "reenter"), Some(r), None) else {
+        return;
+    };
+    let again = ctx.hold_no(g.holder_id());
+    if again == hold {
+        ctx.log.push(
+            who,
+            Ev::Reentered {
+                hold,
+                count: g.hold_count(),
+            },
+        );
+        if g.fencing_token() != token {
             ctx.log.push(
                 who,
-                Ev::Acquired {
-                    hold: again,
-                    lock: l,
-                    started: ctx.log.at(start),
-                    since,
-                    token: g.fencing_token(),
-                    vu: ctx.log.at(valid_until(&g)),
-                    fixed: false,
-                },
+                Ev::Violation(
+                    Invariant::Fencing,
+                    format!("re-entry of hold {hold} changed its token"),
+                ),
             );
-            let watched = Watched::start(ctx, who, g, again);
-            clock::sleep(ctx.ms(0, 50)).await;
-            watched.end(ctx, up_to(1) == 0).await;
         }
-        Err(e) => ctx.log.push(
-            who,
-            Ev::Failed {
-                lock: l,
-                op: "reenter",
-                error: short(&e),
-                late: None,
-            },
-        ),
+        clock::sleep(ctx.ms(0, 50)).await;
+        if up_to(1) == 0 {
+            let _ = g.release().await;
+        }
+        return;
     }
+    acquired(ctx, who, (l, again), began, &g, false);
+    let watched = Watched::start(ctx, who, g, again);
+    clock::sleep(ctx.ms(0, 50)).await;
+    watched.end(ctx, up_to(1) == 0).await;
 }
 
 /// Sleeps until `at` of the run's clock, on the process's monotonic clock
