@@ -132,26 +132,6 @@ fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u
     found.into_inner().ok().flatten()
 }
 
-#[test]
-fn safe_mode_keeps_every_invariant() {
-    keeps_every_invariant(Mode::Safe, "QUORUMLOCK_SIM_SEEDS", CI_SEEDS);
-}
-
-#[test]
-fn sets_mode_keeps_every_invariant() {
-    keeps_every_invariant(Mode::Sets, "QUORUMLOCK_SIM_SETS_SEEDS", SETS_SEEDS);
-}
-
-#[test]
-fn fair_mode_keeps_every_invariant() {
-    keeps_every_invariant(Mode::Fair, "QUORUMLOCK_SIM_FAIR_SEEDS", FAIR_SEEDS);
-}
-
-#[test]
-fn pause_heavy_mode_keeps_every_invariant() {
-    keeps_every_invariant(Mode::Pauses, "QUORUMLOCK_SIM_PAUSE_SEEDS", PAUSES_SEEDS);
-}
-
 /// Runs as many seeds of `mode` as the variable `seeds_var` says (`seeds`
 /// when unset): no invariant but the known-failing ones may break.
 fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
@@ -235,30 +215,46 @@ fn must_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) {
     );
 }
 
-/// The must-fail tests, one a row: `name: Mode [with Mutation] => [the
-/// invariants]`, failing unless some seed within [`CATCH_BUDGET`] of that
-/// mode, with that mutation switched on, breaks one of the invariants.
-macro_rules! must_fail {
-    ($($(#[$doc:meta])* $name:ident: $mode:ident $(with $m:ident)? => [$($want:ident),+];)+) => {$(
+/// The sweeps, one test a row: `name: Mode [with Mutation] => verdict`,
+/// where the verdict is `keeps(VAR or SEEDS)` (as many seeds as the
+/// variable `VAR` says, `SEEDS` when unset, and no invariant but the
+/// known-failing ones breaks; no mutation) or `breaks[invariants]` (some
+/// seed within [`CATCH_BUDGET`], with the mutation switched on, breaks one
+/// of them).
+macro_rules! sweeps {
+    ($($(#[$doc:meta])* $name:ident: $mode:ident $(with $m:ident)? => $verdict:ident $args:tt;)+) => {$(
         $(#[$doc])*
         #[test]
         fn $name() {
-            must_catch(Mode::$mode, must_fail!(@ $($m)?), &[$(Invariant::$want),+]);
+            sweeps!(@$verdict Mode::$mode, [$($m)?], $args);
         }
     )+};
-    (@) => { None };
-    (@ $m:ident) => { Some(Mutation::$m) };
+    (@keeps $mode:expr, [], ($var:literal or $seeds:ident)) => {
+        keeps_every_invariant($mode, $var, $seeds)
+    };
+    (@breaks $mode:expr, [], [$($want:ident),+]) => {
+        must_catch($mode, None, &[$(Invariant::$want),+])
+    };
+    (@breaks $mode:expr, [$m:ident], [$($want:ident),+]) => {
+        must_catch($mode, Some(Mutation::$m), &[$(Invariant::$want),+])
+    };
 }
 
-must_fail! {
-    unsafe_restart_breaks_mutual_exclusion: UnsafeRestart => [MutualExclusion];
-    unsafe_clock_jump_breaks_mutual_exclusion: UnsafeClock => [MutualExclusion];
-    mutation_no_rollback_is_caught: Safe with NoRollback => [Quiescence, MutualExclusion];
+sweeps! {
+    safe_mode_keeps_every_invariant: Safe => keeps("QUORUMLOCK_SIM_SEEDS" or CI_SEEDS);
+    sets_mode_keeps_every_invariant: Sets => keeps("QUORUMLOCK_SIM_SETS_SEEDS" or SETS_SEEDS);
+    fair_mode_keeps_every_invariant: Fair => keeps("QUORUMLOCK_SIM_FAIR_SEEDS" or FAIR_SEEDS);
+    pause_heavy_mode_keeps_every_invariant:
+        Pauses => keeps("QUORUMLOCK_SIM_PAUSE_SEEDS" or PAUSES_SEEDS);
+
+    unsafe_restart_breaks_mutual_exclusion: UnsafeRestart => breaks[MutualExclusion];
+    unsafe_clock_jump_breaks_mutual_exclusion: UnsafeClock => breaks[MutualExclusion];
+    mutation_no_rollback_is_caught: Safe with NoRollback => breaks[Quiescence, MutualExclusion];
 
     /// Counting rings instead of nodes as a quorum of release messages spins:
     /// with two of three nodes down, three managers' rollbacks on the live node
     /// ring each other into new attempts without virtual time passing.
-    mutation_ring_quorum_is_caught: Safe with RingQuorum => [Spin];
+    mutation_ring_quorum_is_caught: Safe with RingQuorum => breaks[Spin];
 
     /// Ignoring the validity deadline shows as a loss signalled past
     /// `valid_until`, or a lapsed hold believed valid again. (It once showed
@@ -266,7 +262,7 @@ must_fail! {
     /// everywhere; a re-entry now needs a quorum that still holds the key, as a
     /// renewal does.)
     mutation_renew_lapsed_is_caught:
-        Safe with RenewLapsed => [MutualExclusion, FencingResumed, LossDeadline];
+        Safe with RenewLapsed => breaks[MutualExclusion, FencingResumed, LossDeadline];
 
     /// Without the resume watcher's news, a loss signal waiting when its
     /// process is suspended keeps its pre-suspend timer, which fires late by
@@ -276,7 +272,7 @@ must_fail! {
     /// ended before its `valid_until`, its loss signal still on the timer armed
     /// before the suspend); the code before the resume watcher fails there too.
     mutation_ignore_resume_is_caught:
-        Safe with IgnoreResume => [LossDeadline, LossDeadlineFixed];
+        Safe with IgnoreResume => breaks[LossDeadline, LossDeadlineFixed];
 
     /// The old lagging-counter raise, tried once in the background and not
     /// waited for, repeats tokens once a raise is lost.
@@ -289,7 +285,7 @@ must_fail! {
     /// `faults`). The deterministic scenario in
     /// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
     /// shows it with hand-placed faults.
-    mutation_single_try_fence_raise_is_caught: Pauses with SingleTryFence => [Fencing];
+    mutation_single_try_fence_raise_is_caught: Pauses with SingleTryFence => breaks[Fencing];
 }
 
 /// `QUORUMLOCK_SIM_SEED=S` replays one seed and prints its history.
