@@ -8,6 +8,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::sync::locked;
+use crate::Error;
+
+/// Lock names used by the clients; the log numbers a lock by its place
+/// here.
+pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
+
+/// An error's kind as the log records it: without node addresses or times.
+pub(crate) fn short(e: &Error) -> String {
+    let s = format!("{e:?}");
+    s.split([' ', '{', '(']).next().unwrap_or("").to_owned()
+}
 
 /// The invariants; see the module docs of `sim`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -4,97 +4,21 @@
 //! its process ([`crate::clock::test::Process`]): its sleeps are on the
 //! process's monotonic clock, late after a suspend as the code's are.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::checker::{Ev, Invariant, Log, Who};
+use super::checker::{short, Ev, Invariant, Who, LOCKS};
+use super::ctx::Ctx;
 use super::monitor::{valid_until, Watched};
-use super::node::{LinkCtl, NodeCtl};
-use super::Params;
 use crate::clock;
 use crate::rng::up_to;
-use crate::sync::locked;
-use crate::{Error, LockGuard, LockManager};
-
-/// Lock names used by the clients.
-pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
+use crate::{Error, LockGuard};
 
 /// Slack on top of the acquisition bound (scheduling of the paused clock).
 const MARGIN: Duration = Duration::from_millis(5);
-
-/// One process: its manager, its stall state, its clock and its link to
-/// all nodes.
-pub(crate) struct Proc {
-    pub(crate) manager: LockManager,
-    /// Its suspends; its tasks run in it.
-    pub(crate) clock: Arc<clock::test::Process>,
-    /// The manager's client id (its watchdog pauses with the process).
-    pub(crate) client_id: String,
-    pub(crate) stalled_until: Mutex<Option<Instant>>,
-    pub(crate) link: Arc<LinkCtl>,
-}
-
-impl Proc {
-    /// Whether the process is stalled at `now`.
-    pub(crate) fn stalled(&self, now: Instant) -> bool {
-        locked(&self.stalled_until).is_some_and(|t| t > now)
-    }
-
-    /// Waits while the process is stalled.
-    async fn gate(&self) {
-        let until = *locked(&self.stalled_until);
-        if let Some(t) = until {
-            tokio::time::sleep_until(t).await;
-        }
-    }
-}
-
-/// Everything a run shares.
-pub(crate) struct Ctx {
-    pub(crate) log: Log,
-    pub(crate) params: Params,
-    pub(crate) procs: Vec<Proc>,
-    pub(crate) nodes: Vec<Arc<NodeCtl>>,
-    /// `[process][node]`.
-    pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
-    /// Holder ids to hold numbers, in order of first sight.
-    holds: Mutex<HashMap<String, usize>>,
-    pub(crate) wants: Arc<super::liveness::Wants>,
-}
-
-impl Ctx {
-    pub(crate) fn new(
-        log: Log,
-        params: Params,
-        procs: Vec<Proc>,
-        nodes: Vec<Arc<NodeCtl>>,
-        links: Vec<Vec<Arc<LinkCtl>>>,
-    ) -> Self {
-        Self {
-            log,
-            params,
-            procs,
-            nodes,
-            links,
-            holds: Mutex::default(),
-            wants: Arc::default(),
-        }
-    }
-
-    fn hold_no(&self, holder_id: &str) -> usize {
-        let mut h = locked(&self.holds);
-        let n = h.len();
-        *h.entry(holder_id.to_owned()).or_insert(n)
-    }
-
-    fn ms(&self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + up_to(hi.saturating_sub(lo)))
-    }
-}
 
 /// How an acquisition was asked for.
 #[derive(Clone, Copy)]
@@ -159,6 +83,130 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
     }
 }
 
+/// When an acquisition began: on the run's clock, and the log's length
+/// then (a causal order where the virtual time ties).
+#[derive(Clone, Copy)]
+struct Began {
+    at: Instant,
+    since: usize,
+}
+
+impl Began {
+    fn now(ctx: &Ctx) -> Self {
+        Self {
+            at: Instant::now(),
+            since: ctx.log.mark(),
+        }
+    }
+}
+
+/// Runs an acquisition beginning now. Some are dropped mid-flight, the
+/// rest are cut at the end of the run: `None` for both.
+async fn attempt<T>(
+    ctx: &Ctx,
+    acquire: impl std::future::Future<Output = Result<T, Error>>,
+) -> (Option<Result<T, Error>>, Began) {
+    let began = Began::now(ctx);
+    let stop = if up_to(3) == 0 {
+        began.at + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
+    } else {
+        ctx.params.client_end
+    };
+    let r = tokio::select! {
+        biased;
+        r = acquire => Some(r),
+        () = sleep_until(stop) => None,
+    };
+    (r, began)
+}
+
+/// How far an acquisition that began at `began` and waited up to `wait`
+/// ran past its bound: the wait, the last attempt's fan-out, and its
+/// rollback, which is awaited so that a retry never meets its own leftover
+/// grants.
+fn overrun(ctx: &Ctx, began: Began, wait: Duration) -> Option<Duration> {
+    began
+        .at
+        .elapsed()
+        .checked_sub(wait + 2 * ctx.params.node_timeout + MARGIN)
+        .filter(|late| !late.is_zero())
+}
+
+/// What an acquisition of `lock` (asked for as `op`) came to: logs a
+/// cancellation or a failure, and gives what it took otherwise.
+fn taken<T>(
+    ctx: &Ctx,
+    who: Who,
+    (lock, op): (usize, &'static str),
+    r: Option<Result<T, Error>>,
+    late: Option<Duration>,
+) -> Option<T> {
+    match r {
+        None => {
+            ctx.log.push(who, Ev::Cancelled { lock, op });
+            None
+        }
+        Some(Err(e)) => {
+            let error = short(&e);
+            ctx.log.push(
+                who,
+                Ev::Failed {
+                    lock,
+                    op,
+                    error,
+                    late,
+                },
+            );
+            None
+        }
+        Some(Ok(taken)) => Some(taken),
+    }
+}
+
+/// Flags an acquisition (asked for as `op`) that ran `late` past its bound.
+fn flag_late(ctx: &Ctx, who: Who, op: &str, late: Option<Duration>) {
+    if let Some(late) = late {
+        ctx.log.push(
+            who,
+            Ev::Violation(
+                Invariant::Bounded,
+                format!("{op} took {late:?} past its bound"),
+            ),
+        );
+    }
+}
+
+/// Logs hold `hold` of `lock`, granted to `guard` by an acquisition that
+/// began at `began`; `fixed`: a fixed lease (no watchdog).
+fn acquired(
+    ctx: &Ctx,
+    who: Who,
+    (lock, hold): (usize, usize),
+    began: Began,
+    guard: &LockGuard,
+    fixed: bool,
+) {
+    ctx.log.push(
+        who,
+        Ev::Acquired {
+            hold,
+            lock,
+            started: ctx.log.at(began.at),
+            since: began.since,
+            token: guard.fencing_token(),
+            vu: ctx.log.at(valid_until(guard)),
+            fixed,
+        },
+    );
+}
+
+/// Until when to hold a grant of `lease`: a random while up to two leases,
+/// within the run.
+fn hold_until(ctx: &Ctx, lease: Duration) -> Instant {
+    let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
+    (Instant::now() + hold_for).min(ctx.params.client_end)
+}
+
 /// Acquires, holds for a while (re-entering if asked), then releases or drops.
 async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
     let m = &ctx.procs[who.0].manager;
@@ -179,86 +227,34 @@ async fn session(ctx: &Arc<Ctx>, who: Who, l: usize, ask: Ask, reenter: bool) {
         Box::pin(if fair { req.fair() } else { req }.acquire())
     };
     let want = ctx.want(who, l, fair, matches!(ask, Ask::TryLock(w) if w.is_zero()));
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    // Some acquisitions are dropped mid-flight; the rest are cut at the end.
-    let stop = if up_to(3) == 0 {
-        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
-    } else {
-        ctx.params.client_end
-    };
-    let r = tokio::select! {
-        biased;
-        r = fut => Some(r),
-        () = sleep_until(stop) => None,
-    };
+    let (r, began) = attempt(ctx, fut).await;
     drop(want);
-    let elapsed = start.elapsed();
     let late = match ask {
-        // The wait, the last attempt's fan-out, and its rollback, which is
-        // awaited so that a retry never meets its own leftover grants.
-        Ask::TryLock(w) => elapsed
-            .checked_sub(w + 2 * ctx.params.node_timeout + MARGIN)
-            .filter(|late| !late.is_zero()),
+        Ask::TryLock(w) => overrun(ctx, began, w),
         _ => None,
     };
-    let guard = match r {
-        None => {
-            ctx.log.push(
-                who,
-                Ev::Cancelled {
-                    lock: l,
-                    op: ask.name(),
-                },
-            );
-            return;
-        }
-        Some(Err(e)) => {
-            ctx.log.push(
-                who,
-                Ev::Failed {
-                    lock: l,
-                    op: ask.name(),
-                    error: short(&e),
-                    late,
-                },
-            );
-            return;
-        }
-        Some(Ok(g)) => g,
+    let Some(guard) = taken(ctx, who, (l, ask.name()), r, late) else {
+        return;
     };
     let hold = ctx.hold_no(guard.holder_id());
     let token = guard.fencing_token();
-    ctx.log.push(
+    acquired(
+        ctx,
         who,
-        Ev::Acquired {
-            hold,
-            lock: l,
-            started: ctx.log.at(start),
-            since,
-            token,
-            vu: ctx.log.at(valid_until(&guard)),
-            fixed: matches!(ask, Ask::Lease(_)),
-        },
+        (l, hold),
+        began,
+        &guard,
+        matches!(ask, Ask::Lease(_)),
     );
-    if let Some(late) = late {
-        ctx.log.push(
-            who,
-            Ev::Violation(
-                Invariant::Bounded,
-                format!("try_lock took {late:?} past its bound"),
-            ),
-        );
-    }
+    flag_late(ctx, who, "try_lock", late);
     let watched = Watched::start(ctx, who, guard, hold);
     let lease = match ask {
         Ask::Lease(lease) => lease,
         _ => ctx.params.lease,
     };
-    let hold_for = ctx.ms(0, 2 * lease.as_millis() as u64);
-    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
+    let until = hold_until(ctx, lease);
     if let Some(o) = &owner {
-        sleep_until(start + (until - start) / 2).await;
+        sleep_until(began.at + (until - began.at) / 2).await;
         ctx.procs[who.0].gate().await;
         reentry(ctx, who, l, hold, token, o).await;
     }
@@ -274,79 +270,22 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
     let m = &ctx.procs[who.0].manager;
     let ls = [l, (l + 1) % LOCKS.len()];
     let wait = ctx.ms(0, 300);
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    let stop = if up_to(3) == 0 {
-        start + ctx.ms(0, 3 * ctx.params.node_timeout.as_millis() as u64)
-    } else {
-        ctx.params.client_end
+    let (r, began) = attempt(ctx, m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait)).await;
+    let late = overrun(ctx, began, wait);
+    let Some(set) = taken(ctx, who, (ls[0], "try_lock_all"), r, late) else {
+        return;
     };
-    let r = tokio::select! {
-        biased;
-        r = m.try_lock_all([LOCKS[ls[0]], LOCKS[ls[1]]], wait) => Some(r),
-        () = sleep_until(stop) => None,
-    };
-    let late = start
-        .elapsed()
-        .checked_sub(wait + 2 * ctx.params.node_timeout + MARGIN)
-        .filter(|late| !late.is_zero());
-    let set = match r {
-        None => {
-            ctx.log.push(
-                who,
-                Ev::Cancelled {
-                    lock: ls[0],
-                    op: "try_lock_all",
-                },
-            );
-            return;
-        }
-        Some(Err(e)) => {
-            ctx.log.push(
-                who,
-                Ev::Failed {
-                    lock: ls[0],
-                    op: "try_lock_all",
-                    error: short(&e),
-                    late,
-                },
-            );
-            return;
-        }
-        Some(Ok(set)) => set,
-    };
-    if let Some(late) = late {
-        ctx.log.push(
-            who,
-            Ev::Violation(
-                Invariant::Bounded,
-                format!("try_lock_all took {late:?} past its bound"),
-            ),
-        );
-    }
+    flag_late(ctx, who, "try_lock_all", late);
     let mut watched = Vec::new();
     for guard in set.into_guards() {
         let Some(lock) = LOCKS.iter().position(|n| *n == guard.name()) else {
             continue;
         };
         let hold = ctx.hold_no(&format!("{}#{}", guard.holder_id(), guard.name()));
-        ctx.log.push(
-            who,
-            Ev::Acquired {
-                hold,
-                lock,
-                started: ctx.log.at(start),
-                since,
-                token: guard.fencing_token(),
-                vu: ctx.log.at(valid_until(&guard)),
-                fixed: false,
-            },
-        );
+        acquired(ctx, who, (lock, hold), began, &guard, false);
         watched.push(Watched::start(ctx, who, guard, hold));
     }
-    let hold_for = ctx.ms(0, 2 * ctx.params.lease.as_millis() as u64);
-    let until = (Instant::now() + hold_for).min(ctx.params.client_end);
-    sleep_until(until).await;
+    sleep_until(hold_until(ctx, ctx.params.lease)).await;
     ctx.procs[who.0].gate().await;
     let release = up_to(9) < 7;
     for w in watched {
@@ -360,76 +299,48 @@ async fn set_session(ctx: &Arc<Ctx>, who: Who, l: usize) {
 async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o: &crate::Owner) {
     let m = &ctx.procs[who.0].manager;
     let name = LOCKS[l];
-    let start = Instant::now();
-    let since = ctx.log.mark();
-    match m
+    let began = Began::now(ctx);
+    let r = m
         .request(name)
         .owner(o)
         .wait(Duration::ZERO)
         .acquire()
-        .await
-    {
-        Ok(g) => {
-            let again = ctx.hold_no(g.holder_id());
-            if again == hold {
-                ctx.log.push(
-                    who,
-                    Ev::Reentered {
-                        hold,
-                        count: g.hold_count(),
-                    },
-                );
-                if g.fencing_token() != token {
-                    ctx.log.push(
-                        who,
-                        Ev::Violation(
-                            Invariant::Fencing,
-                            format!("re-entry of hold {hold} changed its token"),
-                        ),
-                    );
-                }
-                clock::sleep(ctx.ms(0, 50)).await;
-                if up_to(1) == 0 {
-                    let _ = g.release().await;
-                }
-                return;
-            }
+        .await;
+    let Some(g) = taken(ctx, who, (l, "reenter"), Some(r), None) else {
+        return;
+    };
+    let again = ctx.hold_no(g.holder_id());
+    if again == hold {
+        ctx.log.push(
+            who,
+            Ev::Reentered {
+                hold,
+                count: g.hold_count(),
+            },
+        );
+        if g.fencing_token() != token {
             ctx.log.push(
                 who,
-                Ev::Acquired {
-                    hold: again,
-                    lock: l,
-                    started: ctx.log.at(start),
-                    since,
-                    token: g.fencing_token(),
-                    vu: ctx.log.at(valid_until(&g)),
-                    fixed: false,
-                },
+                Ev::Violation(
+                    Invariant::Fencing,
+                    format!("re-entry of hold {hold} changed its token"),
+                ),
             );
-            let watched = Watched::start(ctx, who, g, again);
-            clock::sleep(ctx.ms(0, 50)).await;
-            watched.end(ctx, up_to(1) == 0).await;
         }
-        Err(e) => ctx.log.push(
-            who,
-            Ev::Failed {
-                lock: l,
-                op: "reenter",
-                error: short(&e),
-                late: None,
-            },
-        ),
+        clock::sleep(ctx.ms(0, 50)).await;
+        if up_to(1) == 0 {
+            let _ = g.release().await;
+        }
+        return;
     }
+    acquired(ctx, who, (l, again), began, &g, false);
+    let watched = Watched::start(ctx, who, g, again);
+    clock::sleep(ctx.ms(0, 50)).await;
+    watched.end(ctx, up_to(1) == 0).await;
 }
 
 /// Sleeps until `at` of the run's clock, on the process's monotonic clock
 /// (armed now: a suspend that begins meanwhile delays it).
 async fn sleep_until(at: Instant) {
     clock::sleep(at.saturating_duration_since(Instant::now())).await;
-}
-
-/// An error's kind, without node addresses or times.
-pub(crate) fn short(e: &Error) -> String {
-    let s = format!("{e:?}");
-    s.split([' ', '{', '(']).next().unwrap_or("").to_owned()
 }

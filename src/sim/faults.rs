@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::checker::{Ev, WORLD};
-use super::clients::Ctx;
-use super::node::{Cut, Health};
-use super::Mode;
+use super::ctx::Ctx;
+use super::net::{Cut, Health};
+use super::params::Mode;
 use crate::rng::up_to;
 use crate::sync::locked;
 

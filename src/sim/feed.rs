@@ -5,40 +5,19 @@
 //! node slow, and a connection dies with a node restart or a kill of the
 //! link's pub/sub connections (its stream ends; the waiters reconnect).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::node::{Cut, Health, LinkCtl, NodeCtl};
+use super::net::{Cut, Health, LinkCtl, NodeCtl};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::node::{Feed, FeedConn, FeedMessage, FeedSink};
 use crate::rng::up_to;
 use crate::tests::fake_feed::HubFeed;
-
-/// The pub/sub faults of one link.
-#[derive(Default)]
-pub(crate) struct FeedCtl {
-    /// Percent of messages lost (and, half as often, duplicated).
-    lossy: AtomicU32,
-    /// Ends every pub/sub connection of the link.
-    kill: Notify,
-}
-
-impl FeedCtl {
-    pub(crate) fn set_lossy(&self, percent: u32) {
-        self.lossy.store(percent, Ordering::Relaxed);
-    }
-
-    /// Kills the link's pub/sub connections now: their streams end.
-    pub(crate) fn kill(&self) {
-        self.kill.notify_waiters();
-    }
-}
 
 /// One client's feed from one node.
 pub(crate) struct SimFeed {
@@ -118,7 +97,7 @@ async fn forward(
 ) {
     let mut last = Instant::now();
     loop {
-        let killed = link.feed.kill.notified();
+        let killed = link.feed.killed();
         tokio::pin!(killed);
         killed.as_mut().enable();
         let msg = tokio::select! {
@@ -136,7 +115,7 @@ async fn forward(
         if !through {
             continue;
         }
-        let lossy = u64::from(link.feed.lossy.load(Ordering::Relaxed));
+        let lossy = u64::from(link.feed.lossy());
         let copies = if lossy == 0 {
             1
         } else {
@@ -146,10 +125,8 @@ async fn forward(
                 _ => 1,
             }
         };
-        let slow = node.slow();
-        if !slow.is_zero() {
-            let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
-            last = last.max(Instant::now() + Duration::from_micros(up_to(max)));
+        if let Some(delay) = node.jitter() {
+            last = last.max(Instant::now() + delay);
             tokio::select! {
                 biased;
                 () = &mut killed => return,

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::checker::{Ev, Invariant, Log, Who, WORLD};
-use super::node::{Cut, Health, LinkCtl, NodeCtl};
+use super::checker::{Ev, Invariant, Log, WORLD};
+use super::net::{Cut, Health, LinkCtl, NodeCtl};
 use crate::sync::locked;
 
 /// How often the monitor looks.
@@ -104,13 +104,6 @@ impl Drop for Leave {
             w.0.remove(&self.1);
             locked(&self.0.ended).insert(x.lock, Instant::now());
         }
-    }
-}
-
-impl super::clients::Ctx {
-    /// Records a request of task `who` for `lock` until the guard drops.
-    pub(crate) fn want(&self, who: Who, lock: usize, fair: bool, no_wait: bool) -> Leave {
-        self.wants.enter((who.0, who.1), lock, fair, !no_wait)
     }
 }
 

@@ -3,11 +3,22 @@
 //! on tokio's paused clock, everything random drawn from one seeded RNG
 //! (`crate::rng`), so that a seed replays its history exactly.
 //!
-//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link:
-//!   fail fast, black hole, slow links (requests and replies jittered,
-//!   requests delivered in order), one-way link cuts, restarts with data or
-//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
-//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! The modules, from the ground up (each imports only modules listed
+//! before it):
+//!
+//! - `checker`: the event log (locks numbered by their place in `LOCKS`)
+//!   and the invariants ([`checker::Invariant`]):
+//!   mutual exclusion, fencing order (also for a hold that comes back after
+//!   a lapse), `lost()` no later than `valid_until()` on the suspend-aware
+//!   clock (for a process paused at `valid_until()`, at its wake-up plus
+//!   5 ms; suspended, at its resume plus the resume watcher's poll period,
+//!   10 ms, plus 5 ms), no lock key after quiescence and `flush()`, bounded
+//!   `try_lock`, no hang or panic, no spin;
+//! - `params`: the shape of a run: its [`Mode`], the [`Params`] drawn from
+//!   its seed, and the clients' queue timeout and longest backoff;
+//! - `net`: the switches the faults flip and the calls go through: each
+//!   node's health, slowness and restarts (`NodeCtl`), each client↔node
+//!   link's cuts, in-order wire and pub/sub faults (`LinkCtl`, `FeedCtl`);
 //! - `feed`: the release feed of each link. The fakes publish what the
 //!   scripts publish (`tests::fake_feed`); on the way the link's faults
 //!   apply: an open fails on a refusing node and hangs on a black hole or a
@@ -16,6 +27,28 @@
 //!   the node is slow, dropped on a reply-cut link or to a stalled process,
 //!   and every connection of a node dies with its restart, or of a link
 //!   with a kill (the stream ends; the waiters poll and reconnect);
+//! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
+//!   the nodes' actual keys every 5 ms: while a live waiter (its process
+//!   neither stalled nor dead) wants a lock that is free on a quorum of the
+//!   nodes its process reaches (up, not slow, link not cut), some waiter
+//!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
+//!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
+//!   its rollback, a lost split vote, timer jitter and quorum grace, and
+//!   sampling slack; one queue timeout more for a fair waiter, which may
+//!   have to outwait a head that never claims its turn). Any key showing
+//!   up, or any request of the lock ending, restarts the clock;
+//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
+//!   through the link's switches (`net`):
+//!   fail fast, black hole, slow links (requests and replies jittered,
+//!   requests delivered in order), one-way link cuts, restarts with data or
+//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
+//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! - `ctx`: what a run shares (`Ctx`): the log, the params, the processes
+//!   (`Proc`: a manager, a clock, a stall and a link each), the nodes and
+//!   links, the holds seen so far and the waiting requests (`liveness`);
+//! - `monitor`: one per hold, records when it believes itself valid (from
+//!   `valid_until()` on the suspend-aware clock) and when its `lost()`
+//!   fires (one `lost()` future for the whole hold, as a caller waits);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
 //! - `clients`: processes (one manager each, one
 //!   [`crate::clock::test::Process`] each: see "Suspends" below) with
@@ -29,26 +62,6 @@
 //!   also die while one of its tasks waits (stalled until the end of the
 //!   run: it never calls again and never leaves the queues, so its fair
 //!   or plain place is a dead waiter's); a process may be suspended;
-//! - `monitor`: one per hold, records when it believes itself valid (from
-//!   `valid_until()` on the suspend-aware clock) and when its `lost()`
-//!   fires (one `lost()` future for the whole hold, as a caller waits);
-//! - `checker`: the event log and the invariants ([`checker::Invariant`]):
-//!   mutual exclusion, fencing order (also for a hold that comes back after
-//!   a lapse), `lost()` no later than `valid_until()` on the suspend-aware
-//!   clock (for a process paused at `valid_until()`, at its wake-up plus
-//!   5 ms; suspended, at its resume plus the resume watcher's poll period,
-//!   10 ms, plus 5 ms), no lock key after quiescence and `flush()`, bounded
-//!   `try_lock`, no hang or panic, no spin;
-//! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
-//!   the nodes' actual keys every 5 ms: while a live waiter (its process
-//!   neither stalled nor dead) wants a lock that is free on a quorum of the
-//!   nodes its process reaches (up, not slow, link not cut), some waiter
-//!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
-//!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
-//!   its rollback, a lost split vote, timer jitter and quorum grace, and
-//!   sampling slack; one queue timeout more for a fair waiter, which may
-//!   have to outwait a head that never claims its turn). Any key showing
-//!   up, or any request of the lock ending, restarts the clock;
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
 //!   dead waiter; a plain request behind a stuck fair waiter);
 //! - `tests`: the CI budget and the must-fail tests; the mutations they
@@ -98,11 +111,14 @@
 
 mod checker;
 mod clients;
+mod ctx;
 mod faults;
 mod feed;
 mod liveness;
 mod monitor;
+mod net;
 mod node;
+mod params;
 mod scenario;
 mod tests;
 
@@ -111,89 +127,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Ev, Invariant, Log, WORLD};
-use self::clients::{Ctx, Proc, LOCKS};
-use self::node::{LinkCtl, NodeCtl, SimNode};
+use self::checker::{Ev, Invariant, Log, LOCKS, WORLD};
+use self::ctx::{Ctx, Proc};
+use self::net::{LinkCtl, NodeCtl};
+use self::node::SimNode;
+use self::params::{Mode, Params, BACKOFF_MAX, QUEUE_TIMEOUT};
 use crate::node::NodeOps;
-use crate::rng::up_to;
 use crate::{Backoff, LockManager, Quorum};
-
-/// Which faults a run may inject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Only faults the protocol claims to survive.
-    Safe,
-    /// Safe faults, weighted towards process pauses, many of them starting
-    /// as a grant arrives.
-    Pauses,
-    /// Also nodes that restart empty and rejoin at once.
-    UnsafeRestart,
-    /// Also clock jumps beyond the drift allowance.
-    UnsafeClock,
-    /// Safe faults; the clients also take two names at once (`lock_all`).
-    Sets,
-    /// Safe faults; half the clients' `lock` and `try_lock` calls are fair
-    /// requests (granted in queue order), with a short queue timeout so
-    /// that waiters cut off by faults are skipped within the run.
-    Fair,
-}
-
-/// The shape of one run, drawn from its seed.
-#[derive(Debug, Clone)]
-pub(crate) struct Params {
-    pub(crate) nodes: usize,
-    pub(crate) procs: usize,
-    pub(crate) tasks: usize,
-    pub(crate) lease: Duration,
-    pub(crate) min_fixed: Duration,
-    pub(crate) max_fixed: Duration,
-    /// The drift allowance of the shortest lease in use.
-    pub(crate) drift: Duration,
-    pub(crate) node_timeout: Duration,
-    pub(crate) fault_gap_ms: u64,
-    pub(crate) fault_end: Instant,
-    pub(crate) client_end: Instant,
-    /// The clients also take sets of names (set from the mode, not drawn).
-    pub(crate) sets: bool,
-    /// Half the clients' waits are fair requests (set from the mode).
-    pub(crate) fair: bool,
-}
-
-impl Params {
-    fn draw(start: Instant) -> Self {
-        let lease = Duration::from_millis(if up_to(1) == 0 { 300 } else { 600 });
-        let (min_fixed, max_fixed) = (Duration::from_millis(100), Duration::from_millis(500));
-        let drift = crate::config::drift(min_fixed.min(lease), 0.01);
-        let fault_end = start + Duration::from_millis(1_000);
-        let longest = lease.max(max_fixed);
-        Self {
-            nodes: if up_to(1) == 0 { 3 } else { 5 },
-            procs: 2 + usize::from(up_to(1) == 1),
-            tasks: 2 + usize::from(up_to(1) == 1),
-
-            lease,
-            min_fixed,
-            max_fixed,
-            drift,
-            node_timeout: Duration::from_millis(20 + up_to(30)),
-            fault_gap_ms: 50 + up_to(200),
-            fault_end,
-            // Every fault heals by `fault_end + longest + 260ms` (the
-            // slowest: an empty restart kept out for the longest lease);
-            // keys written before then expire one lease later.
-            client_end: fault_end + 2 * longest + Duration::from_millis(300),
-            sets: false,
-            fair: false,
-        }
-    }
-}
-
-/// The clients' queue timeout: short, so that waiters cut off by faults
-/// (or dead) are skipped within the run.
-const QUEUE_TIMEOUT: Duration = Duration::from_millis(300);
-
-/// The clients' longest backoff.
-const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
 /// What a run produced.
 pub(crate) struct Outcome {

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::checker::{Ev, Log, Who};
-use super::clients::{short, Ctx};
+use super::checker::{short, Ev, Log, Who};
+use super::ctx::Ctx;
 use crate::LockGuard;
 
 /// `guard.valid_until()` on the run's clock (call it in the guard's process).

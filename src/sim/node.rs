@@ -2,12 +2,12 @@
 //! (process) gets its own `SimNode` per node, so faults can hit a node for
 //! everyone ([`NodeCtl`]) or one client↔node link ([`LinkCtl`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{NodeError, NodeErrorKind};
@@ -16,171 +16,9 @@ use crate::node::{Answer, Grant};
 use crate::sync::locked;
 use crate::tests::fake::{FakeNode, Script, TestNode};
 
-use super::checker::{Ev, Log, Who};
-use super::feed::{FeedCtl, SimFeed};
-
-/// How a node answers everyone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Health {
-    Up,
-    /// Refuses connections at once.
-    Fail,
-    /// Takes requests and never answers; nothing is applied.
-    BlackHole,
-    /// Restarting: refuses connections.
-    Down,
-}
-
-/// One node as every client sees it.
-pub(crate) struct NodeCtl {
-    pub(crate) fake: Arc<FakeNode>,
-    health: Mutex<Health>,
-    /// Reply delay ceiling when slow (zero: prompt).
-    slow: Mutex<Duration>,
-    /// Bumped on every restart: replies of calls made before are lost.
-    epoch: AtomicU64,
-}
-
-impl NodeCtl {
-    pub(crate) fn new(i: usize) -> Arc<Self> {
-        Arc::new(Self {
-            fake: FakeNode::new(i),
-            health: Mutex::new(Health::Up),
-            slow: Mutex::new(Duration::ZERO),
-            epoch: AtomicU64::new(0),
-        })
-    }
-
-    pub(crate) fn set_health(&self, h: Health) {
-        *locked(&self.health) = h;
-    }
-
-    pub(crate) fn health(&self) -> Health {
-        *locked(&self.health)
-    }
-
-    pub(crate) fn slow(&self) -> Duration {
-        *locked(&self.slow)
-    }
-
-    pub(crate) fn set_slow(&self, max: Duration) {
-        *locked(&self.slow) = max;
-    }
-
-    /// Goes down, dropping the replies in flight; `empty` forgets all data.
-    pub(crate) fn crash(&self, empty: bool) {
-        self.epoch.fetch_add(1, Ordering::Relaxed);
-        if empty {
-            self.fake.wipe();
-        }
-        // Its pub/sub connections die with it.
-        self.fake.hub().disconnect_all();
-        self.set_health(Health::Down);
-    }
-
-    pub(crate) fn heal(&self) {
-        self.set_health(Health::Up);
-        self.set_slow(Duration::ZERO);
-    }
-
-    fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Relaxed)
-    }
-}
-
-/// How one client↔node link drops traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cut {
-    None,
-    /// Requests never arrive.
-    Requests,
-    /// Requests are applied; replies never arrive.
-    Replies,
-}
-
-/// A request in flight on a slow link, applied when it arrives.
-type Job = (Instant, Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>);
-
-/// Requests of one link still on the wire: they arrive in order, each
-/// no earlier than the one sent before it.
-#[derive(Default)]
-struct Wire {
-    /// When the last request sent arrives.
-    last: Option<Instant>,
-    tx: Option<mpsc::UnboundedSender<Job>>,
-    /// Requests sent and not applied yet.
-    queued: Arc<AtomicU64>,
-}
-
-/// A fault that starts when its trigger happens.
-pub(crate) type Armed = Box<dyn FnOnce() + Send>;
-
-/// One client↔node link.
-pub(crate) struct LinkCtl {
-    cut: Mutex<Cut>,
-    wire: Mutex<Wire>,
-    /// On a process link: a pause that starts as the process receives its
-    /// next grant.
-    on_grant: Mutex<Option<Armed>>,
-    /// Pub/sub faults of the link.
-    pub(crate) feed: FeedCtl,
-}
-
-impl LinkCtl {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self {
-            cut: Mutex::new(Cut::None),
-            wire: Mutex::default(),
-            on_grant: Mutex::new(None),
-            feed: FeedCtl::default(),
-        })
-    }
-
-    /// Sends `job` to arrive `delay` from now, behind every request sent
-    /// before; `None` when it arrives at once (nothing is queued).
-    fn send(
-        &self,
-        delay: Duration,
-        job: impl FnOnce() -> BoxFuture<'static, ()> + Send + 'static,
-    ) -> Option<impl FnOnce() -> BoxFuture<'static, ()>> {
-        let now = Instant::now();
-        let mut w = locked(&self.wire);
-        let at = w.last.map_or(now + delay, |l| l.max(now + delay));
-        if at <= now && w.queued.load(Ordering::Relaxed) == 0 {
-            return Some(job);
-        }
-        w.last = Some(at);
-        w.queued.fetch_add(1, Ordering::Relaxed);
-        let queued = Arc::clone(&w.queued);
-        let tx = w.tx.get_or_insert_with(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-            tokio::spawn(async move {
-                while let Some((at, job)) = rx.recv().await {
-                    tokio::time::sleep_until(at).await;
-                    let reply = job();
-                    queued.fetch_sub(1, Ordering::Relaxed);
-                    reply.await;
-                }
-            });
-            tx
-        });
-        let _ = tx.send((at, Box::new(job)));
-        None
-    }
-
-    pub(crate) fn cut(&self) -> Cut {
-        *locked(&self.cut)
-    }
-
-    pub(crate) fn set(&self, cut: Cut) {
-        *locked(&self.cut) = cut;
-    }
-
-    /// Arms `f` to run as the next grant arrives (`None` disarms).
-    pub(crate) fn arm(&self, f: Option<Armed>) {
-        *locked(&self.on_grant) = f;
-    }
-}
+use super::checker::{Ev, Invariant, Log, Who, LOCKS, WORLD};
+use super::feed::SimFeed;
+use super::net::{Cut, Health, LinkCtl, NodeCtl};
 
 /// What one client's calls to one node go through.
 pub(crate) struct SimNode {
@@ -209,7 +47,7 @@ const SPIN_CALLS: u32 = 100;
 pub(crate) struct Spin {
     pub(crate) log: Log,
     at: Mutex<(Option<Instant>, u32)>,
-    seen: std::sync::atomic::AtomicBool,
+    seen: AtomicBool,
 }
 
 impl Spin {
@@ -217,7 +55,7 @@ impl Spin {
         Arc::new(Self {
             log,
             at: Mutex::new((None, 0)),
-            seen: std::sync::atomic::AtomicBool::new(false),
+            seen: AtomicBool::new(false),
         })
     }
 
@@ -231,9 +69,9 @@ impl Spin {
         at.1 = at.1.saturating_add(1);
         if at.1 == SPIN_CALLS && !self.seen.swap(true, Ordering::Relaxed) {
             self.log.push(
-                super::checker::WORLD,
+                WORLD,
                 Ev::Violation(
-                    super::checker::Invariant::Spin,
+                    Invariant::Spin,
                     format!("{SPIN_CALLS} node calls without time passing (last: {what})"),
                 ),
             );
@@ -275,9 +113,9 @@ impl SimNode {
         what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
-        let health = *locked(&self.node.health);
-        let cut = match *locked(&self.process.cut) {
-            Cut::None => *locked(&self.link.cut),
+        let health = self.node.health();
+        let cut = match self.process.cut() {
+            Cut::None => self.link.cut(),
             c => c,
         };
         if let Some((log, who, node)) = &self.trace {
@@ -303,21 +141,13 @@ impl SimNode {
         if cut == Cut::Requests {
             return never();
         }
-        let slow = *locked(&self.node.slow);
-        let jitter = || {
-            if slow.is_zero() {
-                Duration::ZERO
-            } else {
-                let max = u64::try_from(slow.as_micros()).unwrap_or(u64::MAX);
-                Duration::from_micros(crate::rng::up_to(max))
-            }
-        };
+        let jitter = || self.node.jitter().unwrap_or_default();
         let (there, back) = (jitter(), jitter());
         let (tx, rx) = oneshot::channel();
         let node = Arc::clone(&self.node);
         let apply = move || -> BoxFuture<'static, ()> {
             // Arrived: a node that went down meanwhile never saw it.
-            if *locked(&node.health) != Health::Up {
+            if node.health() != Health::Up {
                 return Box::pin(async {});
             }
             let epoch = node.epoch();
@@ -390,8 +220,7 @@ impl TestNode for SimNode {
         Box::pin(async move {
             let r = reply.await;
             if matches!(r, Ok(Grant::Granted(_))) {
-                let armed = locked(&process.on_grant).take();
-                if let Some(pause) = armed {
+                if let Some(pause) = process.disarm() {
                     pause();
                 }
             }
@@ -401,12 +230,12 @@ impl TestNode for SimNode {
 
     fn forced(&self, keys: &Keys) -> Box<dyn FnOnce() + Send> {
         let log = self.spin.log.clone();
-        let lock = super::clients::LOCKS.iter().position(|l| **l == *keys.name);
+        let lock = LOCKS.iter().position(|l| **l == *keys.name);
         Box::new(move || {
             // An administrative break lands on this node now, maybe after
             // `force_unlock` returned: holds that exist now are broken.
             if let Some(lock) = lock {
-                log.push(super::checker::WORLD, Ev::ForceUnlock { lock });
+                log.push(WORLD, Ev::ForceUnlock { lock });
             }
         })
     }

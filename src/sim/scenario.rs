@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::checker::{Ev, Invariant, Log};
 use super::liveness::{Bound, Wants, Watch};
-use super::node::{Cut, LinkCtl, NodeCtl, SimNode, Spin};
+use super::net::{Cut, LinkCtl, NodeCtl};
+use super::node::{SimNode, Spin};
 use crate::node::NodeOps;
 use crate::{Backoff, LockManager, Quorum};
 

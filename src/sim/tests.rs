@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
+use super::params::Mode;
 use super::scenario::{self, Scenario};
-use super::{run, run_traced, Mode};
+use super::{run, run_traced};
 use crate::hooks::mutation::{self, Mutation};
 
 /// Safe-mode seeds per `cargo test`.
@@ -131,39 +132,10 @@ fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u
     found.into_inner().ok().flatten()
 }
 
-#[test]
-fn safe_mode_keeps_every_invariant() {
-    keeps_every_invariant(
-        Mode::Safe,
-        env_u64("QUORUMLOCK_SIM_SEEDS").unwrap_or(CI_SEEDS),
-    );
-}
-
-#[test]
-fn sets_mode_keeps_every_invariant() {
-    keeps_every_invariant(
-        Mode::Sets,
-        env_u64("QUORUMLOCK_SIM_SETS_SEEDS").unwrap_or(SETS_SEEDS),
-    );
-}
-
-#[test]
-fn fair_mode_keeps_every_invariant() {
-    keeps_every_invariant(
-        Mode::Fair,
-        env_u64("QUORUMLOCK_SIM_FAIR_SEEDS").unwrap_or(FAIR_SEEDS),
-    );
-}
-
-#[test]
-fn pause_heavy_mode_keeps_every_invariant() {
-    keeps_every_invariant(
-        Mode::Pauses,
-        env_u64("QUORUMLOCK_SIM_PAUSE_SEEDS").unwrap_or(PAUSES_SEEDS),
-    );
-}
-
-fn keeps_every_invariant(mode: Mode, seeds: u64) {
+/// Runs as many seeds of `mode` as the variable `seeds_var` says (`seeds`
+/// when unset): no invariant but the known-failing ones may break.
+fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
+    let seeds = env_u64(seeds_var).unwrap_or(seeds);
     let failures = std::sync::Mutex::new(Vec::new());
     let known = std::sync::Mutex::new(std::collections::BTreeMap::<String, (u64, u64)>::new());
     let started = WallClock::now();
@@ -243,65 +215,77 @@ fn must_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) {
     );
 }
 
-#[test]
-fn unsafe_restart_breaks_mutual_exclusion() {
-    must_catch(Mode::UnsafeRestart, None, &[Invariant::MutualExclusion]);
+/// The sweeps, one test a row: `name: Mode [with Mutation] => verdict`,
+/// where the verdict is `keeps(VAR or SEEDS)` (as many seeds as the
+/// variable `VAR` says, `SEEDS` when unset, and no invariant but the
+/// known-failing ones breaks; no mutation) or `breaks[invariants]` (some
+/// seed within [`CATCH_BUDGET`], with the mutation switched on, breaks one
+/// of them).
+macro_rules! sweeps {
+    ($($(#[$doc:meta])* $name:ident: $mode:ident $(with $m:ident)? => $verdict:ident $args:tt;)+) => {$(
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            sweeps!(@$verdict Mode::$mode, [$($m)?], $args);
+        }
+    )+};
+    (@keeps $mode:expr, [], ($var:literal or $seeds:ident)) => {
+        keeps_every_invariant($mode, $var, $seeds)
+    };
+    (@breaks $mode:expr, [], [$($want:ident),+]) => {
+        must_catch($mode, None, &[$(Invariant::$want),+])
+    };
+    (@breaks $mode:expr, [$m:ident], [$($want:ident),+]) => {
+        must_catch($mode, Some(Mutation::$m), &[$(Invariant::$want),+])
+    };
 }
 
-#[test]
-fn unsafe_clock_jump_breaks_mutual_exclusion() {
-    must_catch(Mode::UnsafeClock, None, &[Invariant::MutualExclusion]);
-}
+sweeps! {
+    safe_mode_keeps_every_invariant: Safe => keeps("QUORUMLOCK_SIM_SEEDS" or CI_SEEDS);
+    sets_mode_keeps_every_invariant: Sets => keeps("QUORUMLOCK_SIM_SETS_SEEDS" or SETS_SEEDS);
+    fair_mode_keeps_every_invariant: Fair => keeps("QUORUMLOCK_SIM_FAIR_SEEDS" or FAIR_SEEDS);
+    pause_heavy_mode_keeps_every_invariant:
+        Pauses => keeps("QUORUMLOCK_SIM_PAUSE_SEEDS" or PAUSES_SEEDS);
 
-#[test]
-fn mutation_no_rollback_is_caught() {
-    must_catch(
-        Mode::Safe,
-        Some(Mutation::NoRollback),
-        &[Invariant::Quiescence, Invariant::MutualExclusion],
-    );
-}
+    unsafe_restart_breaks_mutual_exclusion: UnsafeRestart => breaks[MutualExclusion];
+    unsafe_clock_jump_breaks_mutual_exclusion: UnsafeClock => breaks[MutualExclusion];
+    mutation_no_rollback_is_caught: Safe with NoRollback => breaks[Quiescence, MutualExclusion];
 
-/// Counting rings instead of nodes as a quorum of release messages spins:
-/// with two of three nodes down, three managers' rollbacks on the live node
-/// ring each other into new attempts without virtual time passing.
-#[test]
-fn mutation_ring_quorum_is_caught() {
-    must_catch(Mode::Safe, Some(Mutation::RingQuorum), &[Invariant::Spin]);
-}
+    /// Counting rings instead of nodes as a quorum of release messages spins:
+    /// with two of three nodes down, three managers' rollbacks on the live node
+    /// ring each other into new attempts without virtual time passing.
+    mutation_ring_quorum_is_caught: Safe with RingQuorum => breaks[Spin];
 
-/// Ignoring the validity deadline shows as a loss signalled past
-/// `valid_until`, or a lapsed hold believed valid again. (It once showed
-/// mostly as the latter through re-entries, which re-created keys gone
-/// everywhere; a re-entry now needs a quorum that still holds the key, as a
-/// renewal does.)
-#[test]
-fn mutation_renew_lapsed_is_caught() {
-    must_catch(
-        Mode::Safe,
-        Some(Mutation::RenewLapsed),
-        &[
-            Invariant::MutualExclusion,
-            Invariant::FencingResumed,
-            Invariant::LossDeadline,
-        ],
-    );
-}
+    /// Ignoring the validity deadline shows as a loss signalled past
+    /// `valid_until`, or a lapsed hold believed valid again. (It once showed
+    /// mostly as the latter through re-entries, which re-created keys gone
+    /// everywhere; a re-entry now needs a quorum that still holds the key, as a
+    /// renewal does.)
+    mutation_renew_lapsed_is_caught:
+        Safe with RenewLapsed => breaks[MutualExclusion, FencingResumed, LossDeadline];
 
-/// Without the resume watcher's news, a loss signal waiting when its
-/// process is suspended keeps its pre-suspend timer, which fires late by
-/// the suspend: a hold whose validity ran out during the suspend is seen
-/// lost long after the resume (the `Suspend` fault in `faults`). First
-/// caught at seed 3 (`LossDeadlineFixed`: a fixed lease whose suspend
-/// ended before its `valid_until`, its loss signal still on the timer armed
-/// before the suspend); the code before the resume watcher fails there too.
-#[test]
-fn mutation_ignore_resume_is_caught() {
-    must_catch(
-        Mode::Safe,
-        Some(Mutation::IgnoreResume),
-        &[Invariant::LossDeadline, Invariant::LossDeadlineFixed],
-    );
+    /// Without the resume watcher's news, a loss signal waiting when its
+    /// process is suspended keeps its pre-suspend timer, which fires late by
+    /// the suspend: a hold whose validity ran out during the suspend is seen
+    /// lost long after the resume (the `Suspend` fault in `faults`). First
+    /// caught at seed 3 (`LossDeadlineFixed`: a fixed lease whose suspend
+    /// ended before its `valid_until`, its loss signal still on the timer armed
+    /// before the suspend); the code before the resume watcher fails there too.
+    mutation_ignore_resume_is_caught:
+        Safe with IgnoreResume => breaks[LossDeadline, LossDeadlineFixed];
+
+    /// The old lagging-counter raise, tried once in the background and not
+    /// waited for, repeats tokens once a raise is lost.
+    ///
+    /// With one counter per node shared by all locks, a lagging counter catches
+    /// up through other locks' grants; the repeat needs a lost raise, the hold's
+    /// keys running out without a release (which raises too), and then a
+    /// quorum that avoids the node with the maximum. Pause-heavy mode gets
+    /// there through pauses that start as a grant arrives (`StallOnGrant` in
+    /// `faults`). The deterministic scenario in
+    /// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
+    /// shows it with hand-placed faults.
+    mutation_single_try_fence_raise_is_caught: Pauses with SingleTryFence => breaks[Fencing];
 }
 
 /// `QUORUMLOCK_SIM_SEED=S` replays one seed and prints its history.
@@ -355,26 +339,6 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
     }
 }
 
-/// The old lagging-counter raise, tried once in the background and not
-/// waited for, repeats tokens once a raise is lost.
-///
-/// With one counter per node shared by all locks, a lagging counter catches
-/// up through other locks' grants; the repeat needs a lost raise, the hold's
-/// keys running out without a release (which raises too), and then a
-/// quorum that avoids the node with the maximum. Pause-heavy mode gets
-/// there through pauses that start as a grant arrives (`StallOnGrant` in
-/// `faults`). The deterministic scenario in
-/// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
-/// shows it with hand-placed faults.
-#[test]
-fn mutation_single_try_fence_raise_is_caught() {
-    must_catch(
-        Mode::Pauses,
-        Some(Mutation::SingleTryFence),
-        &[Invariant::Fencing],
-    );
-}
-
 /// Runs a liveness scenario with `m` switched on (or none); its Progress
 /// violations.
 fn scenario_progress(s: Scenario, m: Option<Mutation>) -> (Vec<String>, String) {
@@ -394,35 +358,41 @@ fn scenario_progress(s: Scenario, m: Option<Mutation>) -> (Vec<String>, String) 
     (progress, log)
 }
 
+/// Runs scenario `s` with `m` switched on: it must break the liveness
+/// invariant.
+fn scenario_must_catch(s: Scenario, m: Mutation) {
+    let (v, log) = scenario_progress(s, Some(m));
+    assert!(!v.is_empty(), "{s:?}: no Progress violation\n{log}");
+    eprintln!("sim: {s:?}: {}", v[0]);
+}
+
+/// Runs scenario `s` as the code is: it must keep the liveness invariant.
+fn scenario_keeps_progress(s: Scenario) {
+    let (v, log) = scenario_progress(s, None);
+    assert!(v.is_empty(), "{v:?}\n{log}");
+}
+
 /// Defect 1 (a deferred waiter stalls a lease behind a dead waiter) breaks
 /// the liveness invariant. On this branch the code still behaves as the
 /// mutation says, so this holds with or without the switch.
 #[test]
 fn mutation_deferred_unbounded_is_caught() {
-    let s = Scenario::DeferredBehindDead;
-    let (v, log) = scenario_progress(s, Some(Mutation::DeferredUnbounded));
-    assert!(!v.is_empty(), "{s:?}: no Progress violation\n{log}");
-    eprintln!("sim: {s:?}: {}", v[0]);
+    scenario_must_catch(Scenario::DeferredBehindDead, Mutation::DeferredUnbounded);
 }
 
 /// Defect 2 (a plain request held back by a local fair waiter behind a
 /// dead head) breaks the liveness invariant.
 #[test]
 fn mutation_defer_to_fair_is_caught() {
-    let s = Scenario::PlainBehindFair;
-    let (v, log) = scenario_progress(s, Some(Mutation::DeferToFair));
-    assert!(!v.is_empty(), "{s:?}: no Progress violation\n{log}");
-    eprintln!("sim: {s:?}: {}", v[0]);
+    scenario_must_catch(Scenario::PlainBehindFair, Mutation::DeferToFair);
 }
 
 #[test]
 fn deferred_waiter_behind_a_dead_waiter_makes_progress() {
-    let (v, log) = scenario_progress(Scenario::DeferredBehindDead, None);
-    assert!(v.is_empty(), "{v:?}\n{log}");
+    scenario_keeps_progress(Scenario::DeferredBehindDead);
 }
 
 #[test]
 fn plain_request_behind_a_stuck_fair_waiter_makes_progress() {
-    let (v, log) = scenario_progress(Scenario::PlainBehindFair, None);
-    assert!(v.is_empty(), "{v:?}\n{log}");
+    scenario_keeps_progress(Scenario::PlainBehindFair);
 }

@@ -5,13 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::tests::fake::{cluster_with, lock_as, FakeNode, Mode};
-use crate::{Error, LockManager, Quorum};
+use crate::{Error, LockGuard, LockManager, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
 
 fn cluster(n: usize, quorum: Quorum) -> (LockManager, Vec<Arc<FakeNode>>) {
     cluster_with(n, |b| b.quorum(quorum))
+}
+
+/// One try for `job`, without waiting.
+async fn try_now(m: &LockManager) -> Result<LockGuard, Error> {
+    m.try_lock("job", Duration::ZERO).await
 }
 
 fn holders(fakes: &[Arc<FakeNode>]) -> usize {
@@ -24,10 +29,7 @@ async fn majority_returns_without_waiting_for_a_stalled_node() {
     fakes[4].set_mode(Mode::Stall);
     fakes[3].set_mode(Mode::Stall);
     let start = tokio::time::Instant::now();
-    let g = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect("3 of 5 grant");
+    let g = try_now(&m).await.expect("3 of 5 grant");
     assert!(start.elapsed() < 100 * MS, "waited for the stalled nodes");
     assert_eq!(g.granted_nodes(), vec![0, 1, 2]);
     g.release().await.expect("release");
@@ -39,10 +41,7 @@ async fn all_fails_on_a_stalled_node_and_rolls_back_everywhere() {
     let (m, fakes) = cluster(5, Quorum::All);
     fakes[2].set_mode(Mode::Stall);
     let start = tokio::time::Instant::now();
-    let err = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect_err("needs all 5");
+    let err = try_now(&m).await.expect_err("needs all 5");
     assert!(err.is_unavailable(), "{err}");
     assert!(
         start.elapsed() >= 100 * MS,
@@ -61,10 +60,7 @@ async fn errors_and_partial_grants_are_rolled_back() {
     fakes[0].set_mode(Mode::Fail);
     fakes[1].set_mode(Mode::Fail);
     fakes[2].take(KEY, "someone", Duration::from_secs(5));
-    let err = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect_err("2 grants of 3");
+    let err = try_now(&m).await.expect_err("2 grants of 3");
     match &err {
         Error::Contended {
             taken,
@@ -102,7 +98,7 @@ async fn every_subset_of_taken_nodes_under_each_policy() {
                 }
             }
             let free = 5 - mask.count_ones() as usize;
-            let r = m.try_lock("job", Duration::ZERO).await;
+            let r = try_now(&m).await;
             if free >= required {
                 let g = r.unwrap_or_else(|e| panic!("{quorum:?} mask {mask:05b}: {e}"));
                 assert!(g.granted_nodes().len() >= required);
@@ -150,10 +146,7 @@ async fn late_grants_are_tracked_and_released() {
     let (m, fakes) = cluster(5, Quorum::Majority);
     fakes[3].set_mode(Mode::Slow(50 * MS));
     fakes[4].set_mode(Mode::Slow(60 * MS));
-    let g = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect("3 fast grants");
+    let g = try_now(&m).await.expect("3 fast grants");
     assert_eq!(g.granted_nodes(), vec![0, 1, 2]);
     tokio::time::sleep(80 * MS).await;
     assert_eq!(
@@ -388,7 +381,7 @@ async fn no_slot_outlives_its_acquisitions() {
             .wait(Duration::ZERO)
             .acquire()
             .await;
-        let _ = m.try_lock("job", Duration::ZERO).await;
+        let _ = try_now(&m).await;
     }
     let g = lock_as(&m, &me, "free").await.expect("lock");
     assert_eq!(m.inner.slots.len(), 1, "only the held lock keeps a slot");
@@ -400,16 +393,19 @@ async fn no_slot_outlives_its_acquisitions() {
 
 const FENCE: &str = "quorumlock:fence";
 
-#[tokio::test(start_paused = true)]
-async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
-    let (m, fakes) = cluster(5, Quorum::Majority);
+/// Node 0's fence counter at 10 (the others' at 0), and `job` held by
+/// another owner on nodes 3 and 4.
+fn fence_at_10_and_job_taken_on_3_and_4(fakes: &[Arc<FakeNode>]) {
     fakes[0].set_fence(FENCE, 10);
     fakes[3].take(KEY, "other", Duration::from_secs(5));
     fakes[4].take(KEY, "other", Duration::from_secs(5));
-    let g = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect("3 of 5 grant");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
+    let (m, fakes) = cluster(5, Quorum::Majority);
+    fence_at_10_and_job_taken_on_3_and_4(&fakes);
+    let g = try_now(&m).await.expect("3 of 5 grant");
     assert_eq!(g.fencing_token(), 11);
     let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
     assert_eq!(
@@ -423,15 +419,10 @@ async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
 #[tokio::test(start_paused = true)]
 async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
     let (m, fakes) = cluster(5, Quorum::Majority);
-    fakes[0].set_fence(FENCE, 10);
-    fakes[3].take(KEY, "other", Duration::from_secs(5));
-    fakes[4].take(KEY, "other", Duration::from_secs(5));
+    fence_at_10_and_job_taken_on_3_and_4(&fakes);
     // Node 2 grants, then fails the raise.
     fakes[2].fail_after(1);
-    let g = m
-        .try_lock("job", Duration::ZERO)
-        .await
-        .expect("fenced on 0, 1, 3, 4");
+    let g = try_now(&m).await.expect("fenced on 0, 1, 3, 4");
     assert_eq!(g.fencing_token(), 11);
     let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
     assert_eq!(fences, vec![11, 11, 1, 11, 11]);
@@ -443,6 +434,6 @@ async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
         f.wipe();
         f.set_fence(FENCE, 11);
     }
-    let g = m.try_lock("job", Duration::ZERO).await.expect("free again");
+    let g = try_now(&m).await.expect("free again");
     assert!(g.fencing_token() > 11);
 }

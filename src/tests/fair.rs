@@ -71,6 +71,20 @@ fn manager(fakes: &[Arc<FakeNode>], delays: &[Duration]) -> LockManager {
         .expect("valid fake cluster")
 }
 
+/// A manager over `fakes` that reaches every node at once.
+fn prompt(fakes: &[Arc<FakeNode>]) -> LockManager {
+    manager(fakes, &vec![Duration::ZERO; fakes.len()])
+}
+
+/// `name` held on `fakes` by a manager of its own (`prompt`), for the
+/// waiters of a test to queue behind: the holder (keep it for the test)
+/// and its guard.
+async fn held(fakes: &[Arc<FakeNode>], name: &str) -> (LockManager, LockGuard) {
+    let holder = prompt(fakes);
+    let g = holder.lock(name).await.expect("lock");
+    (holder, g)
+}
+
 fn keys(name: &str) -> Keys {
     Keys::new("quorumlock:", name)
 }
@@ -97,14 +111,12 @@ fn fair_taker(
 #[tokio::test(start_paused = true)]
 async fn fair_waiters_are_granted_in_arrival_order_across_managers() {
     let fakes = fakes(5);
-    let none = [Duration::ZERO; 5];
-    let holder = manager(&fakes, &none);
-    let g = holder.lock("x").await.expect("lock");
+    let (_holder, g) = held(&fakes, "x").await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     // Six managers (as six processes) queue 20 ms apart.
     for who in 0..6 {
-        let m = Arc::new(manager(&fakes, &none));
+        let m = Arc::new(prompt(&fakes));
         tasks.push(fair_taker(
             &m,
             "x",
@@ -143,8 +155,7 @@ struct Split {
 /// heads a majority.
 async fn three_way_split(wait: Duration) -> Split {
     let fakes = fakes(5);
-    let holder = manager(&fakes, &[Duration::ZERO; 5]);
-    let g = holder.lock("s").await.expect("lock");
+    let (_holder, g) = held(&fakes, "s").await;
     let near = |first: &[usize]| -> Vec<Duration> {
         (0..5)
             .map(|i| if first.contains(&i) { MS } else { 10 * MS })
@@ -233,9 +244,7 @@ async fn three_way_splits_stay_split_with_per_node_arrival_order() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_that_stops_calling_is_skipped_after_the_queue_timeout() {
     let fakes = fakes(3);
-    let none = [Duration::ZERO; 3];
-    let holder = manager(&fakes, &none);
-    let g = holder.lock("d").await.expect("lock");
+    let (_holder, g) = held(&fakes, "d").await;
     // A waiter of a process that died: queued on every node, never calls
     // again.
     let k = Arc::new(keys("d"));
@@ -258,7 +267,7 @@ async fn a_waiter_that_stops_calling_is_skipped_after_the_queue_timeout() {
         assert!(matches!(r, Ok(Grant::Taken(_, 1))), "{r:?}");
     }
     let queued_at = tokio::time::Instant::now();
-    let m = manager(&fakes, &none);
+    let m = prompt(&fakes);
     let waiting = tokio::spawn(async move {
         let g = m.request("d").fair().acquire().await;
         (g.map(|g| g.fencing_token()), tokio::time::Instant::now())
@@ -281,10 +290,8 @@ async fn a_waiter_that_stops_calling_is_skipped_after_the_queue_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_fair_waiter_leaves_the_queue_on_every_node() {
     let fakes = fakes(5);
-    let none = [Duration::ZERO; 5];
-    let holder = manager(&fakes, &none);
-    let g = holder.lock("q").await.expect("lock");
-    let m = manager(&fakes, &none);
+    let (_holder, g) = held(&fakes, "q").await;
+    let m = prompt(&fakes);
     let dropped = tokio::time::timeout(200 * MS, m.request("q").fair().acquire()).await;
     assert!(dropped.is_err(), "still waiting when dropped");
     m.flush().await;
@@ -305,10 +312,8 @@ async fn a_dropped_fair_waiter_leaves_the_queue_on_every_node() {
 #[tokio::test(start_paused = true)]
 async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
     let fakes = fakes(3);
-    let none = [Duration::ZERO; 3];
-    let holder = manager(&fakes, &none);
-    let g: LockGuard = holder.lock("z").await.expect("lock");
-    let m = manager(&fakes, &none);
+    let (_holder, g) = held(&fakes, "z").await;
+    let m = prompt(&fakes);
     let try_fair = || m.request("z").fair().wait(Duration::ZERO).acquire();
     let err = try_fair().await.expect_err("held");
     assert!(err.is_contended(), "{err}");
@@ -325,17 +330,15 @@ async fn a_fair_try_with_no_wait_leaves_no_place_behind() {
 #[tokio::test(start_paused = true)]
 async fn plain_requests_are_not_held_back_by_fair_waiters() {
     let fakes = fakes(3);
-    let none = [Duration::ZERO; 3];
-    let holder = manager(&fakes, &none);
-    let g = holder.lock("p").await.expect("lock");
-    let m = Arc::new(manager(&fakes, &none));
+    let (_holder, g) = held(&fakes, "p").await;
+    let m = Arc::new(prompt(&fakes));
     let order = Arc::new(Mutex::new(Vec::new()));
     let fair = fair_taker(&m, "p", 1, Duration::from_secs(30), MS, &order);
     tokio::time::sleep(50 * MS).await;
     g.release().await.expect("release");
     // The lock is free but the fair waiter's turn (it has not retried yet:
     // the fakes publish nothing); a plain request takes it all the same.
-    let plain = manager(&fakes, &none);
+    let plain = prompt(&fakes);
     let g = plain
         .request("p")
         .wait(Duration::ZERO)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::keys::Keys;
 use crate::tests::fake::{cluster_with, lock_all_as, lock_as, renewed_each_second, FakeNode, Mode};
-use crate::{Error, HoldState, LockManager};
+use crate::{Error, HoldState, LockGuard, LockManager, Owner};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "quorumlock:{job}";
@@ -15,6 +15,22 @@ const KEY: &str = "quorumlock:{job}";
 /// 3 nodes, majority, lease 3 s renewed every second.
 fn cluster() -> (LockManager, Vec<Arc<FakeNode>>) {
     cluster_with(3, renewed_each_second)
+}
+
+/// The cluster, with `job` held by owner A (explicit: it re-enters).
+struct Held {
+    m: LockManager,
+    fakes: Vec<Arc<FakeNode>>,
+    a: Owner,
+    /// A's guard.
+    g: LockGuard,
+}
+
+async fn a_holds_job() -> Held {
+    let (m, fakes) = cluster();
+    let a = m.new_owner();
+    let g = lock_as(&m, &a, "job").await.expect("A locks");
+    Held { m, fakes, a, g }
 }
 
 /// The nodes where `holder` holds the lock.
@@ -30,9 +46,7 @@ fn held_by(fakes: &[Arc<FakeNode>], holder: &str) -> usize {
 /// `Lost`, the hold is lost (`lost()` fires), and no node holds A's key.
 #[tokio::test(start_paused = true)]
 async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
-    let (m, fakes) = cluster();
-    let a = m.new_owner();
-    let g = lock_as(&m, &a, "job").await.expect("A locks");
+    let Held { m, fakes, a, g } = a_holds_job().await;
     let a_id = g.holder_id().to_owned();
     assert_eq!(m.force_unlock("job").await.expect("force"), 3);
     let b = m
@@ -67,9 +81,7 @@ async fn a_reentry_after_force_unlock_fails_and_the_hold_is_lost() {
 /// on the third node is released.
 #[tokio::test(start_paused = true)]
 async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost() {
-    let (m, fakes) = cluster();
-    let a = m.new_owner();
-    let g = lock_as(&m, &a, "job").await.expect("A locks");
+    let Held { m, fakes, a, g } = a_holds_job().await;
     fakes[0].wipe();
     fakes[1].wipe();
     let err = lock_as(&m, &a, "job")
@@ -91,9 +103,7 @@ async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost()
 /// minority rule) re-creates the key, with the new count.
 #[tokio::test(start_paused = true)]
 async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
-    let (m, fakes) = cluster();
-    let a = m.new_owner();
-    let g = lock_as(&m, &a, "job").await.expect("A locks");
+    let Held { m, fakes, a, g } = a_holds_job().await;
     let id = g.holder_id().to_owned();
     fakes[0].wipe();
     let g2 = lock_as(&m, &a, "job")
@@ -121,9 +131,7 @@ async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
 /// watchdog decides.
 #[tokio::test(start_paused = true)]
 async fn a_reentry_with_failed_nodes_keeps_the_hold() {
-    let (m, fakes) = cluster();
-    let a = m.new_owner();
-    let g = lock_as(&m, &a, "job").await.expect("A locks");
+    let Held { m, fakes, a, g } = a_holds_job().await;
     fakes[0].set_mode(Mode::Fail);
     fakes[1].set_mode(Mode::Stall);
     let g2 = lock_as(&m, &a, "job")

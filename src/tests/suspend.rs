@@ -8,13 +8,14 @@
 //! machine, where `CLOCK_MONOTONIC` timers are simply late after a resume.
 //! The resume is the instant of that call.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::tests::fake::{cluster_with, FakeNode};
-use crate::{Error, HoldState};
+use crate::{Error, HoldState, LockGuard};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -31,12 +32,47 @@ fn suspend(fakes: &[Arc<FakeNode>], d: Duration) -> Instant {
     Instant::now()
 }
 
-fn assert_at_resume(what: &str, resumed: Instant) {
-    let late = Instant::now() - resumed;
+/// `what`, which fired at `fired`, fired at the resume: within
+/// [`AT_RESUME`] of `resumed`.
+fn assert_at_resume(what: &str, fired: Instant, resumed: Instant) {
+    let late = fired - resumed;
     assert!(
         late <= AT_RESUME,
         "{what} fired {late:?} after the resume (the validity ran out during the suspend)"
     );
+}
+
+/// Sleeps `d`; `signal` must not fire meanwhile (else: panics with `what`).
+async fn quiet(signal: impl Future, d: Duration, what: &str) {
+    tokio::pin!(signal);
+    tokio::select! {
+        biased;
+        _ = signal => panic!("{what}"),
+        () = tokio::time::sleep(d) => {}
+    }
+}
+
+/// `g.run()` of a closure that works `before`, during which the machine
+/// then sleeps `d`, and works `after`: it returns `Err(Lost)` at the resume.
+async fn run_is_lost_at_resume(
+    g: LockGuard,
+    fakes: &[Arc<FakeNode>],
+    before: Duration,
+    d: Duration,
+    after: Duration,
+) {
+    let resumed = std::cell::Cell::new(None);
+    let r = g
+        .run(|_| async {
+            tokio::time::sleep(before).await;
+            resumed.set(Some(suspend(fakes, d)));
+            tokio::time::sleep(after).await;
+            7
+        })
+        .await;
+    assert!(r.as_ref().is_err_and(Error::is_lost), "{r:?}");
+    let resumed = resumed.get().expect("the closure ran");
+    assert_at_resume("run()'s loss", Instant::now(), resumed);
 }
 
 /// A fixed lease of 2 s, a 5 s suspend at 100 ms: `lost()`, already
@@ -47,16 +83,12 @@ async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
     let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
     let lost = g.lost();
     tokio::pin!(lost);
-    tokio::select! {
-        biased;
-        () = &mut lost => panic!("lost() fired before the suspend"),
-        () = tokio::time::sleep(100 * MS) => {}
-    }
+    quiet(&mut lost, 100 * MS, "lost() fired before the suspend").await;
     let resumed = suspend(&fakes, Duration::from_secs(5));
     tokio::time::timeout(Duration::from_secs(10), &mut lost)
         .await
         .expect("lost() fires");
-    assert_at_resume("lost()", resumed);
+    assert_at_resume("lost()", Instant::now(), resumed);
     assert!(g.is_lost());
 }
 
@@ -66,17 +98,7 @@ async fn lost_fires_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
 async fn run_returns_lost_at_resume_when_a_fixed_lease_ran_out_in_a_suspend() {
     let (m, fakes) = cluster_with(3, |b| b);
     let g = m.lock_with_lease("job", 2_000 * MS).await.expect("lock");
-    let resumed = std::cell::Cell::new(None);
-    let r = g
-        .run(|_| async {
-            tokio::time::sleep(100 * MS).await;
-            resumed.set(Some(suspend(&fakes, Duration::from_secs(5))));
-            tokio::time::sleep(1_500 * MS).await;
-            7
-        })
-        .await;
-    assert!(r.as_ref().is_err_and(Error::is_lost), "{r:?}");
-    assert_at_resume("run()'s loss", resumed.get().expect("the closure ran"));
+    run_is_lost_at_resume(g, &fakes, 100 * MS, Duration::from_secs(5), 1_500 * MS).await;
 }
 
 /// A renewed hold (lease 10 s), a 20 s suspend: `lost()`,
@@ -96,26 +118,15 @@ async fn a_renewed_hold_is_lost_at_resume_after_a_suspend_past_its_validity() {
         )
     };
     tokio::pin!(waiters);
-    tokio::select! {
-        biased;
-        _ = &mut waiters => panic!("a loss signal fired before the suspend"),
-        () = tokio::time::sleep(4_000 * MS) => {}
-    }
+    let before = "a loss signal fired before the suspend";
+    quiet(&mut waiters, 4_000 * MS, before).await;
     let resumed = suspend(&fakes, Duration::from_secs(20));
     let (lost_at, (state, stopped_at)) = tokio::time::timeout(Duration::from_secs(30), waiters)
         .await
         .expect("the loss signals fire");
-    assert!(
-        lost_at - resumed <= AT_RESUME,
-        "lost() fired {:?} after the resume",
-        lost_at - resumed
-    );
+    assert_at_resume("lost()", lost_at, resumed);
     assert_eq!(state, HoldState::Lost);
-    assert!(
-        stopped_at - resumed <= AT_RESUME,
-        "renewal_stopped() fired {:?} after the resume",
-        stopped_at - resumed
-    );
+    assert_at_resume("renewal_stopped()", stopped_at, resumed);
     assert!(g.is_lost());
 }
 
@@ -125,17 +136,8 @@ async fn a_renewed_hold_is_lost_at_resume_after_a_suspend_past_its_validity() {
 async fn run_of_a_renewed_hold_returns_lost_at_resume_after_a_long_suspend() {
     let (m, fakes) = cluster_with(3, |b| b);
     let g = m.try_lock("job", Duration::ZERO).await.expect("lock");
-    let resumed = std::cell::Cell::new(None);
-    let r = g
-        .run(|_| async {
-            tokio::time::sleep(4_000 * MS).await;
-            resumed.set(Some(suspend(&fakes, Duration::from_secs(20))));
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            7
-        })
-        .await;
-    assert!(r.as_ref().is_err_and(Error::is_lost), "{r:?}");
-    assert_at_resume("run()'s loss", resumed.get().expect("the closure ran"));
+    let (before, after) = (4_000 * MS, Duration::from_secs(60));
+    run_is_lost_at_resume(g, &fakes, before, Duration::from_secs(20), after).await;
 }
 
 /// No false alarm: a 2 s suspend that ends well before `valid_until` does
@@ -147,11 +149,7 @@ async fn a_short_suspend_does_not_lose_a_renewed_hold() {
     {
         let lost = g.lost();
         tokio::pin!(lost);
-        tokio::select! {
-            biased;
-            () = &mut lost => panic!("lost() fired before the suspend"),
-            () = tokio::time::sleep(1_000 * MS) => {}
-        }
+        quiet(&mut lost, 1_000 * MS, "lost() fired before the suspend").await;
         suspend(&fakes, Duration::from_secs(2));
         assert!(g.is_held(), "a short suspend made the hold lapse");
         let quiet = tokio::time::timeout(Duration::from_secs(30), &mut lost).await;
@@ -179,21 +177,13 @@ async fn the_resume_watcher_runs_only_while_a_loss_is_awaited() {
     {
         let waiters = async { tokio::join!(g.lost(), g.renewal_stopped(), h.lost()) };
         tokio::pin!(waiters);
-        tokio::select! {
-            biased;
-            _ = &mut waiters => panic!("a loss signal fired"),
-            () = tokio::time::sleep(100 * MS) => {}
-        }
+        quiet(&mut waiters, 100 * MS, "a loss signal fired").await;
         assert_eq!(tasks(), idle + 1, "one watcher for every waiter");
     }
     tokio::time::sleep(20 * MS).await;
     assert_eq!(tasks(), idle, "the watcher outlived its waiters");
     // It starts again with the next wait.
-    tokio::select! {
-        biased;
-        () = h.lost() => panic!("lost() fired"),
-        () = tokio::time::sleep(100 * MS) => {}
-    }
+    quiet(h.lost(), 100 * MS, "lost() fired").await;
     assert_eq!(tasks(), idle + 1);
     g.release().await.expect("release");
     h.release().await.expect("release");

@@ -69,14 +69,17 @@ impl Feed for Scripted {
     }
 }
 
-fn config(node_timeout: Duration) -> Config {
+/// The notifier of client `me` over one node whose feed is `feed`, with a
+/// node timeout of 200 ms.
+fn notifier(feed: &Arc<Scripted>) -> Notifier {
     let node: Arc<dyn NodeOps> = FakeNode::new(0);
-    LockManager::builder()
-        .node_timeout(node_timeout)
+    let config: Config = LockManager::builder()
+        .node_timeout(Duration::from_millis(200))
         .build_with(vec![node])
         .expect("config")
         .config()
-        .clone()
+        .clone();
+    Notifier::start("me", vec![Some(Arc::clone(feed) as Arc<dyn Feed>)], &config)
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,11 +88,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
         hang: true,
         ..Scripted::default()
     });
-    let notifier = Notifier::start(
-        "me",
-        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
-        &config(Duration::from_millis(200)),
-    );
+    let notifier = notifier(&feed);
     let w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(5)).await;
     assert!(
@@ -114,11 +113,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
 #[tokio::test(start_paused = true)]
 async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
     let feed = Arc::new(Scripted::default());
-    let notifier = Notifier::start(
-        "me",
-        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
-        &config(Duration::from_millis(200)),
-    );
+    let notifier = notifier(&feed);
     let a = notifier.waiter("ch", None, &"me:owner-1".into());
     a.confirmed(Duration::from_secs(1)).await;
     let b = notifier.waiter("ch", None, &"me:owner-1".into());
@@ -140,11 +135,7 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
 #[tokio::test(start_paused = true)]
 async fn a_release_message_rings_the_head_through_the_feed() {
     let feed = Arc::new(Scripted::default());
-    let notifier = Notifier::start(
-        "me",
-        vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
-        &config(Duration::from_millis(200)),
-    );
+    let notifier = notifier(&feed);
     let mut w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(1)).await;
     w.mark();

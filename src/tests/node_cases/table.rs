@@ -2,7 +2,7 @@
 //! the answer both nodes must give), and short names for the steps and
 //! answers the cases are written in.
 
-use super::steps::{ms, Op, Out, L};
+use super::steps::{ms, Op, Out, H1, H2, L};
 use crate::error::NodeErrorKind;
 use crate::node::Renewed;
 
@@ -149,5 +149,13 @@ impl Case {
     /// An action without an answer (sleep, restart, planting a value).
     pub(super) fn act(self, op: Op) -> Self {
         self.step(op, Out::Done)
+    }
+
+    /// H1 takes `a` (token 1), then two fair waiters queue behind it: W1
+    /// (as H2, queue timeout `t1`: ticket 1), then W2 (as H3, `t2`: ticket 2).
+    pub(super) fn two_waiters(self, t1: u64, t2: u64) -> Self {
+        self.step(acquire("a", H1, L, 1), granted(1))
+            .step(place("a", H2, W1, 0, true, t1), queued(L, 1))
+            .step(place("a", H3, W2, 0, true, t2), queued(L, 2))
     }
 }

@@ -16,13 +16,26 @@ fn prompt(b: &Bell) -> bool {
     b.prompt.swap(false, Ordering::AcqRel)
 }
 
+/// A channel on three nodes, and the count of the waiters it woke.
+fn channel() -> (Channel, AtomicU64) {
+    (Channel::new(3), AtomicU64::new(0))
+}
+
+/// Joins fair waiter `wait` (`owner-N:wait-M`) of this manager: its id and
+/// its bell.
+fn join_fair(c: &Channel, wait: &str) -> (Arc<str>, Arc<Bell>) {
+    let id: Arc<str> = format!("{ME}:{wait}").into();
+    let bell = c.join(&Kind::Fair(&id), &owner());
+    (id, bell)
+}
+
 fn msg(waiter: &str, releaser: &str) -> Vec<u8> {
     format!("{waiter} {releaser}").into_bytes()
 }
 
 #[test]
 fn a_release_rings_only_the_head_of_the_fifo() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let bells: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t), &owner())).collect();
     c.on_message(0, &msg("", &format!("{ME}:owner-1:hold-1@0")), ME, &w);
     assert_eq!(
@@ -44,7 +57,7 @@ fn a_release_rings_only_the_head_of_the_fifo() {
 
 #[test]
 fn a_message_naming_another_managers_waiter_rings_nobody_here() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let head = c.join(&Kind::Plain(0), &owner());
     c.on_message(0, &msg("other@2#bbbb:owner-3:wait-1", ""), ME, &w);
     assert_eq!(rings(&head), 0);
@@ -55,19 +68,17 @@ fn a_message_naming_another_managers_waiter_rings_nobody_here() {
 
 #[test]
 fn a_message_naming_a_fair_waiter_rings_it_and_not_the_head() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let head = c.join(&Kind::Plain(0), &owner());
-    let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
-    let fair = c.join(&Kind::Fair(&id), &owner());
+    let (id, fair) = join_fair(&c, "owner-2:wait-1");
     c.on_message(0, &msg(&id, ""), ME, &w);
     assert_eq!((rings(&head), rings(&fair)), (0, 1));
 }
 
 #[test]
 fn a_fair_waiter_waits_for_a_quorum_of_messages_even_from_our_own_release() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
-    let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
-    let fair = c.join(&Kind::Fair(&id), &owner());
+    let (c, w) = channel();
+    let (id, fair) = join_fair(&c, "owner-2:wait-1");
     c.on_message(0, &msg(&id, &format!("{ME}:owner-1:hold-1@0")), ME, &w);
     assert_eq!(rings(&fair), 1);
     assert!(
@@ -78,7 +89,7 @@ fn a_fair_waiter_waits_for_a_quorum_of_messages_even_from_our_own_release() {
 
 #[test]
 fn a_quorum_of_messages_is_a_quorum_of_nodes_not_of_rings() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let head = c.join(&Kind::Plain(0), &owner());
     // Two other managers' rollbacks, both seen on node 0.
     c.on_message(0, &msg("", "other@2#bbbb:owner-1:hold-1@0"), ME, &w);
@@ -91,9 +102,8 @@ fn a_quorum_of_messages_is_a_quorum_of_nodes_not_of_rings() {
 
 #[test]
 fn fair_waiters_are_not_in_the_fifo() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
-    let id: Arc<str> = format!("{ME}:owner-2:wait-1").into();
-    let fair = c.join(&Kind::Fair(&id), &owner());
+    let (c, w) = channel();
+    let (id, fair) = join_fair(&c, "owner-2:wait-1");
     assert!(!c.has_plain_waiters(), "a plain newcomer would defer to it");
     c.wake_all(&w);
     assert_eq!(
@@ -108,7 +118,7 @@ fn fair_waiters_are_not_in_the_fifo() {
 
 #[test]
 fn a_head_that_gives_up_rings_the_next_and_one_that_wins_nudges_it() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let b: Vec<_> = (0..3).map(|t| c.join(&Kind::Plain(t), &owner())).collect();
     c.leave(&Kind::Plain(0), false, &w);
     assert_eq!(rings(&b[1]), 1);
@@ -126,10 +136,9 @@ fn a_head_that_gives_up_rings_the_next_and_one_that_wins_nudges_it() {
 
 #[test]
 fn a_waiters_own_rollback_does_not_ring_it() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let head = c.join(&Kind::Plain(0), &owner());
-    let id: Arc<str> = format!("{ME}:owner-7:wait-2").into();
-    let fair = c.join(&Kind::Fair(&id), &owner());
+    let (id, fair) = join_fair(&c, "owner-7:wait-2");
     // The rollback of a failed attempt of owner-7 (its holder id).
     c.on_message(0, &msg("", &format!("{ME}:owner-7:hold-9@0")), ME, &w);
     c.on_message(0, &msg(&id, &format!("{ME}:owner-7:hold-9@0")), ME, &w);
@@ -141,7 +150,7 @@ fn a_waiters_own_rollback_does_not_ring_it() {
 
 #[test]
 fn garbage_payloads_ring_the_head_at_most() {
-    let (c, w) = (Channel::new(3), AtomicU64::new(0));
+    let (c, w) = channel();
     let head = c.join(&Kind::Plain(0), &owner());
     for payload in [&b"\xff\xfe"[..], b"", b" ", b"x y z"] {
         c.on_message(0, payload, ME, &w);
