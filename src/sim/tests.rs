@@ -268,9 +268,8 @@ sweeps! {
     /// process is suspended keeps its pre-suspend timer, which fires late by
     /// the suspend: a hold whose validity ran out during the suspend is seen
     /// lost long after the resume (the `Suspend` fault in `faults`). First
-    /// caught at seed 3 (`LossDeadlineFixed`: a fixed lease whose suspend
-    /// ended before its `valid_until`, its loss signal still on the timer armed
-    /// before the suspend); the code before the resume watcher fails there too.
+    /// caught at seed 6 (`LossDeadline`: a renewed hold seen lost 203 ms
+    /// after its `valid_until`).
     mutation_ignore_resume_is_caught:
         Safe with IgnoreResume => breaks[LossDeadline, LossDeadlineFixed];
 
