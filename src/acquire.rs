@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::hold::{Hold, HoldState, OnDrop};
 use crate::keys::Target;
+use crate::node::Claim;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::turn::Turn;
@@ -80,8 +81,11 @@ impl Acquisition<'_> {
                 let ask = Ask {
                     nodes: self.nodes,
                     target,
-                    holder_id: &holder_id,
-                    lease,
+                    claim: Claim {
+                        holder: Arc::clone(&holder_id),
+                        lease,
+                        count: 1,
+                    },
                     kind: Kind::Fresh,
                     attempt: turn.misses(),
                 };
@@ -160,9 +164,12 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
     let ask = Ask {
         nodes,
         target: &Target::one(&hold.keys),
-        holder_id: &hold.holder_id,
-        lease: hold.lease,
-        kind: Kind::Reenter { count },
+        claim: Claim {
+            holder: Arc::clone(&hold.holder_id),
+            lease: hold.lease,
+            count,
+        },
+        kind: Kind::Reenter,
         attempt: 0,
     };
     match attempt(ask, None).await {

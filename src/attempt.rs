@@ -13,34 +13,24 @@ use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
 use crate::fence::fence_quorum;
 use crate::hold::Acquired;
 use crate::keys::Target;
-use crate::node::{Answer, Grant, Place};
+use crate::node::{Answer, Claim, Grant, Place};
 use crate::nodes::Nodes;
 use crate::queue::Spot;
 use crate::quorum::{self, Decision, FanOut, Tally};
 use crate::rollback::{LateGrants, Rollback};
 
-/// What one fan-out asks of the nodes.
+/// What one fan-out asks of the nodes: which locks, for whom and on what
+/// terms (the `claim`: the attempt's holder id, one per attempt so that a
+/// late rollback of a failed attempt never touches a later one's grants;
+/// the lease; the count, 1 for a fresh acquisition), and whether it is a
+/// re-entry.
 pub(crate) struct Ask<'a> {
     pub(crate) nodes: &'a Arc<Nodes>,
     pub(crate) target: &'a Target,
-    /// The id written into the lock hash: one per attempt, so that a late
-    /// rollback of a failed attempt never touches a later one's grants.
-    pub(crate) holder_id: &'a Arc<str>,
-    pub(crate) lease: Duration,
-    /// A fresh acquisition, or a re-entry.
+    pub(crate) claim: Claim,
     pub(crate) kind: Kind,
     /// The attempt's number within its acquisition, for traces.
     pub(crate) attempt: u32,
-}
-
-/// A fresh acquisition, or the re-entry of a hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Fresh,
-    /// A re-entry of one lock to this count (one level above the hold's).
-    Reenter {
-        count: u32,
-    },
 }
 
 /// A successful fan-out.
@@ -57,11 +47,9 @@ impl Ask<'_> {
     fn call(&self, i: usize, place: Option<&Place>) -> Answer<Grant> {
         let (node, keys) = (self.nodes.node(i), self.target.first());
         match self.kind {
-            Kind::Fresh if self.target.set => {
-                node.acquire_all(&self.target.keys, self.holder_id, self.lease, 1)
-            }
-            Kind::Fresh => node.acquire(keys, self.holder_id, self.lease, 1, place),
-            Kind::Reenter { count } => node.reenter(keys, self.holder_id, self.lease, count),
+            Kind::Fresh if self.target.set => node.acquire_all(&self.target.keys, &self.claim),
+            Kind::Fresh => node.acquire(keys, &self.claim, place),
+            Kind::Reenter => node.reenter(keys, &self.claim),
         }
     }
 
@@ -70,9 +58,17 @@ impl Ask<'_> {
     fn restore(&self) -> u32 {
         match self.kind {
             Kind::Fresh => 0,
-            Kind::Reenter { count } => count.saturating_sub(1),
+            Kind::Reenter => self.claim.count.saturating_sub(1),
         }
     }
+}
+
+/// A fresh acquisition, or the re-entry of a hold (one level above its
+/// count: the claim's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Fresh,
+    Reenter,
 }
 
 /// One fan-out of an acquire script, for one lock or a set. On success the
@@ -87,16 +83,12 @@ impl Ask<'_> {
 /// of another type) that no quorum can confirm the hold, it fails with
 /// [`Error::Lost`], as the watchdog's renewal would find it.
 pub(crate) async fn attempt(ask: Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
-    let count = match ask.kind {
-        Kind::Fresh => 1,
-        Kind::Reenter { count } => count,
-    };
     let span = tracing::debug_span!(
         "quorumlock.acquire",
         lock = %ask.target.label,
-        holder = %ask.holder_id,
+        holder = %ask.claim.holder,
         attempt = ask.attempt,
-        count,
+        count = ask.claim.count,
         granted = field::Empty,
         taken = field::Empty,
         failed = field::Empty,
@@ -108,18 +100,16 @@ pub(crate) async fn attempt(ask: Ask<'_>, spot: Option<&mut Spot>) -> Result<Won
 }
 
 async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
-    let Ask {
-        nodes,
-        target,
-        holder_id,
-        lease,
-        ..
-    } = *ask;
+    let (nodes, target, lease) = (ask.nodes, ask.target, ask.claim.lease);
     let required = nodes.required();
     let start = clock::now();
     // Armed from the start: dropped with this future, it sends the release
     // of every name to every node in the background.
-    let mut rollback = Rollback::new(nodes, target, holder_id, ask.restore(), lease);
+    let restore = Claim {
+        count: ask.restore(),
+        ..ask.claim.clone()
+    };
+    let mut rollback = Rollback::new(nodes, target, restore);
     let mut spot = spot;
     let place = spot.as_deref_mut().map(Spot::place);
     let mut fan = FanOut::start(nodes.len(), nodes.call_timeout(lease), |i| {
@@ -138,7 +128,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     if tally.decide(required) != Decision::Won {
         span.record("outcome", "missed");
         rollback.run(&replies).await;
-        if ask.kind != Kind::Fresh && unconfirmable(nodes, &replies, tally) {
+        if ask.kind == Kind::Reenter && unconfirmable(nodes, &replies, tally) {
             span.record("outcome", "lost");
             return Err(Error::Lost {
                 name: target.label.to_string(),
@@ -162,7 +152,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     // A re-entry keeps the hold's token: nothing new to show.
     let fenced = match ask.kind {
         Kind::Fresh => fence_quorum(nodes, target, &replies, token, start, lease).await,
-        Kind::Reenter { .. } => Ok(()),
+        Kind::Reenter => Ok(()),
     };
     let now = clock::now();
     let valid_until = quorum::valid_until(start, now, lease, nodes.drift(lease));

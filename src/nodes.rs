@@ -14,7 +14,7 @@ use tracing::debug;
 use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
-use crate::node::{NodeOps, Released};
+use crate::node::{Claim, NodeOps, Released};
 use crate::quorum::{deadline_after, FanOut, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
@@ -105,14 +105,13 @@ impl Nodes {
     pub(crate) async fn release_quorum(
         &self,
         keys: &Arc<Keys>,
-        holder: &Arc<str>,
-        left: u32,
-        lease: Duration,
+        claim: &Claim,
         token: u64,
     ) -> (ReleaseTally, Stragglers<Released>) {
         let required = self.required();
-        let mut fan = FanOut::start(self.len(), self.call_timeout(lease), |i| {
-            self.release_call(i, keys, holder, left, lease, token)
+        let timeout = self.call_timeout(claim.lease);
+        let mut fan = FanOut::start(self.len(), timeout, |i| {
+            self.release_call(i, keys, claim, token)
         });
         fan.until_quorum(required, |r| {
             matches!(r, Released::Deleted | Released::Lowered)
@@ -141,15 +140,11 @@ impl Nodes {
         &self,
         i: usize,
         keys: &Arc<Keys>,
-        holder: &Arc<str>,
-        left: u32,
-        lease: Duration,
+        claim: &Claim,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let (keys, holder) = (Arc::clone(keys), Arc::clone(holder));
-        self.after_pause(i, lease, move |n| {
-            n.release(&keys, &holder, left, lease, token)
-        })
+        let (keys, claim) = (Arc::clone(keys), claim.clone());
+        self.after_pause(i, claim.lease, move |n| n.release(&keys, &claim, token))
     }
 
     /// Node `i`'s `leave` of `waiter` from the queue of `keys`; as

@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 use crate::error::NodeError;
 use crate::hold::Hold;
 use crate::keys::{Keys, Target};
-use crate::node::{Grant, Released};
+use crate::node::{Claim, Grant, Released};
 use crate::nodes::Nodes;
 use crate::quorum::Stragglers;
 
@@ -77,31 +77,21 @@ pub(crate) struct Rollback {
     /// Every name of the acquisition (one, or a set's).
     keys: Arc<[Arc<Keys>]>,
     label: Arc<str>,
-    holder_id: Arc<str>,
-    /// The hold count to restore: 0 for a fresh acquisition, the previous
-    /// count for a re-entry.
-    restore: u32,
-    lease: Duration,
+    /// The holder and lease, and the hold count to restore: 0 for a fresh
+    /// acquisition, the previous count for a re-entry.
+    restore: Claim,
     armed: bool,
 }
 
 type Call = (usize, BoxFuture<'static, Result<Released, NodeError>>);
 
 impl Rollback {
-    pub(crate) fn new(
-        nodes: &Arc<Nodes>,
-        target: &Target,
-        holder_id: &Arc<str>,
-        restore: u32,
-        lease: Duration,
-    ) -> Self {
+    pub(crate) fn new(nodes: &Arc<Nodes>, target: &Target, restore: Claim) -> Self {
         Self {
             nodes: Arc::clone(nodes),
             keys: Arc::clone(&target.keys),
             label: Arc::clone(&target.label),
-            holder_id: Arc::clone(holder_id),
             restore,
-            lease,
             armed: true,
         }
     }
@@ -113,20 +103,13 @@ impl Rollback {
 
     /// A release per name, to every node not in `skip`.
     fn calls(&self, skip: &[bool]) -> Vec<Call> {
+        let claim = &self.restore;
         (0..self.nodes.len())
             .filter(|i| !skip.get(*i).copied().unwrap_or(false))
             .flat_map(|i| {
-                self.keys.iter().map(move |keys| {
-                    let call = self.nodes.release_call(
-                        i,
-                        keys,
-                        &self.holder_id,
-                        self.restore,
-                        self.lease,
-                        0,
-                    );
-                    (i, call)
-                })
+                self.keys
+                    .iter()
+                    .map(move |keys| (i, self.nodes.release_call(i, keys, claim, 0)))
             })
             .collect()
     }

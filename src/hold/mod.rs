@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::node::Released;
+use crate::node::{Claim, Released};
 use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
 use crate::quorum::Stragglers;
@@ -229,8 +229,13 @@ impl Hold {
     /// Sends this hold's release of all but `left` levels to every node;
     /// hands back the calls still in flight at the quorum's decision.
     async fn release_quorum(&self, left: u32) -> (ReleaseTally, Stragglers<Released>) {
+        let claim = Claim {
+            holder: Arc::clone(&self.holder_id),
+            lease: self.lease,
+            count: left,
+        };
         self.nodes
-            .release_quorum(&self.keys, &self.holder_id, left, self.lease, self.token)
+            .release_quorum(&self.keys, &claim, self.token)
             .await
     }
 

@@ -51,6 +51,16 @@ pub(crate) enum Grant {
     Missing,
 }
 
+/// Who a lock call is for and on what terms: the holder id written into the
+/// lock hash, the lease, and the hold count (to set, or to leave on a
+/// release).
+#[derive(Debug, Clone)]
+pub(crate) struct Claim {
+    pub(crate) holder: Arc<str>,
+    pub(crate) lease: Duration,
+    pub(crate) count: u32,
+}
+
 /// A waiter's place in a lock's queue, sent with each of its attempts
 /// (`scripts/acquire_queued.lua`).
 #[derive(Debug, Clone)]
@@ -130,32 +140,19 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         None
     }
 
-    /// Acquires for `owner` (`scripts/acquire.lua`), or, with a `place`,
+    /// Acquires for `claim` (`scripts/acquire.lua`), or, with a `place`,
     /// for a waiter with a place in the queue (`scripts/acquire_queued.lua`):
     /// queued (or refreshed) when not granted, and for a fair place granted
     /// only at the head of the queue.
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> Answer<Grant>;
+    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant>;
 
-    /// Re-enters a hold of `owner` (`scripts/acquire.lua` in its re-entry
-    /// mode): `Granted` with the fence counter when `owner` holds the lock
-    /// (the count is set to `count` and the lease refreshed), `Taken` when
-    /// another holder does, `Missing` when there is no key. A missing key is
-    /// never created: a lock forced, or lost by a node restarted empty, must
-    /// not come back through a re-entry.
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant>;
+    /// Re-enters a hold (`scripts/acquire.lua` in its re-entry mode):
+    /// `Granted` with the fence counter when the claim's holder holds the
+    /// lock (the count is set to the claim's and the lease refreshed),
+    /// `Taken` when another holder does, `Missing` when there is no key. A
+    /// missing key is never created: a lock forced, or lost by a node
+    /// restarted empty, must not come back through a re-entry.
+    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant>;
 
     /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),
     /// telling the next waiter if the lock is free and it was the head.
@@ -166,22 +163,11 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with
     /// the fence counter when every name is ours afterwards, `Taken` with
     /// the largest PTTL among the names another holder holds.
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant>;
+    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant>;
 
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> Answer<Released>;
+    /// Releases all but the claim's count of levels (`scripts/release.lua`);
+    /// a count left above 0 resets the lease.
+    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released>;
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 

@@ -17,7 +17,8 @@ use super::reply::{self, grant};
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::spec::NodeSpec;
 use super::{
-    Answer, Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch, Renewed,
+    Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch,
+    Renewed,
 };
 
 /// A Redis master reached through a [`ConnectionManager`].
@@ -298,15 +299,8 @@ impl NodeOps for RedisNode {
             .clone()
     }
 
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> Answer<Grant> {
-        let owner = Arc::clone(owner);
+    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
             let args = move |c: &mut redis::Cmd| {
@@ -330,14 +324,8 @@ impl NodeOps for RedisNode {
         self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
     }
 
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant> {
-        let owner = Arc::clone(owner);
+    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = vec![keys.lock.clone(), keys.fence.clone()];
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
@@ -361,15 +349,8 @@ impl NodeOps for RedisNode {
         self.eval(&scripts::LEAVE, names, resend, args, read)
     }
 
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> Answer<Released> {
-        let owner = Arc::clone(owner);
+    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = vec![
             keys.lock.clone(),
             keys.channel.clone(),
@@ -437,14 +418,8 @@ impl NodeOps for RedisNode {
             reply::lock_state(fields, pttl, fence)
         })
     }
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant> {
-        let owner = Arc::clone(owner);
+    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let fence = keys.first().map(|k| k.fence.clone()).unwrap_or_default();
         let names = keys.iter().map(|k| k.lock.clone()).chain([fence]).collect();
         let args = move |c: &mut redis::Cmd| {

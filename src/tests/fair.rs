@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::hooks::mutation::{self, Mutation};
 use crate::keys::Keys;
-use crate::node::{Answer, Feed, Grant, NodeOps, Place};
+use crate::node::{Answer, Claim, Feed, Grant, NodeOps, Place};
 use crate::sync::locked;
 use crate::tests::fake::{fakes, FakeNode, Script, TestNode};
 use crate::{Error, LockGuard, LockManager, Quorum};
@@ -254,16 +254,13 @@ async fn a_waiter_that_stops_calling_is_skipped_after_the_queue_timeout() {
         timeout: QUEUE_TIMEOUT,
         fair: true,
     };
+    let claim = Claim {
+        holder: "dead-holder".into(),
+        lease: Duration::from_secs(10),
+        count: 1,
+    };
     for f in &fakes {
-        let r = f
-            .acquire(
-                &k,
-                &"dead-holder".into(),
-                Duration::from_secs(10),
-                1,
-                Some(&dead),
-            )
-            .await;
+        let r = f.acquire(&k, &claim, Some(&dead)).await;
         assert!(matches!(r, Ok(Grant::Taken(_, 1))), "{r:?}");
     }
     let queued_at = tokio::time::Instant::now();

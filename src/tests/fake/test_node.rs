@@ -6,12 +6,11 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::node::{
-    Answer, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed,
+    Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed,
 };
 use crate::tests::fake_feed::HubFeed;
 
@@ -78,31 +77,18 @@ impl<N: TestNode> NodeOps for N {
         self.release_feed()
     }
 
-    fn acquire(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-        place: Option<&Place>,
-    ) -> Answer<Grant> {
-        let (keys, owner, place) = (Arc::clone(keys), Arc::clone(owner), place.cloned());
+    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
+        let (keys, c, place) = (Arc::clone(keys), claim.clone(), place.cloned());
         self.acquired(self.reach("acquire", move |s| match place {
-            None => scripts::acquire(s, &keys, &owner, lease, count, false),
-            Some(p) => scripts::acquire_queued(s, &keys, &owner, lease, count, &p),
+            None => scripts::acquire(s, &keys, &c.holder, c.lease, c.count, false),
+            Some(p) => scripts::acquire_queued(s, &keys, &c.holder, c.lease, c.count, &p),
         }))
     }
 
-    fn reenter(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
+        let (keys, c) = (Arc::clone(keys), claim.clone());
         self.reach("reenter", move |s| {
-            scripts::acquire(s, &keys, &owner, lease, count, true)
+            scripts::acquire(s, &keys, &c.holder, c.lease, c.count, true)
         })
     }
 
@@ -111,30 +97,17 @@ impl<N: TestNode> NodeOps for N {
         self.reach("leave", move |s| scripts::leave(s, &keys, &waiter))
     }
 
-    fn acquire_all(
-        &self,
-        keys: &Arc<[Arc<Keys>]>,
-        owner: &Arc<str>,
-        lease: Duration,
-        count: u32,
-    ) -> Answer<Grant> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
+        let (keys, c) = (Arc::clone(keys), claim.clone());
         self.reach("acquire_all", move |s| {
-            scripts::acquire_all(s, &keys, &owner, lease, count)
+            scripts::acquire_all(s, &keys, &c.holder, c.lease, c.count)
         })
     }
 
-    fn release(
-        &self,
-        keys: &Arc<Keys>,
-        owner: &Arc<str>,
-        count: u32,
-        lease: Duration,
-        token: u64,
-    ) -> Answer<Released> {
-        let (keys, owner) = (Arc::clone(keys), Arc::clone(owner));
+    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
+        let (keys, c) = (Arc::clone(keys), claim.clone());
         self.reach("release", move |s| {
-            scripts::release(s, &keys, &owner, count, lease, token)
+            scripts::release(s, &keys, &c.holder, c.count, c.lease, token)
         })
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::node::{Grant, NodeOps, Place, RenewBatch, RenewItem};
+use crate::node::{Claim, Grant, NodeOps, Place, RenewBatch, RenewItem};
 use crate::tests::fake::FakeNode;
 
 use super::local;
@@ -69,10 +69,10 @@ impl Side {
                 lease,
                 count,
             } => {
-                let (k, h, lease) = (keys(name), Arc::from(*holder), ms(*lease));
+                let (k, c) = (keys(name), claim(holder, *lease, *count));
                 let call = match op {
-                    Op::Reenter { .. } => n.reenter(&k, &h, lease, *count),
-                    _ => n.acquire(&k, &h, lease, *count, None),
+                    Op::Reenter { .. } => n.reenter(&k, &c),
+                    _ => n.acquire(&k, &c, None),
                 };
                 outcome(call.await, grant)
             }
@@ -93,14 +93,8 @@ impl Side {
                     fair: *fair,
                 };
                 outcome(
-                    n.acquire(
-                        &keys(name),
-                        &Arc::from(*holder),
-                        ms(*lease),
-                        *count,
-                        Some(&place),
-                    )
-                    .await,
+                    n.acquire(&keys(name), &claim(holder, *lease, *count), Some(&place))
+                        .await,
                     |g| match g {
                         Grant::Taken(wait, ticket) => Out::Queued { wait, ticket },
                         g => grant(g),
@@ -135,8 +129,7 @@ impl Side {
             } => {
                 let set: Arc<[Arc<Keys>]> = names.iter().map(|n| keys(n)).collect();
                 outcome(
-                    n.acquire_all(&set, &Arc::from(*holder), ms(*lease), *count)
-                        .await,
+                    n.acquire_all(&set, &claim(holder, *lease, *count)).await,
                     grant,
                 )
             }
@@ -147,7 +140,7 @@ impl Side {
                 lease,
                 token,
             } => outcome(
-                n.release(&keys(name), &Arc::from(*holder), *left, ms(*lease), *token)
+                n.release(&keys(name), &claim(holder, *lease, *left), *token)
                     .await,
                 Out::Released,
             ),
@@ -268,5 +261,14 @@ impl Side {
                 }
             }
         }
+    }
+}
+
+/// A call's claim from a case's plain values (a lease in milliseconds).
+fn claim(holder: &str, lease_ms: u64, count: u32) -> Claim {
+    Claim {
+        holder: Arc::from(holder),
+        lease: ms(lease_ms),
+        count,
     }
 }
