@@ -131,7 +131,15 @@ pub(crate) async fn attempt(
             }
         }
         let fenced = if prior_count == 0 {
-            fence_quorum(nodes, keys, &replies, token, start, lease).await
+            fence_quorum(
+                nodes,
+                std::slice::from_ref(keys),
+                &replies,
+                token,
+                start,
+                lease,
+            )
+            .await
         } else {
             Ok(())
         };
@@ -192,9 +200,14 @@ pub(crate) async fn attempt(
 /// lagging nodes raised to it now. Every later quorum then overlaps that
 /// set in a node whose next INCR is above `token`. Returns the failures
 /// when no quorum could be shown within the lease's validity.
+///
+/// `keys` are the locks the token is for: one name, or a set. The rule
+/// holds per counter (one per hash slot): a node's grant of a set leaves
+/// every counter of the set's slots at its token, and a raise raises them
+/// all, so the token is shown for every name of `keys`.
 pub(crate) async fn fence_quorum(
     nodes: &Nodes,
-    keys: &Arc<Keys>,
+    keys: &[Arc<Keys>],
     replies: &[Option<Result<Grant, NodeError>>],
     token: u64,
     start: Instant,
@@ -294,7 +307,11 @@ pub(crate) async fn fence_quorum(
             }
         }
     }
-    debug!(lock = %keys.name, token, required, "fence counters could not be raised on a quorum");
+    let locks: Vec<&str> = keys.iter().map(|k| &*k.name).collect();
+    debug!(
+        ?locks,
+        token, required, "fence counters could not be raised on a quorum"
+    );
     Err(failures)
 }
 

@@ -60,7 +60,7 @@ pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
-pub use crate::keys::MAX_NAME_LEN;
+pub use crate::keys::{fence_counter_key, MAX_NAME_LEN};
 pub use crate::manager::{LockManager, LockRequest};
 pub use crate::multi::{MultiLockGuard, MultiLockRequest, MAX_LOCK_ALL_NAMES};
 pub use crate::node::NodeLockState;

@@ -138,9 +138,10 @@ async fn attempt_all(
             token = token.max(*t);
         }
     }
-    // The set shares one counter per node: showing the largest token on a
-    // quorum covers every name of the set.
-    let fenced = fence_quorum(nodes, &set.keys[0], &replies, token, start, lease).await;
+    // A node's grant leaves every counter of the set's slots at its token,
+    // and a raise raises them all: showing the largest token on a quorum
+    // covers every name of the set.
+    let fenced = fence_quorum(nodes, &set.keys, &replies, token, start, lease).await;
     let now = clock::now();
     match (
         fenced,

@@ -398,12 +398,15 @@ async fn no_slot_outlives_its_acquisitions() {
     assert_eq!(m.inner.slots.len(), 0);
 }
 
-const FENCE: &str = "quorumlock:fence";
+/// The fence counter of "job"'s slot.
+fn fence() -> String {
+    crate::keys::Keys::new("quorumlock:", "job").fence
+}
 
 #[tokio::test(start_paused = true)]
 async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
     let (m, fakes) = cluster(5, Quorum::Majority);
-    fakes[0].set_fence(FENCE, 10);
+    fakes[0].set_fence(&fence(), 10);
     fakes[3].take(KEY, "other", Duration::from_secs(5));
     fakes[4].take(KEY, "other", Duration::from_secs(5));
     let g = m
@@ -411,7 +414,7 @@ async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
         .await
         .expect("3 of 5 grant");
     assert_eq!(g.fencing_token(), 11);
-    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(&fence())).collect();
     assert_eq!(
         fences,
         vec![11, 11, 11, 0, 0],
@@ -423,7 +426,7 @@ async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
 #[tokio::test(start_paused = true)]
 async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
     let (m, fakes) = cluster(5, Quorum::Majority);
-    fakes[0].set_fence(FENCE, 10);
+    fakes[0].set_fence(&fence(), 10);
     fakes[3].take(KEY, "other", Duration::from_secs(5));
     fakes[4].take(KEY, "other", Duration::from_secs(5));
     // Node 2 grants, then fails the raise.
@@ -433,7 +436,7 @@ async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
         .await
         .expect("fenced on 0, 1, 3, 4");
     assert_eq!(g.fencing_token(), 11);
-    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(&fence())).collect();
     assert_eq!(fences, vec![11, 11, 1, 11, 11]);
     // A later holder's token is above it.
     fakes[2].set_mode(Mode::Fail);
@@ -441,7 +444,7 @@ async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
     m.flush().await;
     for f in &fakes[3..] {
         f.wipe();
-        f.set_fence(FENCE, 11);
+        f.set_fence(&fence(), 11);
     }
     let g = m.try_lock("job", Duration::ZERO).await.expect("free again");
     assert!(g.fencing_token() > 11);

@@ -187,10 +187,15 @@ async fn the_same_owner_re_enters_the_set_and_its_names() {
 #[tokio::test(start_paused = true)]
 async fn each_names_token_increases_across_holds_and_the_fence_quorum_covers_the_set() {
     let (m, fakes) = cluster(5, Duration::from_secs(10));
-    // Node 0's counter is far ahead of the others, and nodes 3 and 4 answer
-    // late: the quorum is nodes 0, 1 and 2, and only node 0 is at the token.
-    let k = Arc::new(Keys::new("quorumlock:", "elsewhere"));
-    fakes[0].raise_fence(&k, 100).await.expect("raise");
+    // Node 0's counter of a's slot is far ahead of the others (b's slot's
+    // is not), and nodes 3 and 4 answer late: the quorum is nodes 0, 1
+    // and 2, and only node 0 is at the token, for both counters.
+    let (ka, kb) = (
+        Arc::new(Keys::new("quorumlock:", "a")),
+        Keys::new("quorumlock:", "b"),
+    );
+    assert_ne!(ka.slot(), kb.slot());
+    fakes[0].raise_fence(&[ka], 100).await.expect("raise");
     for f in &fakes[3..] {
         f.set_mode(Mode::Slow(20 * MS));
     }
@@ -215,12 +220,15 @@ async fn each_names_token_increases_across_holds_and_the_fence_quorum_covers_the
     assert!(a.fencing_token() > t1, "{} <= {t1}", a.fencing_token());
     let ta = a.fencing_token();
     a.release().await.expect("release a");
+    // b's counter was raised with a's: b's next token is above the set's.
     let g = m.lock_all(["b", "c"]).await.expect("lock_all b c");
     let tb = g.fencing_token("b").expect("b");
-    assert!(tb > ta, "{tb} <= {ta}");
+    assert!(tb > t1, "{tb} <= {t1}");
     g.release().await.expect("release");
+    // A set's token is above every earlier token of each of its names.
     let g = m.lock_all(["a", "b"]).await.expect("lock_all again");
-    assert!(g.fencing_token("a").expect("a") > tb);
+    let t = g.fencing_token("a").expect("a");
+    assert!(t > ta && t > tb, "{t} <= {ta} or {tb}");
     g.release().await.expect("release");
 }
 
