@@ -95,8 +95,13 @@ pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
 /// # Errors
 ///
 /// [`Error::InvalidInput`] for a name a lock could not have (empty, longer
-/// than [`MAX_NAME_LEN`], or with a brace or a control character).
+/// than [`MAX_NAME_LEN`], or with a brace or a control character), or a
+/// prefix the builder refuses (with a brace).
 pub fn fence_counter_key(prefix: &str, name: &str) -> Result<String, Error> {
+    if prefix.contains(['{', '}']) {
+        let reason = "must not contain '{' or '}' (the lock name is the hash tag)";
+        return Err(Error::invalid("key prefix", reason));
+    }
     check_name(name)?;
     Ok(fence_key(prefix, slot_of(name.as_bytes())))
 }
@@ -254,6 +259,7 @@ mod tests {
             set[1].fence
         );
         assert!(fence_counter_key("ql:", "a{b}").is_err());
+        assert!(fence_counter_key("q{l}:", "a").is_err());
     }
 
     #[test]
