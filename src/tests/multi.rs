@@ -232,6 +232,52 @@ async fn each_names_token_increases_across_holds_and_the_fence_quorum_covers_the
     g.release().await.expect("release");
 }
 
+/// The names of a set sit in different hash slots, whose counters differ
+/// from node to node: each granting node answers one token above the
+/// largest of the set's counters, and before the largest of those is
+/// handed out every counter of the set is at least it on a quorum.
+#[tokio::test(start_paused = true)]
+async fn a_sets_token_is_shown_on_a_quorum_for_every_slots_counter() {
+    let (m, fakes) = cluster(5, Duration::from_secs(10));
+    let (a, b) = (Keys::new("quorumlock:", "a"), Keys::new("quorumlock:", "b"));
+    assert_ne!(a.fence, b.fence, "two slots, two counters");
+    fakes[0].set_fence(&a.fence, 10);
+    fakes[1].set_fence(&b.fence, 20);
+    for f in &fakes[3..] {
+        f.set_mode(Mode::Slow(20 * MS));
+    }
+    let g = m.lock_all(["a", "b"]).await.expect("lock_all");
+    let t = g.fencing_token("a").expect("a");
+    assert_eq!((t, g.fencing_token("b")), (21, Some(21)));
+    let at_token = |fence: &str| fakes.iter().filter(|f| f.fence(fence) >= t).count();
+    assert!(
+        at_token(&a.fence) >= 3,
+        "a's counter is at the token on a quorum"
+    );
+    assert!(
+        at_token(&b.fence) >= 3,
+        "b's counter is at the token on a quorum"
+    );
+    g.release().await.expect("release");
+    m.flush().await;
+    // Either name alone, on any quorum, now gets a larger token.
+    for f in &fakes[..2] {
+        f.set_mode(Mode::Fail);
+    }
+    for f in &fakes[3..] {
+        f.set_mode(Mode::Normal);
+    }
+    for name in ["a", "b"] {
+        let g = m.lock(name).await.expect("lock on 2, 3, 4");
+        assert!(
+            g.fencing_token() > t,
+            "{name}: {} <= {t}",
+            g.fencing_token()
+        );
+        g.release().await.expect("release");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_watchdog_renews_every_name_and_lost_fires_when_one_is_lost() {
     let (m, fakes) = cluster(5, 300 * MS);
