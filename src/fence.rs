@@ -20,6 +20,10 @@ use crate::quorum::{self, FanOut};
 /// lagging nodes raised to it now. Every later quorum then overlaps that
 /// set in a node whose next INCR is above `token`. Returns the failures
 /// when no quorum could be shown within the lease's validity.
+///
+/// The rule holds per counter (one per hash slot): a node's grant of a set
+/// leaves every counter of the set's slots at its token, and a raise raises
+/// them all, so the token is shown for every name of the target.
 pub(crate) async fn fence_quorum(
     nodes: &Nodes,
     target: &Target,
@@ -40,7 +44,7 @@ pub(crate) async fn fence_quorum(
     if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
         let calls: Vec<_> = (0..nodes.len())
             .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
-            .map(|i| nodes.node(i).raise_fence(target.first(), token))
+            .map(|i| nodes.node(i).raise_fence(&target.keys, token))
             .collect();
         nodes.spawn(async move {
             for call in calls {
@@ -84,7 +88,7 @@ pub(crate) async fn fence_quorum(
             if at[i] {
                 Box::pin(std::future::ready(Ok(token)))
             } else if targets[i] {
-                nodes.node(i).raise_fence(target.first(), token)
+                nodes.node(i).raise_fence(&target.keys, token)
             } else {
                 // Not asked in this round: neither raised nor pending.
                 Box::pin(std::future::ready(Ok(0)))

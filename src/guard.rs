@@ -82,7 +82,9 @@ impl LockGuard {
     /// before, as long as the nodes keep their fence counters (persistence
     /// with fsync; a node restarted empty loses them). Pass it to the
     /// protected resource and have it reject smaller ones. It stays the same
-    /// across re-entries.
+    /// across re-entries. Compare it only with tokens of the same name:
+    /// tokens come from one counter per hash slot, and names of different
+    /// slots have unrelated tokens (see the crate's "Fencing tokens").
     #[must_use]
     pub fn fencing_token(&self) -> u64 {
         self.hold.token

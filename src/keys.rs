@@ -1,7 +1,16 @@
 //! Lock names and the keys they become on every node.
+//!
+//! Every key a script call touches for one lock lives in the lock's hash
+//! slot, the slot of its name (Redis Cluster's rule: `CRC16(tag) mod
+//! 16384`, the tag being what stands between the first `{` and the next
+//! `}`): the lock hash `<prefix>{<name>}`, its release channel, its queue
+//! keys, and its fence counter `<prefix>fence:{<tag>}`, one counter per slot
+//! whose tag is a three-character string of that slot ([`slot_tag`]). So a
+//! node holds at most 16384 counters whatever the number of names, every
+//! name of a slot shares one, and a counter moves with its slot.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
 
@@ -13,11 +22,15 @@ pub const MAX_NAME_LEN: usize = 512;
 /// hold renewed by the watchdog.
 pub const MAX_LOCK_ALL_NAMES: usize = 64;
 
-/// The keys of one lock: `<prefix>{<name>}`, its release channel, and the
-/// node's one fence counter `<prefix>fence`, shared by every lock so that
-/// counters do not grow with the number of lock names. The waiters' queue
-/// and their deadlines (two sorted sets that exist only while someone
-/// waits) are named on demand ([`Keys::queue`], [`Keys::timeouts`]).
+/// Redis Cluster's hash slots.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The keys of one lock: `<prefix>{<name>}`, its release channel
+/// `<prefix>{<name>}:released`, and the fence counter of its slot
+/// `<prefix>fence:{<tag>}` ([`fence_key`]), shared by every name of that
+/// slot. The waiters' queue and their deadlines (two sorted sets that exist
+/// only while someone waits) are named on demand ([`Keys::queue`],
+/// [`Keys::timeouts`]). All of them are in the slot of the name.
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub(crate) name: Arc<str>,
@@ -37,7 +50,7 @@ impl Keys {
         let lock = format!("{prefix}{{{name}}}");
         Self {
             name: name.into(),
-            fence: format!("{prefix}fence"),
+            fence: fence_key(prefix, slot_of(name.as_bytes())),
             channel: format!("{lock}:released"),
             lock,
         }
@@ -55,6 +68,110 @@ impl Keys {
     pub(crate) fn timeouts(&self) -> String {
         format!("{}:timeouts", self.lock)
     }
+
+    /// The hash slot of every key of the lock: its name's.
+    #[cfg(test)]
+    pub(crate) fn slot(&self) -> u16 {
+        slot_of(self.name.as_bytes())
+    }
+}
+
+/// The distinct fence counters of a set of locks, sorted: names of one slot
+/// share a counter, so a set of n names has at most n.
+pub(crate) fn fences(set: &[Arc<Keys>]) -> Vec<&str> {
+    let mut out: Vec<&str> = set.iter().map(|k| k.fence.as_str()).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The fence counter of `slot`: `<prefix>fence:{<tag>}`, where the tag is
+/// the slot's [`slot_tag`], so the counter lives in that slot.
+pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}fence:{{{}}}", slot_tag(slot))
+}
+
+/// The key of the fence counter that serves the lock `name` under the key
+/// prefix `prefix` (the builder's
+/// [`key_prefix`](crate::LockManagerBuilder::key_prefix), `quorumlock:` by
+/// default), on every node: `<prefix>fence:{<tag>}`, one counter per Redis
+/// Cluster hash slot, in the slot of `name`; every name of that slot shares
+/// it. For operators who inspect, back up or move counters, and for tests.
+///
+/// # Errors
+///
+/// [`Error::InvalidInput`] for a name a lock could not have (empty, longer
+/// than [`MAX_NAME_LEN`], or with a brace or a control character), or a
+/// prefix the builder refuses (with a brace).
+pub fn fence_counter_key(prefix: &str, name: &str) -> Result<String, Error> {
+    if prefix.contains(['{', '}']) {
+        let reason = "must not contain '{' or '}' (the lock name is the hash tag)";
+        return Err(Error::invalid("key prefix", reason));
+    }
+    check_name(name)?;
+    Ok(fence_key(prefix, slot_of(name.as_bytes())))
+}
+
+/// The hash slot of `bytes` taken as a whole (no hash tag rule).
+fn slot_of(bytes: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(bytes) % SLOTS
+}
+
+/// The hash slot of a key, by Redis Cluster's rule: the slot of its hash
+/// tag, the bytes between its first `{` and the first `}` after it when
+/// there is at least one; of the whole key otherwise.
+#[cfg(test)]
+pub(crate) fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tag = bytes.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = bytes.get(open + 1..)?;
+        let close = rest.iter().position(|b| *b == b'}')?;
+        rest.get(..close).filter(|t| !t.is_empty())
+    });
+    slot_of(tag.unwrap_or(bytes))
+}
+
+/// The characters of slot tags, in the order tags are tried.
+const TAG_CHARS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Length of every slot tag.
+const TAG_LEN: usize = 3;
+
+/// A three-character tag (letters and digits) whose hash slot is `slot`
+/// (taken modulo [`SLOTS`]): the first one, in the order of [`TAG_CHARS`],
+/// of the 238,328 such strings; the first 69,127 of them cover every slot.
+/// The table is built on first use (about 69,000 CRC16s of three bytes,
+/// well under a millisecond: see `slot_tags_cover_every_slot`).
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: OnceLock<String> = OnceLock::new();
+    let tags = TAGS.get_or_init(build_tags);
+    let at = usize::from(slot % SLOTS) * TAG_LEN;
+    tags.get(at..at + TAG_LEN).unwrap_or_default()
+}
+
+/// Every slot's tag, concatenated in slot order ([`TAG_LEN`] bytes each).
+fn build_tags() -> String {
+    let mut table = vec![[0u8; TAG_LEN]; usize::from(SLOTS)];
+    let mut found = vec![false; usize::from(SLOTS)];
+    let mut left = usize::from(SLOTS);
+    'search: for a in TAG_CHARS {
+        for b in TAG_CHARS {
+            for c in TAG_CHARS {
+                let tag = [*a, *b, *c];
+                let s = usize::from(slot_of(&tag));
+                if !found[s] {
+                    found[s] = true;
+                    table[s] = tag;
+                    left -= 1;
+                    if left == 0 {
+                        break 'search;
+                    }
+                }
+            }
+        }
+    }
+    // Every byte is one of TAG_CHARS (ASCII), so this is the tags' text.
+    table.iter().flatten().map(|b| char::from(*b)).collect()
 }
 
 /// What one acquisition takes: one lock (`lock`), or a set of locks granted
@@ -152,10 +269,73 @@ mod tests {
     fn keys_share_a_hash_tag() {
         let k = Keys::new("ql:", "orders");
         assert_eq!(k.lock, "ql:{orders}");
-        assert_eq!(k.fence, "ql:fence");
+        assert_eq!(k.fence, format!("ql:fence:{{{}}}", slot_tag(k.slot())));
         assert_eq!(k.channel, "ql:{orders}:released");
         assert_eq!(k.queue(), "ql:{orders}:queue");
         assert_eq!(k.timeouts(), "ql:{orders}:timeouts");
+        for key in [&k.lock, &k.fence, &k.channel, &k.queue(), &k.timeouts()] {
+            assert_eq!(key_slot(key), k.slot(), "{key}");
+        }
+    }
+
+    /// Redis Cluster's CRC16 (XMODEM) and its hash tag rule, on the values
+    /// the cluster specification and `CLUSTER KEYSLOT` give.
+    #[test]
+    fn key_slots_follow_redis_cluster() {
+        assert_eq!(
+            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+            0x31C3
+        );
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        assert_eq!(key_slot("foo{}{bar}"), key_slot("foo{}{bar}"));
+        assert_ne!(
+            key_slot("foo{}{bar}"),
+            key_slot("bar"),
+            "an empty tag hashes the whole key"
+        );
+        assert_eq!(key_slot("foo{{bar}}zap"), key_slot("{bar"));
+        assert_eq!(key_slot("foo{bar}{zap}"), key_slot("bar"));
+    }
+
+    #[test]
+    fn slot_tags_cover_every_slot() {
+        let started = std::time::Instant::now();
+        let tags = build_tags();
+        let took = started.elapsed();
+        eprintln!("slot tag table: {} bytes in {took:?}", tags.len());
+        assert_eq!(tags.len(), usize::from(SLOTS) * TAG_LEN);
+        let mut seen = std::collections::HashSet::new();
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert_eq!(tag.len(), TAG_LEN);
+            assert!(tag.bytes().all(|b| b.is_ascii_alphanumeric()), "{tag:?}");
+            assert_eq!(slot_of(tag.as_bytes()), slot, "{tag:?}");
+            assert_eq!(key_slot(&fence_key("ql:", slot)), slot);
+            assert!(seen.insert(tag), "{tag:?} twice");
+        }
+    }
+
+    #[test]
+    fn a_set_counts_each_slot_once() {
+        let (a, b) = (Keys::new("ql:", "a"), Keys::new("ql:", "b"));
+        assert_ne!(a.slot(), b.slot());
+        let twin = (0..)
+            .map(|i| format!("n{i}"))
+            .find(|n| slot_of(n.as_bytes()) == a.slot())
+            .map(|n| Keys::new("ql:", &n))
+            .expect("a name in the slot of 'a'");
+        let set: Vec<Arc<Keys>> = [b, a, twin].into_iter().map(Arc::new).collect();
+        let mut want = vec![set[0].fence.as_str(), set[1].fence.as_str()];
+        want.sort_unstable();
+        assert_eq!(fences(&set), want);
+        assert_eq!(
+            fence_counter_key("ql:", &set[2].name).expect("a valid name"),
+            set[1].fence
+        );
+        assert!(fence_counter_key("ql:", "a{b}").is_err());
+        assert!(fence_counter_key("q{l}:", "a").is_err());
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
-pub use crate::keys::{MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
+pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
 pub use crate::manager::LockManager;
 pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;

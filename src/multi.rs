@@ -27,9 +27,10 @@ use crate::guard::LockGuard;
 /// background.
 ///
 /// Fencing tokens: a set acquired together gets one token for all its names
-/// (one fence INCR per node for the set); like any token, it is larger than
-/// every token issued before for each of those names, so each name's token
-/// strictly increases across its successive holds. Names that were
+/// (on each node, the fence counters of every hash slot of the set are set
+/// to one value above the largest of them); like any token, it is larger
+/// than every token issued before for each of those names, so each name's
+/// token strictly increases across its successive holds. Names that were
 /// re-entered keep the token of their existing hold; see
 /// [`fencing_token`](Self::fencing_token).
 #[must_use = "dropping the guard releases the locks in the background at once"]

@@ -517,7 +517,7 @@ async fn s5_an_immediate_empty_restart_lets_two_clients_hold_and_the_checker_see
     let name = unique("chaos-hazard");
     let a = build(builder(&cluster)).await;
     block_3_4(&cluster, &name).await;
-    lag_fences_of_3_4(&cluster).await;
+    lag_fences_of_3_4(&cluster, &name).await;
     let ga = a
         .lock_with_lease(&name, Duration::from_secs(30))
         .await
@@ -812,7 +812,7 @@ async fn s6b_a_delayed_empty_restart_keeps_exclusion_but_not_fencing_tokens() {
     let name = unique("chaos-delayed");
     let a = build(builder(&cluster)).await;
     block_3_4(&cluster, &name).await;
-    lag_fences_of_3_4(&cluster).await;
+    lag_fences_of_3_4(&cluster, &name).await;
     let ga = a
         .lock_with_lease(&name, LEASE)
         .await

@@ -80,7 +80,7 @@ async fn plant_dead_waiter(name: &str, queue_timeout: Duration) {
         let mut c = raw(i).await;
         let reply: Vec<i64> = script
             .key(key(name))
-            .key("quorumlock:fence")
+            .key(quorumlock::fence_counter_key("quorumlock:", name).expect("a valid name"))
             .key(queue_key(name))
             .key(timeouts_key(name))
             .key(format!("{}:released", key(name)))

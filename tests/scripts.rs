@@ -178,19 +178,18 @@ async fn renew(c: &mut MultiplexedConnection, items: &[(&Keys, &str, u32, u64)])
     inv.invoke_async(c).await.expect("renew")
 }
 
-/// The repair batch: the locks, then one fence counter (the node's).
+/// The repair batch: per lock, its key and then its fence counter (the
+/// library passes its slot's; locks may share one).
 async fn repair(
     c: &mut MultiplexedConnection,
-    fence: &Keys,
-    items: &[(&Keys, &str, u32, u64)],
+    items: &[(&Keys, &str, &str, u32, u64)],
 ) -> Vec<i64> {
     let s = script("repair");
     let mut inv = s.prepare_invoke();
-    for (k, ..) in items {
-        inv.key(&k.lock);
+    for (k, fence, ..) in items {
+        inv.key(&k.lock).key(*fence);
     }
-    inv.key(&fence.fence);
-    for (_, owner, count, token) in items {
+    for (_, _, owner, count, token) in items {
         inv.arg(*owner).arg(*count).arg(*token).arg(60_000);
     }
     inv.invoke_async(c).await.expect("repair")
@@ -615,7 +614,8 @@ async fn renew_extends_and_reports_missing_and_conflicts_and_repair_recreates() 
         "renew creates nothing"
     );
     // The watchdog repairs only after a quorum confirmed the hold.
-    let codes = repair(&mut c, &gone, &items).await;
+    let items = items.map(|(k, owner, count, token)| (k, k.fence.as_str(), owner, count, token));
+    let codes = repair(&mut c, &items).await;
     assert_eq!(codes, vec![1, 2, 0, -2]);
     assert_eq!(
         hget(&mut c, &gone, "a").await,
@@ -639,7 +639,7 @@ async fn renew_extends_and_reports_missing_and_conflicts_and_repair_recreates() 
 #[tokio::test]
 async fn repair_with_an_unusable_fence_counter_creates_nothing() {
     let mut c = raw(0).await;
-    let (first, second) = (keys(), keys());
+    let (first, second, third) = (keys(), keys(), keys());
     for bad in ["not a number", "hash"] {
         let _: () = redis::cmd("DEL")
             .arg(&first.fence)
@@ -662,12 +662,29 @@ async fn repair_with_an_unusable_fence_counter_creates_nothing() {
                 .await
                 .expect("SET");
         }
-        // Both locks are missing: each needs the counter, so neither is
-        // re-created (not the first one before an error on the second).
-        let codes = repair(&mut c, &first, &[(&first, "a", 1, 5), (&second, "a", 1, 6)]).await;
-        assert_eq!(codes, vec![-2, -2], "{bad}");
+        // Both locks are missing and share the counter: neither is
+        // re-created (not the first one before an error on the second). A
+        // third lock with a counter of its own is.
+        let bad_fence = first.fence.as_str();
+        let codes = repair(
+            &mut c,
+            &[
+                (&first, bad_fence, "a", 1, 5),
+                (&second, bad_fence, "a", 1, 6),
+                (&third, third.fence.as_str(), "a", 1, 7),
+            ],
+        )
+        .await;
+        assert_eq!(codes, vec![-2, -2, 2], "{bad}");
         assert_eq!(hget(&mut c, &first, "a").await, None, "{bad}");
         assert_eq!(hget(&mut c, &second, "a").await, None, "{bad}");
+        assert_eq!(hget(&mut c, &third, "a").await, Some(1), "{bad}");
+        assert_eq!(fence(&mut c, &third).await, Some(7), "{bad}");
+        let _: () = redis::cmd("DEL")
+            .arg(&third.lock)
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
     }
 }
 
@@ -706,4 +723,37 @@ async fn force_release_and_raise_fence() {
         5,
         "never lowered"
     );
+    // A set's counters: all raised, the lowest returned; one that is not
+    // a number fails the call before any is written.
+    let (other, bad) = (keys(), keys());
+    let raise_all = |ks: &[&str], t: u64| {
+        let mut inv = raise_script.prepare_invoke();
+        for k in ks {
+            inv.key(*k);
+        }
+        inv.arg(t);
+        inv
+    };
+    let both = [k.fence.as_str(), other.fence.as_str()];
+    assert_eq!(
+        raise_all(&both, 4)
+            .invoke_async::<u64>(&mut c)
+            .await
+            .expect("raise"),
+        4
+    );
+    assert_eq!(fence(&mut c, &k).await, Some(5), "never lowered");
+    assert_eq!(fence(&mut c, &other).await, Some(4), "raised");
+    let _: () = redis::cmd("SET")
+        .arg(&bad.fence)
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .expect("SET");
+    let three = [other.fence.as_str(), bad.fence.as_str()];
+    assert!(raise_all(&three, 9)
+        .invoke_async::<u64>(&mut c)
+        .await
+        .is_err());
+    assert_eq!(fence(&mut c, &other).await, Some(4), "nothing written");
 }

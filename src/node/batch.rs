@@ -67,14 +67,15 @@ impl RenewBatch {
         self.pipeline.get_or_init(|| {
             let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
             for chunk in self.items.chunks(RENEW_CHUNK) {
-                let fence = chunk.first().map(|i| i.keys.fence.as_str());
-                let keys = chunk.len() + usize::from(self.repair);
+                // Renew: the locks. Repair: each lock, then its slot's
+                // fence counter (repair.lua raises it).
+                let keys = chunk.len() * (1 + usize::from(self.repair));
                 let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
                 for item in chunk {
                     cmd.arg(&item.keys.lock);
-                }
-                if self.repair {
-                    cmd.arg(fence.unwrap_or_default());
+                    if self.repair {
+                        cmd.arg(&item.keys.fence);
+                    }
                 }
                 for item in chunk {
                     cmd.arg(&*item.owner).arg(item.count);
@@ -86,5 +87,24 @@ impl RenewBatch {
             }
             pipe
         })
+    }
+}
+
+#[cfg(test)]
+impl RenewBatch {
+    /// The key names (`KEYS`) of each script call of the pipeline, as sent.
+    pub(crate) fn script_keys(&self) -> Vec<Vec<String>> {
+        let text = |a: redis::Arg<&[u8]>| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        self.pipeline()
+            .cmd_iter()
+            .map(|cmd| {
+                let args: Vec<String> = cmd.args_iter().map(text).collect();
+                let n: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+                args.into_iter().skip(3).take(n).collect()
+            })
+            .collect()
     }
 }

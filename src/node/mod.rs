@@ -11,6 +11,8 @@
 //! - `reply`: what a real master's replies mean (no I/O);
 //! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
 //!   may be sent again;
+//! - `script_keys`: the key names each script call passes, all in the
+//!   lock's hash slot for a call about one lock;
 //! - `redis_node`: a real master behind a connection manager (reached as
 //!   `node::redis_node`, not re-exported here, since it imports this
 //!   module).
@@ -20,6 +22,7 @@ mod feed;
 pub(crate) mod redis_node;
 mod reply;
 mod script_call;
+mod script_keys;
 mod spec;
 
 use std::sync::Arc;
@@ -115,7 +118,8 @@ pub struct NodeLockState {
     pub hold_count: u32,
     /// Remaining time of the lock key; `None` when free or without TTL.
     pub pttl: Option<Duration>,
-    /// The lock's fence counter on this node (the last token it issued).
+    /// The fence counter of the lock's hash slot on this node (the last
+    /// token it issued for a name of that slot, or raised it to).
     pub fence: u64,
 }
 
@@ -159,10 +163,11 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// Returns whether it was queued.
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool>;
 
-    /// Acquires every lock of `keys` (one set, sharing one fence counter)
-    /// in one call, all or none (`scripts/acquire_all.lua`): `Granted` with
-    /// the fence counter when every name is ours afterwards, `Taken` with
-    /// the largest PTTL among the names another holder holds.
+    /// Acquires every lock of `keys` (one set) in one call, all or none
+    /// (`scripts/acquire_all.lua`): `Granted` with one token when every
+    /// name is ours afterwards (every fence counter of the set's slots is
+    /// then at that token on this node), `Taken` with the largest PTTL
+    /// among the names another holder holds.
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant>;
 
     /// Releases all but the claim's count of levels (`scripts/release.lua`);
@@ -172,12 +177,14 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
     /// Re-creates the missing keys of a batch (built with
-    /// [`RenewBatch::repair`]) and raises the fence counter to each token.
+    /// [`RenewBatch::repair`]) and raises each one's fence counter to its
+    /// token.
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
-    /// Raises the node's fence counter to at least `token`; returns the
-    /// counter after the call.
-    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> Answer<u64>;
+    /// Raises the fence counters of the locks of `keys` (one lock, or a
+    /// set: each slot's counter once) to at least `token`; returns the
+    /// lowest of them after the call.
+    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64>;
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool>;
 

@@ -15,6 +15,7 @@ use crate::scripts::{self, ms};
 
 use super::reply::{self, grant};
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
+use super::script_keys;
 use super::spec::NodeSpec;
 use super::{
     Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch,
@@ -306,27 +307,20 @@ impl NodeOps for RedisNode {
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
-            let names = vec![keys.lock.clone(), keys.fence.clone()];
+            let names = script_keys::acquire(keys);
             return self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
         };
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
             c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
         };
-        let (queue, timeouts, channel) = (keys.queue(), keys.timeouts(), keys.channel.clone());
-        let names = vec![
-            keys.lock.clone(),
-            keys.fence.clone(),
-            queue,
-            timeouts,
-            channel,
-        ];
+        let names = script_keys::acquire_queued(keys);
         self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = vec![keys.lock.clone(), keys.fence.clone()];
+        let names = script_keys::acquire(keys);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
@@ -336,12 +330,7 @@ impl NodeOps for RedisNode {
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
         let waiter = Arc::clone(waiter);
-        let names = vec![
-            keys.lock.clone(),
-            keys.queue(),
-            keys.timeouts(),
-            keys.channel.clone(),
-        ];
+        let names = script_keys::leave(keys);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*waiter);
         };
@@ -351,13 +340,7 @@ impl NodeOps for RedisNode {
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = vec![
-            keys.lock.clone(),
-            keys.channel.clone(),
-            keys.fence.clone(),
-            keys.queue(),
-            keys.timeouts(),
-        ];
+        let names = script_keys::release(keys);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
         };
@@ -373,17 +356,18 @@ impl NodeOps for RedisNode {
         self.batch(batch)
     }
 
-    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> Answer<u64> {
+    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
         let args = move |c: &mut redis::Cmd| {
             c.arg(token);
         };
         let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
-        let (names, resend) = (vec![keys.fence.clone()], Resend::AfterBrokenConnection);
+        let names = script_keys::raise_fences(keys);
+        let resend = Resend::AfterBrokenConnection;
         self.eval(&scripts::RAISE_FENCE, names, resend, args, read)
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
-        let names = vec![keys.lock.clone(), keys.channel.clone()];
+        let names = script_keys::force_release(keys);
         let read = |n: i64| Ok(n == 1);
         self.eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
     }
@@ -402,13 +386,14 @@ impl NodeOps for RedisNode {
                 Ok(None) => {}
                 Err(e) => forget_scripts(&loaded, &e),
             }
+            let [lock, fence] = script_keys::status(&keys);
             let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
                 .cmd("HGETALL")
-                .arg(&keys.lock)
+                .arg(lock)
                 .cmd("PTTL")
-                .arg(&keys.lock)
+                .arg(lock)
                 .cmd("GET")
-                .arg(&keys.fence)
+                .arg(fence)
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| {
@@ -420,10 +405,10 @@ impl NodeOps for RedisNode {
     }
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let fence = keys.first().map(|k| k.fence.clone()).unwrap_or_default();
-        let names = keys.iter().map(|k| k.lock.clone()).chain([fence]).collect();
+        let names = script_keys::acquire_all(keys);
+        let n = keys.len();
         let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count);
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
         self.eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)

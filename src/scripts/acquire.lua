@@ -1,7 +1,7 @@
 -- Reentrant acquire (Redisson's hash-per-lock design, with an authoritative count).
 --
 -- KEYS[1] lock hash   <prefix>{name}
--- KEYS[2] fence       <prefix>fence, the node's one fence counter for all locks
+-- KEYS[2] fence       <prefix>fence:{tag}, the fence counter of the lock's slot
 -- ARGV[1] holder id
 -- ARGV[2] lease in milliseconds
 -- ARGV[3] hold count the client wants this node to carry (authoritative)

@@ -2,7 +2,7 @@
 -- the retries of a plain waiter, whose place decides whom a release wakes.
 --
 -- KEYS[1] lock hash   <prefix>{name}
--- KEYS[2] fence       <prefix>fence, the node's one fence counter
+-- KEYS[2] fence       <prefix>fence:{tag}, the fence counter of the lock's slot
 -- KEYS[3] queue       <prefix>{name}:queue, a sorted set: waiter id -> ticket
 -- KEYS[4] timeouts    <prefix>{name}:timeouts, a sorted set: waiter id ->
 --                     the node time (ms) after which the waiter counts as gone

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] lock hash   <prefix>{name}
 -- KEYS[2] channel     <prefix>{name}:released
--- KEYS[3] fence       <prefix>fence, the node's one fence counter
+-- KEYS[3] fence       <prefix>fence:{tag}, the fence counter of the lock's slot
 -- KEYS[4] queue       <prefix>{name}:queue (see acquire_queued.lua)
 -- KEYS[5] timeouts    <prefix>{name}:timeouts
 -- ARGV[1] owner id

@@ -1,29 +1,38 @@
 -- Re-create locks that a node lost, for holds that a quorum of other nodes
 -- confirmed in the same watchdog tick (the watchdog's repair batch).
 --
--- KEYS  the lock hashes, one per lock; then the node's fence counter last
+-- KEYS  pairs, one per lock: the lock hash <prefix>{name}, then the fence
+--       counter of its slot <prefix>fence:{tag} (locks of one slot share it)
 -- ARGV  quadruples, one per lock: holder id, authoritative hold count,
 --       fencing token, lease in milliseconds
 --
 -- Returns one code per lock:
---   2 repaired: the key was missing and is re-created for our holder; the
+--   2 repaired: the key was missing and is re-created for our holder; its
 --     fence counter is raised to the token (the node may have lost it too);
 --   1 extended: our holder already held it again;
 --   0 conflict: another holder took it meanwhile; nothing is changed;
---  -2 error: the key or the counter holds a value of the wrong type.
--- The counter is read once, before anything is written: a counter of the
--- wrong type (or not a number) fails every lock that would need it, and
--- nothing is created, rather than an error after some keys were.
+--  -2 error: the key or its counter holds a value of the wrong type.
+-- Each counter is read before anything is written for a lock that needs
+-- it: a counter of the wrong type (or not a number) fails the locks that
+-- would need it, and nothing is created for them, rather than an error
+-- after some keys were. Counters are raised once, at the end.
 local out = {}
-local fence = KEYS[#KEYS]
-local f = redis.pcall('get', fence)
-local counter = nil
-if type(f) ~= 'table' then
-  counter = tonumber(f or '0')
+local counters, raises, order = {}, {}, {}
+local function counter(fence)
+  if counters[fence] == nil then
+    local f = redis.pcall('get', fence)
+    if type(f) == 'table' or tonumber(f or '0') == nil then
+      counters[fence] = false
+    else
+      counters[fence] = tonumber(f or '0')
+      raises[fence] = 0
+      order[#order + 1] = fence
+    end
+  end
+  return counters[fence]
 end
-local raise = 0
-for i = 1, #KEYS - 1 do
-  local lock = KEYS[i]
+for i = 1, #KEYS / 2 do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
   local holder, count = ARGV[4 * i - 3], ARGV[4 * i - 2]
   local token, lease = tonumber(ARGV[4 * i - 1]), ARGV[4 * i]
   local held = redis.pcall('hget', lock, holder)
@@ -35,18 +44,20 @@ for i = 1, #KEYS - 1 do
     out[i] = 1
   elseif redis.call('exists', lock) == 1 then
     out[i] = 0
-  elseif counter == nil then
+  elseif counter(fence) == false then
     out[i] = -2
   else
     redis.call('hset', lock, holder, count)
     redis.call('pexpire', lock, lease)
-    if token > raise then
-      raise = token
+    if token > raises[fence] then
+      raises[fence] = token
     end
     out[i] = 2
   end
 end
-if counter ~= nil and raise > counter then
-  redis.call('set', fence, raise)
+for _, fence in ipairs(order) do
+  if raises[fence] > counters[fence] then
+    redis.call('set', fence, raises[fence])
+  end
 end
 return out

@@ -276,10 +276,12 @@ sweeps! {
     /// The old lagging-counter raise, tried once in the background and not
     /// waited for, repeats tokens once a raise is lost.
     ///
-    /// With one counter per node shared by all locks, a lagging counter catches
-    /// up through other locks' grants; the repeat needs a lost raise, the hold's
-    /// keys running out without a release (which raises too), and then a
-    /// quorum that avoids the node with the maximum. Pause-heavy mode gets
+    /// The clients' lock names sit in different hash slots, so each has a
+    /// fence counter of its own (one per slot on each node): a lagging
+    /// counter catches up only through grants of its own name. The repeat
+    /// needs a lost raise, the hold's keys running out without a release
+    /// (which raises too), and then a quorum that avoids the node with the
+    /// maximum. Pause-heavy mode gets
     /// there through pauses that start as a grant arrives (`StallOnGrant` in
     /// `faults`). The deterministic scenario in
     /// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`

@@ -391,12 +391,15 @@ async fn no_slot_outlives_its_acquisitions() {
     assert_eq!(m.inner.slots.len(), 0);
 }
 
-const FENCE: &str = "quorumlock:fence";
+/// The fence counter of "job"'s slot.
+fn fence() -> String {
+    crate::keys::Keys::new("quorumlock:", "job").fence
+}
 
-/// Node 0's fence counter at 10 (the others' at 0), and `job` held by
-/// another owner on nodes 3 and 4.
+/// Node 0's fence counter of `job`'s slot at 10 (the others' at 0), and
+/// `job` held by another owner on nodes 3 and 4.
 fn fence_at_10_and_job_taken_on_3_and_4(fakes: &[Arc<FakeNode>]) {
-    fakes[0].set_fence(FENCE, 10);
+    fakes[0].set_fence(&fence(), 10);
     fakes[3].take(KEY, "other", Duration::from_secs(5));
     fakes[4].take(KEY, "other", Duration::from_secs(5));
 }
@@ -407,7 +410,7 @@ async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
     fence_at_10_and_job_taken_on_3_and_4(&fakes);
     let g = try_now(&m).await.expect("3 of 5 grant");
     assert_eq!(g.fencing_token(), 11);
-    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(&fence())).collect();
     assert_eq!(
         fences,
         vec![11, 11, 11, 0, 0],
@@ -424,7 +427,7 @@ async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
     fakes[2].fail_after(1);
     let g = try_now(&m).await.expect("fenced on 0, 1, 3, 4");
     assert_eq!(g.fencing_token(), 11);
-    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(FENCE)).collect();
+    let fences: Vec<u64> = fakes.iter().map(|f| f.fence(&fence())).collect();
     assert_eq!(fences, vec![11, 11, 1, 11, 11]);
     // A later holder's token is above it.
     fakes[2].set_mode(Mode::Fail);
@@ -432,7 +435,7 @@ async fn the_fence_falls_back_to_the_other_nodes_when_a_granter_fails() {
     m.flush().await;
     for f in &fakes[3..] {
         f.wipe();
-        f.set_fence(FENCE, 11);
+        f.set_fence(&fence(), 11);
     }
     let g = try_now(&m).await.expect("free again");
     assert!(g.fencing_token() > 11);

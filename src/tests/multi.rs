@@ -187,10 +187,15 @@ async fn the_same_owner_re_enters_the_set_and_its_names() {
 #[tokio::test(start_paused = true)]
 async fn each_names_token_increases_across_holds_and_the_fence_quorum_covers_the_set() {
     let (m, fakes) = cluster(5, Duration::from_secs(10));
-    // Node 0's counter is far ahead of the others, and nodes 3 and 4 answer
-    // late: the quorum is nodes 0, 1 and 2, and only node 0 is at the token.
-    let k = Arc::new(Keys::new("quorumlock:", "elsewhere"));
-    fakes[0].raise_fence(&k, 100).await.expect("raise");
+    // Node 0's counter of a's slot is far ahead of the others (b's slot's
+    // is not), and nodes 3 and 4 answer late: the quorum is nodes 0, 1
+    // and 2, and only node 0 is at the token, for both counters.
+    let (ka, kb) = (
+        Arc::new(Keys::new("quorumlock:", "a")),
+        Keys::new("quorumlock:", "b"),
+    );
+    assert_ne!(ka.slot(), kb.slot());
+    fakes[0].raise_fence(&[ka], 100).await.expect("raise");
     for f in &fakes[3..] {
         f.set_mode(Mode::Slow(20 * MS));
     }
@@ -215,13 +220,62 @@ async fn each_names_token_increases_across_holds_and_the_fence_quorum_covers_the
     assert!(a.fencing_token() > t1, "{} <= {t1}", a.fencing_token());
     let ta = a.fencing_token();
     a.release().await.expect("release a");
+    // b's counter was raised with a's: b's next token is above the set's.
     let g = m.lock_all(["b", "c"]).await.expect("lock_all b c");
     let tb = g.fencing_token("b").expect("b");
-    assert!(tb > ta, "{tb} <= {ta}");
+    assert!(tb > t1, "{tb} <= {t1}");
     g.release().await.expect("release");
+    // A set's token is above every earlier token of each of its names.
     let g = m.lock_all(["a", "b"]).await.expect("lock_all again");
-    assert!(g.fencing_token("a").expect("a") > tb);
+    let t = g.fencing_token("a").expect("a");
+    assert!(t > ta && t > tb, "{t} <= {ta} or {tb}");
     g.release().await.expect("release");
+}
+
+/// The names of a set sit in different hash slots, whose counters differ
+/// from node to node: each granting node answers one token above the
+/// largest of the set's counters, and before the largest of those is
+/// handed out every counter of the set is at least it on a quorum.
+#[tokio::test(start_paused = true)]
+async fn a_sets_token_is_shown_on_a_quorum_for_every_slots_counter() {
+    let (m, fakes) = cluster(5, Duration::from_secs(10));
+    let (a, b) = (Keys::new("quorumlock:", "a"), Keys::new("quorumlock:", "b"));
+    assert_ne!(a.fence, b.fence, "two slots, two counters");
+    fakes[0].set_fence(&a.fence, 10);
+    fakes[1].set_fence(&b.fence, 20);
+    for f in &fakes[3..] {
+        f.set_mode(Mode::Slow(20 * MS));
+    }
+    let g = m.lock_all(["a", "b"]).await.expect("lock_all");
+    let t = g.fencing_token("a").expect("a");
+    assert_eq!((t, g.fencing_token("b")), (21, Some(21)));
+    let at_token = |fence: &str| fakes.iter().filter(|f| f.fence(fence) >= t).count();
+    assert!(
+        at_token(&a.fence) >= 3,
+        "a's counter is at the token on a quorum"
+    );
+    assert!(
+        at_token(&b.fence) >= 3,
+        "b's counter is at the token on a quorum"
+    );
+    g.release().await.expect("release");
+    m.flush().await;
+    // Either name alone, on any quorum, now gets a larger token.
+    for f in &fakes[..2] {
+        f.set_mode(Mode::Fail);
+    }
+    for f in &fakes[3..] {
+        f.set_mode(Mode::Normal);
+    }
+    for name in ["a", "b"] {
+        let g = m.lock(name).await.expect("lock on 2, 3, 4");
+        assert!(
+            g.fencing_token() > t,
+            "{name}: {} <= {t}",
+            g.fencing_token()
+        );
+        g.release().await.expect("release");
+    }
 }
 
 #[tokio::test(start_paused = true)]

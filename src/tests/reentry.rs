@@ -92,7 +92,7 @@ async fn a_reentry_after_a_majority_restarted_empty_fails_and_the_hold_is_lost()
     tokio::time::sleep(200 * MS).await;
     assert!(fakes.iter().all(|f| f.holder(KEY).is_none()));
     assert_eq!(
-        fakes[0].fence("quorumlock:fence"),
+        fakes[0].fence(&Keys::new("quorumlock:", "job").fence),
         0,
         "no INCR on a re-entry"
     );
@@ -113,7 +113,7 @@ async fn a_reentry_creates_nothing_on_a_minority_and_the_watchdog_repairs_it() {
     assert!(g.is_held());
     assert!(fakes[0].holder(KEY).is_none(), "the re-entry created a key");
     assert_eq!(
-        fakes[0].fence("quorumlock:fence"),
+        fakes[0].fence(&Keys::new("quorumlock:", "job").fence),
         0,
         "no INCR on a re-entry"
     );

@@ -65,17 +65,19 @@ pub async fn unblock_3_4(cluster: &Cluster, name: &str) {
     }
 }
 
-/// Nodes 0, 1, 2 have granted many locks that 3 and 4 did not see (one
-/// fence counter per node serves every lock): 3 and 4 lag far behind. The
-/// counters of 0, 1, 2 are set to one value, above every node's, whatever
-/// earlier tests left behind: the next grant on 0, 1, 2 then returns the
-/// same token on each, and needs no node raised.
-pub async fn lag_fences_of_3_4(cluster: &Cluster) {
+/// Nodes 0, 1, 2 have granted many locks of `name`'s hash slot that 3
+/// and 4 did not see (one fence counter per slot serves every name of the
+/// slot): 3 and 4 lag far behind. The counters of 0, 1, 2 are set to one
+/// value, above every node's, whatever earlier tests left behind: the next
+/// grant of `name` on 0, 1, 2 then returns the same token on each, and
+/// needs no node raised.
+pub async fn lag_fences_of_3_4(cluster: &Cluster, name: &str) {
+    let counter = quorumlock::fence_counter_key("quorumlock:", name).expect("a valid lock name");
     let mut top = 0u64;
     for i in 0..5 {
         let mut c = raw(cluster, i).await;
         let v: Option<u64> = redis::cmd("GET")
-            .arg("quorumlock:fence")
+            .arg(&counter)
             .query_async(&mut c)
             .await
             .expect("GET the fence counter");
@@ -84,7 +86,7 @@ pub async fn lag_fences_of_3_4(cluster: &Cluster) {
     for i in 0..3 {
         let mut c = raw(cluster, i).await;
         let _: () = redis::cmd("SET")
-            .arg("quorumlock:fence")
+            .arg(&counter)
             .arg(top + 1_000_000)
             .query_async(&mut c)
             .await

@@ -78,7 +78,8 @@ pub struct Row {
     pub hold_count: Option<u32>,
     /// Remaining time of the key in milliseconds, if held with a TTL.
     pub pttl_ms: Option<u64>,
-    /// The node's fence counter: the last token it issued for this lock.
+    /// The node's fence counter of the lock's hash slot (shared by the
+    /// names of that slot): the last token it issued or was raised to there.
     pub fence: Option<u64>,
     /// The node's `maxmemory-policy` (anything but `noeviction` can evict a
     /// held lock); null when the node would not say or did not answer.

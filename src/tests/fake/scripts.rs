@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{wrong_type, Entry, State};
 use crate::error::NodeError;
-use crate::keys::Keys;
+use crate::keys::{fences, Keys};
 use crate::node::{Grant, NodeLockState, Place, Released, RenewBatch, Renewed};
 use crate::tests::fake_queue::Queue;
 
@@ -76,15 +76,19 @@ pub(super) fn acquire_all(
     if worst.is_some() {
         return Ok(Grant::Taken(worst, 0));
     }
-    let Some(fence) = keys.first().map(|k| k.fence.clone()) else {
-        return Ok(Grant::Granted(0));
-    };
-    s.read(&fence)?;
-    let f = s.fences.entry(fence).or_insert(0);
-    if free {
-        *f += 1;
+    // One token for the set: one above the largest of its slots'
+    // counters (the largest, for a re-entry), and every counter set to it.
+    let counters = fences(keys);
+    let mut top = 0;
+    for fence in &counters {
+        s.read(fence)?;
+        top = top.max(s.fences.get(*fence).copied().unwrap_or(0));
     }
-    let token = *f;
+    let token = top + u64::from(free);
+    for fence in counters {
+        let f = s.fences.entry(fence.to_owned()).or_insert(0);
+        *f = (*f).max(token);
+    }
     for k in keys {
         s.locks.insert(
             k.lock.clone(),
@@ -287,12 +291,20 @@ pub(super) fn release(
     }
 }
 
-/// `raise_fence.lua`: the counter raised to at least `token`.
-pub(super) fn raise_fence(s: &mut State, keys: &Keys, token: u64) -> Result<u64, NodeError> {
-    s.read(&keys.fence)?;
-    let f = s.fences.entry(keys.fence.clone()).or_insert(0);
-    *f = (*f).max(token);
-    Ok(*f)
+/// `raise_fence.lua`: the counters of `keys` raised to at least `token`;
+/// the lowest of them after the call.
+pub(super) fn raise_fence(s: &mut State, keys: &[Arc<Keys>], token: u64) -> Result<u64, NodeError> {
+    let counters = fences(keys);
+    for fence in &counters {
+        s.read(fence)?;
+    }
+    let mut lowest = None::<u64>;
+    for fence in counters {
+        let f = s.fences.entry(fence.to_owned()).or_insert(0);
+        *f = (*f).max(token);
+        lowest = Some(lowest.map_or(*f, |l| l.min(*f)));
+    }
+    Ok(lowest.unwrap_or(0))
 }
 
 /// `force_release.lua`: deletes whatever is at the lock key.

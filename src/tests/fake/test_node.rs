@@ -123,8 +123,8 @@ impl<N: TestNode> NodeOps for N {
         })
     }
 
-    fn raise_fence(&self, keys: &Arc<Keys>, token: u64) -> Answer<u64> {
-        let keys = Arc::clone(keys);
+    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
+        let keys = keys.to_vec();
         self.reach("raise_fence", move |s| {
             scripts::raise_fence(s, &keys, token)
         })

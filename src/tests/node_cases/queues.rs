@@ -1,7 +1,7 @@
 //! The cases of the waiters' queue: tickets, fair and plain places, queue
 //! timeouts, leaving, and the queue across a restart.
 
-use super::steps::{Op, Out, H1, H2, L};
+use super::steps::{Op, Out, A_TWIN, H1, H2, L};
 use super::table::{
     acquire, free, granted, held, leave, place, queue, queued, release, Case, H3, Q, W1, W2, W3,
     WRONG_TYPE,
@@ -91,7 +91,7 @@ pub(super) fn cases() -> Vec<Case> {
             .step(Op::Queue("a"), queue(&[])),
         Case::new("re-entry: the holder with a place is granted with the fence, queue untouched")
             .step(acquire("a", H1, L, 1), granted(1))
-            .step(acquire("b", H2, L, 1), granted(2))
+            .step(acquire(A_TWIN, H2, L, 1), granted(2))
             .step(place("a", H3, W2, 0, true, Q), queued(L, 1))
             .step(
                 Op::AcquireQueued {

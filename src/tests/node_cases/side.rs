@@ -176,7 +176,11 @@ impl Side {
                     Out::Renewed,
                 )
             }
-            Op::RaiseFence(token) => outcome(n.raise_fence(&keys("a"), *token).await, Out::Fence),
+            Op::RaiseFence(token) => outcome(n.raise_fence(&[keys("a")], *token).await, Out::Fence),
+            Op::RaiseFences(names, token) => {
+                let set: Vec<Arc<Keys>> = names.iter().map(|n| keys(n)).collect();
+                outcome(n.raise_fence(&set, *token).await, Out::Fence)
+            }
             Op::ForceRelease(name) => outcome(n.force_release(&keys(name)).await, Out::Forced),
             Op::Status(name) => outcome(n.status(&keys(name)).await, |s| Out::State {
                 holder: s.holder,

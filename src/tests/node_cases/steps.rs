@@ -13,6 +13,8 @@ pub(super) const PREFIX: &str = "nc:";
 pub(super) const L: u64 = 10_000;
 /// How far two remaining times may differ and still count as the same.
 const SLACK: Duration = Duration::from_millis(500);
+/// A name in the hash slot of `"a"` (so it shares a's fence counter).
+pub(super) const A_TWIN: &str = "a:1599";
 pub(super) const H1: &str = "holder-1";
 pub(super) const H2: &str = "holder-2";
 
@@ -74,14 +76,17 @@ pub(super) enum Op {
     Renew(Vec<(&'static str, &'static str, u32, u64)>),
     /// `(name, holder, count, token, lease)` per lock.
     Repair(Vec<(&'static str, &'static str, u32, u64, u64)>),
+    /// `raise_fence.lua` on the counter of `"a"`'s slot.
     RaiseFence(u64),
+    /// `raise_fence.lua` on the counters of these names' slots.
+    RaiseFences(Vec<&'static str>, u64),
     ForceRelease(&'static str),
     Status(&'static str),
     /// A string at the lock key of this name.
     ForeignLock(&'static str),
     /// A string at the queue key of this name.
     ForeignQueue(&'static str),
-    /// A hash at the node's fence counter.
+    /// A hash at the fence counter of `"a"`'s slot.
     ForeignFence,
     Sleep(u64),
     /// The node restarts, keeping its data or empty.
