@@ -267,13 +267,16 @@ impl LockManagerBuilder {
         let specs = self.specs()?;
         let config = self.config(specs.len())?;
         let connect_timeout = config.connect_timeout;
-        let results = futures::future::join_all(
-            specs
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(|(i, spec)| RedisNode::connect(i, spec, connect_timeout)),
-        )
+        let prefix = config.key_prefix.as_str();
+        let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
+            |(i, spec)| async move {
+                let node = RedisNode::connect(i, spec, connect_timeout).await?;
+                // Before any lock: a node that served the older layout
+                // keeps its tokens increasing (see `adopt_legacy_fence`).
+                node.adopt_legacy_fence(i, prefix, connect_timeout).await?;
+                Ok::<_, Error>(node)
+            },
+        ))
         .await;
         let admission = Arc::new(Admission::new(specs.len(), self.require_noeviction));
         let mut nodes: Vec<Arc<dyn NodeOps>> = Vec::new();

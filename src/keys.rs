@@ -91,6 +91,16 @@ pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
     format!("{prefix}fence:{{{}}}", slot_tag(slot))
 }
 
+/// The one fence counter per node of the layout before per-slot counters,
+/// `<prefix>fence`, and every per-slot counter: what `build()` adopts
+/// (`scripts/adopt_fence.lua`).
+pub(crate) fn legacy_fence_keys(prefix: &str) -> (String, Vec<String>) {
+    (
+        format!("{prefix}fence"),
+        (0..SLOTS).map(|s| fence_key(prefix, s)).collect(),
+    )
+}
+
 /// The key of the fence counter that serves the lock `name` under the key
 /// prefix `prefix` (the builder's
 /// [`key_prefix`](crate::LockManagerBuilder::key_prefix), `quorumlock:` by

@@ -674,6 +674,84 @@ async fn status_reads_the_fence_counter_of_the_names_slot() {
     }
 }
 
+/// Nodes that served the layout before per-slot counters keep one counter
+/// per node, `<prefix>fence`. A manager built over them adopts it (every
+/// per-slot counter raised to it, the old one deleted), so no name's token
+/// goes back after the upgrade; nodes without one are left as they are.
+#[tokio::test]
+async fn build_adopts_the_fence_counter_of_the_older_layout() {
+    let prefix = format!("{}:", unique("upgrade"));
+    for i in 0..3 {
+        let mut c = raw(i).await;
+        let () = redis::cmd("SET")
+            .arg(format!("{prefix}fence"))
+            .arg(1000 + i)
+            .query_async(&mut c)
+            .await
+            .expect("SET the old counter");
+    }
+    let m = builder()
+        .key_prefix(&prefix)
+        .quorum(Quorum::Majority)
+        .build()
+        .await
+        .expect("build over nodes of the older layout");
+    let name = unique("after-upgrade");
+    let g = m.lock(&name).await.expect("lock");
+    assert!(
+        g.fencing_token() > 1002,
+        "a token after the upgrade ({}) is above every token the old counters gave",
+        g.fencing_token()
+    );
+    g.release().await.expect("release");
+    m.flush().await;
+    let counter = quorumlock::fence_counter_key(&prefix, &name).expect("a valid name");
+    // A counter of another slot, which no lock of this test used.
+    let other = ["another-name", "yet-another-name"]
+        .into_iter()
+        .map(|n| quorumlock::fence_counter_key(&prefix, n).expect("a valid name"))
+        .find(|k| *k != counter)
+        .expect("two names of two slots");
+    for i in 0..5 {
+        let mut c = raw(i).await;
+        let old: Option<u64> = redis::cmd("GET")
+            .arg(format!("{prefix}fence"))
+            .query_async(&mut c)
+            .await
+            .expect("GET");
+        assert_eq!(old, None, "node {i}: the old counter is gone");
+        let v: Option<u64> = redis::cmd("GET")
+            .arg(&other)
+            .query_async(&mut c)
+            .await
+            .expect("GET");
+        let want = (i < 3).then_some(1000 + i as u64);
+        assert_eq!(v, want, "node {i}: every slot's counter adopted, no more");
+        let v: Option<u64> = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut c)
+            .await
+            .expect("GET");
+        assert!(v.is_some(), "node {i}: {counter} exists");
+    }
+    // The 16384 counters of this test's prefix go with it.
+    for i in 0..5 {
+        let mut c = raw(i).await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut c)
+            .await
+            .expect("KEYS");
+        if !keys.is_empty() {
+            let _: u64 = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut c)
+                .await
+                .expect("DEL");
+        }
+    }
+}
+
 /// A single-node Redis Cluster that owns every slot: the server refuses a
 /// script whose keys are in two slots (CROSSSLOT), so each call about one
 /// name, and a set whose names share a slot, shows it keeps to one slot.

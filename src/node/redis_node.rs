@@ -10,7 +10,7 @@ use redis::{Client, Value};
 
 use crate::admission::{maxmemory_policy, Admission, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
-use crate::keys::Keys;
+use crate::keys::{self, Keys};
 use crate::scripts::{self, ms};
 
 use super::reply::{self, grant};
@@ -107,6 +107,52 @@ impl RedisNode {
             loaded: Arc::default(),
             breaker: Arc::default(),
         })
+    }
+
+    /// Adopts the node's fence counter of the layout before per-slot
+    /// counters (`<prefix>fence`, see [`keys::legacy_fence_keys`]): every
+    /// per-slot counter is raised to it and it is deleted, in one script,
+    /// so that no name's token goes back after an upgrade. A node without
+    /// one (every node but one that served an older version) costs one
+    /// `EXISTS`. Returns the adopted value (0: none).
+    pub(crate) async fn adopt_legacy_fence(
+        &self,
+        index: usize,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<u64, Error> {
+        let failure = |e: NodeError| Error::Connect {
+            failures: vec![e.at(index, &self.addr)],
+        };
+        let (old, counters) = keys::legacy_fence_keys(prefix);
+        let mut conn = self.conn.clone();
+        let adopt = async {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&old)
+                .query_async(&mut conn)
+                .await?;
+            if !exists {
+                return Ok(0);
+            }
+            redis::Script::new(scripts::ADOPT_FENCE)
+                .key(&old)
+                .key(counters)
+                .invoke_async::<u64>(&mut conn)
+                .await
+        };
+        let adopted = tokio::time::timeout(timeout, adopt)
+            .await
+            .map_err(|_| {
+                failure(NodeError::new(
+                    NodeErrorKind::Timeout,
+                    "fence adoption timed out",
+                ))
+            })?
+            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        if adopted > 0 {
+            tracing::info!(node = index, addr = %self.addr, counter = adopted, "adopted the fence counter of the older key layout");
+        }
+        Ok(adopted)
     }
 
     /// What `build()` checks of a node that answered: its identity and

@@ -121,6 +121,10 @@ pub(crate) static ACQUIRE_QUEUED: LazyLock<Lua> =
 /// A waiter leaves the lock's queue; the next one is told if it was due.
 pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| Lua::new(6, include_str!("leave.lua")));
 
+/// Upgrade from the single fence counter per node: raises every per-slot
+/// counter to the old one and deletes it (run once, at `build()`).
+pub(crate) const ADOPT_FENCE: &str = include_str!("adopt_fence.lua");
+
 /// Acquire reply code: the lock was free and is now ours.
 pub(crate) const ACQ_GRANTED: i64 = 1;
 /// Acquire reply code: our owner already held it (re-entry).
