@@ -9,6 +9,8 @@ mod fake_queue;
 mod coordinator;
 mod fair;
 mod limits;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod multi;
 mod node_cases;
 mod reentry;

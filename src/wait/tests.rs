@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::NodeError;
 use crate::node::{Feed, FeedConn, FeedMessage, FeedSink, NodeOps};
 use crate::sync::locked;
+use crate::telemetry::Metrics;
 use crate::tests::fake::FakeNode;
 use crate::LockManager;
 
@@ -89,6 +90,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
         "me",
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
+        &Metrics::default(),
     );
     let w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(5)).await;
@@ -118,6 +120,7 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
         "me",
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
+        &Metrics::default(),
     );
     let a = notifier.waiter("ch", None, &"me:owner-1".into());
     a.confirmed(Duration::from_secs(1)).await;
@@ -144,6 +147,7 @@ async fn a_release_message_rings_the_head_through_the_feed() {
         "me",
         vec![Some(Arc::clone(&feed) as Arc<dyn Feed>)],
         &config(Duration::from_millis(200)),
+        &Metrics::default(),
     );
     let mut w = notifier.waiter("ch", None, &"me:owner-1".into());
     w.confirmed(Duration::from_secs(1)).await;
