@@ -114,7 +114,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: Unit::Count,
         labels: &[],
-        help: "Attempts whose grants were rolled back on the nodes (failed, or dropped halfway).",
+        help: "Attempts that sent a rollback to the nodes that may hold a grant: a miss with answers still pending, a quorum that could not be kept, an attempt dropped halfway.",
     },
     Spec {
         name: FENCE_RAISES,

@@ -11,6 +11,7 @@ mod fair;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod metrics_docs;
 mod multi;
 mod node_cases;
 mod reentry;
