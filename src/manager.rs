@@ -126,8 +126,9 @@ impl LockManager {
     }
 
     /// The owner of the enclosing [`Owner::scope`] (or
-    /// [`LockGuard::run`]), if any: acquisitions that name no owner act as
-    /// it. Outside a scope, each acquisition is an owner of its own.
+    /// [`LockGuard::run`](crate::LockGuard::run)), if any: acquisitions
+    /// that name no owner act as it. Outside a scope, each acquisition is
+    /// an owner of its own.
     #[must_use]
     pub fn current_owner(&self) -> Option<Owner> {
         Owner::scoped(&self.inner.nodes.client_id)

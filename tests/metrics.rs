@@ -5,6 +5,9 @@
 
 mod support;
 
+// The example's own copy of `tests/support/local.rs` (its `main` starts
+// masters with it) is unused here: the shared harness starts them.
+#[allow(clippy::duplicate_mod)]
 #[path = "../examples/metrics.rs"]
 mod example;
 
@@ -87,9 +90,8 @@ fn parse(text: &str) -> Samples {
 /// The sum of `name`'s samples whose labels contain `with`; there must be
 /// at least one.
 fn sum(s: &Samples, name: &str, with: &str) -> f64 {
-    let matching: Vec<f64> = s
-        .get(name)
-        .unwrap_or_else(|| panic!("{name} is missing"))
+    assert!(s.contains_key(name), "{name} is missing");
+    let matching: Vec<f64> = s[name]
         .iter()
         .filter(|(l, _)| l.contains(with))
         .map(|(_, x)| *x)
