@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 use crate::error::{Error, NodeError, NodeErrorKind};
 
 #[cfg(feature = "metrics")]
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 #[cfg(feature = "metrics")]
 use std::sync::Arc;
 #[cfg(feature = "metrics")]
@@ -349,6 +349,9 @@ struct NodeHandles {
     errors: [Counter; 6],
     pubsub_reconnects: Counter,
     up: Gauge,
+    /// What `up` was last set to: it is set again only when that changes,
+    /// so that concurrent calls do not all write the gauge.
+    is_up: AtomicBool,
 }
 
 #[cfg(feature = "metrics")]
@@ -361,21 +364,32 @@ impl NodeHandles {
                 .map(|k| metrics::counter!(NODE_ERRORS, "node" => node.clone(), "kind" => k)),
             pubsub_reconnects: metrics::counter!(PUBSUB_RECONNECTS, "node" => node.clone()),
             up: metrics::gauge!(NODE_UP, "node" => node),
+            is_up: AtomicBool::new(up),
         };
         h.up.set(if up { 1.0 } else { 0.0 });
         h
+    }
+
+    /// Whether the node answers, set on the gauge when it changed.
+    fn set_up(&self, up: bool) {
+        if self.is_up.load(Ordering::Relaxed) != up {
+            self.is_up.store(up, Ordering::Relaxed);
+            self.up.set(if up { 1.0 } else { 0.0 });
+        }
     }
 
     /// A call answered with `r` after `took`.
     fn answered<T>(&self, r: &Result<T, NodeError>, took: Duration) {
         self.call_duration.record(took);
         match r {
-            Ok(_) => self.up.set(1.0),
+            Ok(_) => self.set_up(true),
             Err(e) => {
                 self.failed(&e.kind);
                 // An error reply comes from a server that answers.
-                let answers = matches!(e.kind, NodeErrorKind::WrongType | NodeErrorKind::Server);
-                self.up.set(if answers { 1.0 } else { 0.0 });
+                self.set_up(matches!(
+                    e.kind,
+                    NodeErrorKind::WrongType | NodeErrorKind::Server
+                ));
             }
         }
     }
@@ -403,7 +417,7 @@ impl Drop for CallWatch {
     fn drop(&mut self) {
         if !self.answered && self.start.elapsed() >= self.limit {
             self.node.failed(&NodeErrorKind::Timeout);
-            self.node.up.set(0.0);
+            self.node.set_up(false);
         }
     }
 }
