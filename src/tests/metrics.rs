@@ -298,7 +298,10 @@ async fn a_scripted_scenario_records_exact_counts() {
     // Node 2, down at the first snapshot, answered again (the gauge is set
     // when it changes; a snapshot resets it to 0, so nodes 0 and 1, up at
     // the first snapshot and since, read 0 in the second).
-    assert_eq!(rec.last_gauge("quorumlock_node_up", &[("node", "fake-2")]), 1.0);
+    assert_eq!(
+        rec.last_gauge("quorumlock_node_up", &[("node", "fake-2")]),
+        1.0
+    );
     // Every call answered is timed once: all the calls the fakes got but
     // the three stalled ones and the one try's call to node 2, left
     // unanswered once two "taken" decided the miss (neither a timeout).
