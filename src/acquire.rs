@@ -11,11 +11,12 @@ use crate::attempt::{attempt, Ask, Kind};
 use crate::clock;
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::hold::{Hold, HoldState, OnDrop};
+use crate::hold::{Hold, OnDrop};
 use crate::keys::Target;
 use crate::node::Claim;
 use crate::nodes::Nodes;
 use crate::owner::Owner;
+use crate::telemetry::{Acquiring, Cause};
 use crate::turn::Turn;
 use crate::wait::Notifier;
 use crate::watchdog::Watchdog;
@@ -39,11 +40,13 @@ pub(crate) struct Terms {
 }
 
 /// What an acquisition works with: the nodes, the release channels its
-/// waiters listen on, and the watchdog that renews what it wins.
+/// waiters listen on, the watchdog that renews what it wins, and its
+/// measures.
 pub(crate) struct Acquisition<'a> {
     pub(crate) nodes: &'a Arc<Nodes>,
     pub(crate) notifier: &'a Notifier,
     pub(crate) watchdog: &'a Arc<Watchdog>,
+    pub(crate) probe: &'a Acquiring,
 }
 
 impl Acquisition<'_> {
@@ -89,6 +92,7 @@ impl Acquisition<'_> {
                     kind: Kind::Fresh,
                     attempt: turn.misses(),
                 };
+                self.probe.attempt();
                 match attempt(ask, turn.attempting()).await {
                     Ok(won) => {
                         let holds: Vec<Arc<Hold>> = target
@@ -179,7 +183,7 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
         }
         Err(e @ Error::Lost { .. }) => {
             // Gone on too many nodes for a quorum: the holder is told now.
-            if hold.transition(HoldState::Lost) {
+            if hold.lose(Cause::Gone) {
                 warn!(lock = %hold.keys.name, "lock lost: a re-entry found it gone on too many nodes for a quorum");
                 let _ = hold.release_in_background(0);
             }

@@ -45,12 +45,13 @@ impl Ask<'_> {
     /// The script call to node `i`: the acquire script (queued with a
     /// `place`), its re-entry mode, or the set's.
     fn call(&self, i: usize, place: Option<&Place>) -> Answer<Grant> {
-        let (node, keys) = (self.nodes.node(i), self.target.first());
-        match self.kind {
+        let keys = self.target.first();
+        let limit = self.nodes.call_timeout(self.claim.lease);
+        self.nodes.call(i, limit, |node| match self.kind {
             Kind::Fresh if self.target.set => node.acquire_all(&self.target.keys, &self.claim),
             Kind::Fresh => node.acquire(keys, &self.claim, place),
             Kind::Reenter => node.reenter(keys, &self.claim),
-        }
+        })
     }
 
     /// The count a rollback restores: none for a fresh acquisition, the

@@ -44,8 +44,9 @@ pub(crate) async fn fence_quorum(
     if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
         let calls: Vec<_> = (0..nodes.len())
             .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
-            .map(|i| nodes.node(i).raise_fence(&target.keys, token))
+            .map(|i| nodes.call(i, lease, |n| n.raise_fence(&target.keys, token)))
             .collect();
+        nodes.metrics.fence_raised(calls.len());
         nodes.spawn(async move {
             for call in calls {
                 let _ = call.await;
@@ -84,11 +85,14 @@ pub(crate) async fn fence_quorum(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let round = if first_round { left / 2 } else { left };
+        nodes
+            .metrics
+            .fence_raised(targets.iter().filter(|t| **t).count());
         let mut fan = FanOut::start(nodes.len(), round, |i| {
             if at[i] {
                 Box::pin(std::future::ready(Ok(token)))
             } else if targets[i] {
-                nodes.node(i).raise_fence(&target.keys, token)
+                nodes.call(i, round, |n| n.raise_fence(&target.keys, token))
             } else {
                 // Not asked in this round: neither raised nor pending.
                 Box::pin(std::future::ready(Ok(0)))

@@ -21,6 +21,7 @@ mod scripts;
 mod config;
 mod keys;
 mod owner;
+mod telemetry;
 
 mod node;
 

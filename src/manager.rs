@@ -14,6 +14,7 @@ use crate::nodes::Nodes;
 use crate::owner::{new_client_id, Owner};
 use crate::slots::Slots;
 use crate::status::LockStatus;
+use crate::telemetry::{Acquiring, Metrics};
 use crate::wait::{Notifier, PubSubStats};
 use crate::watchdog::{Watchdog, WatchdogStats};
 
@@ -76,8 +77,13 @@ impl LockManager {
     ) -> Self {
         let feeds: Vec<_> = nodes.iter().map(|n| n.feed()).collect();
         let client_id = new_client_id();
-        let notifier = Notifier::start(&client_id, feeds, &config);
-        let nodes = Arc::new(Nodes::new(config, nodes, client_id));
+        let addrs: Vec<&str> = nodes.iter().map(|n| n.addr()).collect();
+        let up: Vec<bool> = (0..nodes.len())
+            .map(|i| !unreachable.iter().any(|f| f.node == i))
+            .collect();
+        let metrics = Metrics::register(&addrs, &up);
+        let notifier = Notifier::start(&client_id, feeds, &config, &metrics);
+        let nodes = Arc::new(Nodes::new(config, nodes, client_id, metrics));
         let inner = Arc::new(Inner {
             notifier,
             watchdog: Watchdog::new(&nodes),
@@ -120,8 +126,9 @@ impl LockManager {
     }
 
     /// The owner of the enclosing [`Owner::scope`] (or
-    /// [`LockGuard::run`]), if any: acquisitions that name no owner act as
-    /// it. Outside a scope, each acquisition is an owner of its own.
+    /// [`LockGuard::run`](crate::LockGuard::run)), if any: acquisitions
+    /// that name no owner act as it. Outside a scope, each acquisition is
+    /// an owner of its own.
     #[must_use]
     pub fn current_owner(&self) -> Option<Owner> {
         Owner::scoped(&self.inner.nodes.client_id)
@@ -197,11 +204,13 @@ impl LockManager {
 }
 
 impl Inner {
-    pub(crate) fn acquisition(&self) -> Acquisition<'_> {
+    /// What an acquisition measured by `probe` works with.
+    pub(crate) fn acquisition<'a>(&'a self, probe: &'a Acquiring) -> Acquisition<'a> {
         Acquisition {
             nodes: &self.nodes,
             notifier: &self.notifier,
             watchdog: &self.watchdog,
+            probe,
         }
     }
 

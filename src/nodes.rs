@@ -14,11 +14,12 @@ use tracing::debug;
 use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
-use crate::node::{Claim, NodeOps, Released};
+use crate::node::{Answer, Claim, NodeOps, Released};
 use crate::quorum::{deadline_after, FanOut, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
+use crate::telemetry::Metrics;
 
 pub(crate) struct Nodes {
     pub(crate) config: Config,
@@ -28,16 +29,24 @@ pub(crate) struct Nodes {
     background: Arc<Background>,
     /// The resume watcher of the loss signals.
     resume: Arc<Resume>,
+    /// What the manager records (`telemetry`).
+    pub(crate) metrics: Metrics,
 }
 
 impl Nodes {
-    pub(crate) fn new(config: Config, list: Vec<Arc<dyn NodeOps>>, client_id: String) -> Self {
+    pub(crate) fn new(
+        config: Config,
+        list: Vec<Arc<dyn NodeOps>>,
+        client_id: String,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             config,
             list,
             client_id,
             background: Arc::default(),
             resume: Resume::new(),
+            metrics,
         }
     }
 
@@ -50,9 +59,26 @@ impl Nodes {
         self.config.required
     }
 
-    /// Node `i`, in the builder's order.
+    /// Node `i`, in the builder's order: its address, its settings. Its
+    /// calls go through [`Nodes::call`].
     pub(crate) fn node(&self, i: usize) -> &dyn NodeOps {
         &*self.list[i]
+    }
+
+    /// Makes `call` to node `i`, whose answer the caller waits for
+    /// `limit` at most. Every call to a node goes through here (or
+    /// [`Nodes::after_pause`], which sends it again after a pause), so that
+    /// each is metered in one place, fakes and real masters alike: latency,
+    /// errors by kind, a timeout when it is left unanswered after `limit`,
+    /// whether the node answers (`telemetry`; nothing without the
+    /// `metrics` feature).
+    pub(crate) fn call<T: Send + 'static>(
+        &self,
+        i: usize,
+        limit: Duration,
+        call: impl FnOnce(&dyn NodeOps) -> Answer<T>,
+    ) -> Answer<T> {
+        self.metrics.node_call(i, limit, call(&*self.list[i]))
     }
 
     pub(crate) fn all(&self) -> &[Arc<dyn NodeOps>] {
@@ -144,7 +170,8 @@ impl Nodes {
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
         let (keys, claim) = (Arc::clone(keys), claim.clone());
-        self.after_pause(i, claim.lease, move |n| n.release(&keys, &claim, token))
+        let (lease, limit) = (claim.lease, self.call_timeout(claim.lease));
+        self.after_pause(i, lease, limit, move |n| n.release(&keys, &claim, token))
     }
 
     /// Node `i`'s `leave` of `waiter` from the queue of `keys`; as
@@ -156,7 +183,8 @@ impl Nodes {
         waiter: &Arc<str>,
     ) -> BoxFuture<'static, Result<bool, NodeError>> {
         let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        self.after_pause(i, self.config.queue_timeout, move |n| {
+        let limit = self.config.node_timeout;
+        self.after_pause(i, self.config.queue_timeout, limit, move |n| {
             n.leave(&keys, &waiter)
         })
     }
@@ -171,10 +199,12 @@ impl Nodes {
     /// reused; a `leave` removes one waiter), and only within `life`, the
     /// longest the state they undo can last on the node (the lease, the
     /// queue timeout); each try waits for its answer for the node timeout.
+    /// The first try is metered as waited for `limit` at most.
     fn after_pause<T, C>(
         &self,
         i: usize,
         life: Duration,
+        limit: Duration,
         call: C,
     ) -> BoxFuture<'static, Result<T, NodeError>>
     where
@@ -182,10 +212,11 @@ impl Nodes {
         C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>> + Send + Sync + 'static,
     {
         let node = Arc::clone(&self.list[i]);
-        let first = call(&*node);
+        let first = self.metrics.node_call(i, limit, call(&*node));
         let background = Arc::clone(&self.background);
         let end = deadline_after(Instant::now(), life);
         let timeout = self.config.node_timeout;
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             let r = first.await;
             if let Err(NodeError {
@@ -193,6 +224,7 @@ impl Nodes {
                 ..
             }) = &r
             {
+                let call = move |n: &dyn NodeOps| metrics.node_call(i, timeout, call(n));
                 background.spawn(send_after_pause(node, i, call, *at, end, timeout));
             }
             r
@@ -203,7 +235,7 @@ impl Nodes {
     /// it was deleted.
     pub(crate) async fn force_release(&self, keys: &Arc<Keys>) -> Result<usize, Error> {
         let mut fan = FanOut::start(self.len(), self.config.node_timeout, |i| {
-            self.list[i].force_release(keys)
+            self.call(i, self.config.node_timeout, |n| n.force_release(keys))
         });
         fan.until(|_| false).await;
         let mut deleted = 0;
@@ -230,7 +262,7 @@ impl Nodes {
     /// What every node holds for the lock.
     pub(crate) async fn status(&self, keys: &Arc<Keys>) -> Vec<NodeStatus> {
         let mut fan = FanOut::start(self.len(), self.config.node_timeout, |i| {
-            self.list[i].status(keys)
+            self.call(i, self.config.node_timeout, |n| n.status(keys))
         });
         fan.until(|_| false).await;
         let (replies, _) = fan.into_parts();

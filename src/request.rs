@@ -15,6 +15,7 @@ use crate::manager::LockManager;
 use crate::multi::MultiLockGuard;
 use crate::owner::Owner;
 use crate::slots::SlotUse;
+use crate::telemetry::Acquiring;
 
 /// One acquisition, configured step by step: of one name
 /// ([`LockRequest`], from [`LockManager::request`]) or of a set
@@ -120,6 +121,12 @@ impl<'a, N> Request<'a, N> {
         self
     }
 
+    /// The measures of this acquisition (`telemetry`), from now on.
+    fn probe(&self) -> Acquiring {
+        let one_try = self.wait == Wait::Up(Duration::ZERO);
+        self.manager.inner.nodes.metrics.acquiring(one_try)
+    }
+
     /// The terms of the acquisition, and its owner: the one given, else
     /// the enclosing [`Owner::scope`]'s, else `None` (an owner of its own).
     fn terms(&self) -> Result<(Terms, Option<Owner>), Error> {
@@ -149,10 +156,10 @@ impl<'a, N> Request<'a, N> {
     /// Without an owner (a new owner of its own, which nothing can
     /// re-enter) no slot is used: the holds only keep the manager's state
     /// alive.
-    async fn take(&self, target: Target) -> Result<Vec<LockGuard>, Error> {
+    async fn take(&self, target: Target, probe: &Acquiring) -> Result<Vec<LockGuard>, Error> {
         let inner = &self.manager.inner;
         let (terms, owner) = self.terms()?;
-        let acquisition = inner.acquisition();
+        let acquisition = inner.acquisition(probe);
         let Some(owner) = owner else {
             let owner = Owner::explicit(&inner.nodes.client_id);
             let holds = acquisition
@@ -175,7 +182,10 @@ impl<'a, N> Request<'a, N> {
         let mut fresh = Vec::new();
         for (k, u) in target.keys.iter().zip(&uses) {
             match u.live_hold() {
-                Some(hold) => guards.push(reenter(hold).await?),
+                Some(hold) => {
+                    probe.attempt();
+                    guards.push(reenter(hold).await?);
+                }
                 None => fresh.push(Arc::clone(k)),
             }
         }
@@ -249,12 +259,17 @@ impl Request<'_, OneName> {
     /// one, at once rather than when the lease runs out. A re-entry that is
     /// dropped restores the previous hold count.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let keys = Keys::checked(&self.manager.inner.nodes.config.key_prefix, &self.names.0)?;
-        let mut guards = self.take(Target::one(&keys)).await?;
-        // One name, one guard.
-        guards.pop().ok_or_else(|| Error::NotHeld {
-            name: keys.name.to_string(),
-        })
+        let probe = self.probe();
+        let taken = async {
+            let keys = Keys::checked(&self.manager.inner.nodes.config.key_prefix, &self.names.0)?;
+            let mut guards = self.take(Target::one(&keys), &probe).await?;
+            // One name, one guard.
+            guards.pop().ok_or_else(|| Error::NotHeld {
+                name: keys.name.to_string(),
+            })
+        };
+        let taken = taken.await;
+        probe.finish(taken)
     }
 }
 
@@ -297,9 +312,14 @@ impl Request<'_, NameSet> {
     /// that may hold a grant, and gives back the levels of names re-entered
     /// so far. Nothing of a dropped acquisition stays held.
     pub async fn acquire(self) -> Result<MultiLockGuard, Error> {
-        let prefix = &self.manager.inner.nodes.config.key_prefix;
-        let set = Target::set_checked(prefix, &self.names.0)?;
-        Ok(MultiLockGuard::new(self.take(set).await?))
+        let probe = self.probe();
+        let taken = async {
+            let prefix = &self.manager.inner.nodes.config.key_prefix;
+            let set = Target::set_checked(prefix, &self.names.0)?;
+            Ok(MultiLockGuard::new(self.take(set, &probe).await?))
+        };
+        let taken = taken.await;
+        probe.finish(taken)
     }
 }
 

@@ -81,6 +81,9 @@ pub(crate) struct Rollback {
     /// acquisition, the previous count for a re-entry.
     restore: Claim,
     armed: bool,
+    /// Counted among the rollbacks (`telemetry`) already: a rollback
+    /// dropped halfway and sent again counts once.
+    counted: bool,
 }
 
 type Call = (usize, BoxFuture<'static, Result<Released, NodeError>>);
@@ -93,6 +96,7 @@ impl Rollback {
             label: Arc::clone(&target.label),
             restore,
             armed: true,
+            counted: false,
         }
     }
 
@@ -137,17 +141,30 @@ impl Rollback {
                 _ => false,
             })
             .collect();
-        send_all(self.calls(&skip), self.nodes.config.node_timeout).await;
+        let calls = self.calls(&skip);
+        if !calls.is_empty() {
+            self.count();
+        }
+        send_all(calls, self.nodes.config.node_timeout).await;
         self.armed = false;
     }
 
+    /// Counts this rollback, once.
+    fn count(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            self.nodes.metrics.rolled_back();
+        }
+    }
+
     /// Sends the release to every node, as background work.
-    fn send(&self) {
+    fn send(&mut self) {
         #[cfg(test)]
         if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::NoRollback) {
             return;
         }
         let calls = self.calls(&[]);
+        self.count();
         let timeout = self.nodes.config.node_timeout;
         let label = Arc::clone(&self.label);
         let spawned = self.nodes.spawn(async move {

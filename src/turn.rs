@@ -22,6 +22,7 @@ use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::queue::Spot;
 use crate::rng::jitter;
+use crate::telemetry::Waiting;
 use crate::wait::{Notifier, Waiter};
 
 /// One acquisition's place on the nodes and bell, from its first attempt
@@ -45,6 +46,8 @@ pub(crate) struct Turn<'a> {
     deferred: bool,
     /// Misses so far (the backoff's step).
     misses: u32,
+    /// Counted among the waiters from its first sleep on.
+    waiting: Waiting,
 }
 
 impl<'a> Turn<'a> {
@@ -77,6 +80,7 @@ impl<'a> Turn<'a> {
             bell: None,
             deferred: false,
             misses: 0,
+            waiting: Waiting::default(),
             keys,
         };
         let Some(keys) = turn.keys.clone() else {
@@ -157,6 +161,8 @@ impl<'a> Turn<'a> {
         remaining: Option<Duration>,
         lease: Duration,
     ) {
+        self.waiting.begin(&self.nodes.metrics);
+        let _sleep = self.nodes.metrics.sleep();
         self.misses = self.misses.saturating_add(1);
         let pttl = err.and_then(Error::min_pttl);
         let Some(keys) = self.keys.clone() else {

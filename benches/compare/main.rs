@@ -251,6 +251,20 @@ fn main() -> Result<(), BoxError> {
         return Ok(());
     }
     let s = Settings::from_env(args.iter().any(|a| a == "--quick"))?;
+    // With the `metrics` feature, every manager records into a real
+    // recorder (Prometheus's, its upkeep on a thread, rendered by nobody),
+    // installed before any manager is built: `docs/BENCHMARKS.md`,
+    // "Metrics cost", compares a run with it and one without.
+    #[cfg(feature = "metrics")]
+    {
+        let prometheus =
+            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            prometheus.run_upkeep();
+        });
+        println!("compare: metrics recorded (Prometheus recorder installed)");
+    }
     if std::env::var_os("RUST_LOG").is_some() {
         // Diagnostics only: tracing costs time, so figures taken with it are not comparable.
         tracing_subscriber::fmt()

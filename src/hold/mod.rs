@@ -18,6 +18,7 @@ use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
 use crate::quorum::Stragglers;
 use crate::resume::Resumes;
+use crate::telemetry::Cause;
 
 mod record;
 
@@ -113,6 +114,7 @@ impl Hold {
         acquired: Acquired,
         on_drop: OnDrop,
     ) -> Arc<Self> {
+        nodes.metrics.hold_began();
         Arc::new(Self {
             nodes: Arc::clone(nodes),
             keys: Arc::clone(keys),
@@ -137,7 +139,13 @@ impl Hold {
     pub(crate) fn phase(&self) -> HoldState {
         let stored = self.stored_phase();
         if is_live(stored) && clock::now() >= lapses(self.valid_until()) && !renew_lapsed() {
-            self.transition(HoldState::Lost);
+            // Not renewed: its lease ran out; renewed: renewal came too late.
+            let cause = if !self.renewed || self.max_hold_reached.load(Ordering::Acquire) {
+                Cause::LeaseEnded
+            } else {
+                Cause::Expired
+            };
+            self.lose(cause);
             return self.stored_phase();
         }
         stored
@@ -162,16 +170,32 @@ impl Hold {
         self.transition(HoldState::MaxHoldReached)
     }
 
-    /// Moves from a live phase to `to`; returns whether it moved.
+    /// Moves from a live phase to `to`; returns whether it moved. Moving
+    /// to a phase that is not live ends the hold (counted once: such a
+    /// phase is never left).
     pub(crate) fn transition(&self, to: HoldState) -> bool {
-        self.phase.send_if_modified(|p| {
+        let moved = self.phase.send_if_modified(|p| {
             if is_live(*p) && *p != to {
                 *p = to;
                 true
             } else {
                 false
             }
-        })
+        });
+        if moved && !is_live(to) {
+            self.nodes.metrics.hold_ended(self.acquired_at);
+        }
+        moved
+    }
+
+    /// Moves from a live phase to [`HoldState::Lost`] for `cause` (counted
+    /// once); returns whether it moved.
+    pub(crate) fn lose(&self, cause: Cause) -> bool {
+        let moved = self.transition(HoldState::Lost);
+        if moved {
+            self.nodes.metrics.lost(cause);
+        }
+        moved
     }
 
     /// Waits until the phase satisfies `done`, and returns it. Wakes at the
@@ -300,6 +324,10 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        if self.nodes.metrics.on() && is_live(self.stored_phase()) {
+            // Dropped while live (all its guards and work gone): it ends.
+            self.nodes.metrics.hold_ended(self.acquired_at);
+        }
         if let Some(f) = self.on_drop.0.take() {
             f();
         }

@@ -9,6 +9,9 @@ mod fake_queue;
 mod coordinator;
 mod fair;
 mod limits;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod metrics_docs;
 mod multi;
 mod node_cases;
 mod reentry;

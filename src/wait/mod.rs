@@ -47,6 +47,7 @@ use crate::config::Config;
 use crate::node::Feed;
 use crate::rng::jitter;
 use crate::sync::locked;
+use crate::telemetry::Metrics;
 
 /// Counters of the waiters' pub/sub connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +91,7 @@ impl Notifier {
         client_id: &str,
         feeds: Vec<Option<Arc<dyn Feed>>>,
         config: &Config,
+        metrics: &Metrics,
     ) -> Self {
         let n = feeds.len();
         let board = Arc::new(Board::new(client_id, n));
@@ -109,6 +111,7 @@ impl Notifier {
                     timeouts,
                     Arc::downgrade(&board),
                     rx,
+                    metrics.clone(),
                 ))));
             }
         }

@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 use super::bells::{Board, Channel};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::node::{Feed, FeedConn};
+use crate::telemetry::Metrics;
 
 /// Commands to one node's pub/sub task.
 pub(super) enum Command {
@@ -92,8 +93,10 @@ pub(super) async fn node_task(
     timeouts: Timeouts,
     board: Weak<Board>,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    metrics: Metrics,
 ) {
     let mut delay = FIRST_DELAY;
+    let mut opened_before = false;
     loop {
         let opened = tokio::time::timeout(timeouts.connect, feed.open()).await;
         let Ok(Ok(FeedConn {
@@ -111,6 +114,10 @@ pub(super) async fn node_task(
             return;
         };
         b.connections.fetch_add(1, Ordering::Relaxed);
+        if opened_before {
+            metrics.pubsub_reconnected(i);
+        }
+        opened_before = true;
         let current = b.sorted_channels();
         drop(b);
         let mut outcome = Outcome::Done;

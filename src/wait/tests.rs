@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::NodeError;
 use crate::node::{Feed, FeedConn, FeedMessage, FeedSink, NodeOps};
 use crate::sync::locked;
+use crate::telemetry::Metrics;
 use crate::tests::fake::FakeNode;
 use crate::LockManager;
 
@@ -79,7 +80,12 @@ fn notifier(feed: &Arc<Scripted>) -> Notifier {
         .expect("config")
         .config()
         .clone();
-    Notifier::start("me", vec![Some(Arc::clone(feed) as Arc<dyn Feed>)], &config)
+    Notifier::start(
+        "me",
+        vec![Some(Arc::clone(feed) as Arc<dyn Feed>)],
+        &config,
+        &Metrics::default(),
+    )
 }
 
 #[tokio::test(start_paused = true)]

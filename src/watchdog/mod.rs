@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::hold::{Hold, HoldState};
 use crate::nodes::Nodes;
 use crate::sync::locked;
+use crate::telemetry::Cause;
 
 mod wave;
 
@@ -202,10 +203,10 @@ async fn run(watchdog: Weak<Watchdog>) {
     }
 }
 
-/// Marks `hold` lost (once), counts it, and releases it in the background
-/// wherever it is still ours.
-fn lose(wd: &Watchdog, hold: &Arc<Hold>, why: &str) {
-    if !hold.transition(HoldState::Lost) {
+/// Marks `hold` lost (once) for `cause`, counts it, and releases it in the
+/// background wherever it is still ours.
+fn lose(wd: &Watchdog, hold: &Arc<Hold>, cause: Cause, why: &str) {
+    if !hold.lose(cause) {
         return;
     }
     add(&wd.counters.losses, 1);
@@ -277,6 +278,7 @@ pub(crate) async fn tick(wd: &Watchdog) {
             size = size.saturating_mul(2).min(max_wave);
         }
         clock::sleep_until(due).await;
+        wd.nodes.metrics.wave_started(due);
         let end = done.saturating_add(size).min(holds.len());
         wave::renew(wd, &holds[done..end], &mut down).await;
         done = end;

@@ -19,7 +19,8 @@ use crate::hold::{Hold, Mark};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::nodes::Nodes;
 use crate::quorum::{self, FanOut};
-use crate::renewal::{RenewalTally, Verdict};
+use crate::renewal::{Loss, RenewalTally, Verdict};
+use crate::telemetry::Cause;
 
 /// Renews one wave of holds; a node that fails it is marked in `down`.
 pub(super) async fn renew(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
@@ -52,13 +53,15 @@ struct Sent {
 
 /// What a wave's answers decided.
 struct Tallied {
-    /// Per hold of the wave: declared lost.
-    lost: Vec<bool>,
+    /// Per hold of the wave: declared lost, and why.
+    lost: Vec<Option<Loss>>,
     /// Per node: the holds to re-create there (by index into the wave),
     /// renewed on a quorum and missing there.
     repairs: Vec<Vec<usize>>,
     extended: u64,
     conflicts: u64,
+    /// Holds renewed on a quorum.
+    renewed: u64,
 }
 
 /// Marks every hold of `holds` that is still held renewing, and declares
@@ -85,7 +88,12 @@ fn mark(wd: &Watchdog, holds: &[Arc<Hold>]) -> Option<Wave> {
                 earliest = Some(earliest.map_or(lapse, |e| e.min(lapse)));
                 due.push(Arc::clone(hold));
             }
-            Mark::Lapsed => lose(wd, hold, "its validity ran out before it could be renewed"),
+            Mark::Lapsed => lose(
+                wd,
+                hold,
+                Cause::Expired,
+                "its validity ran out before it could be renewed",
+            ),
             Mark::NotHeld => {}
         }
     }
@@ -113,7 +121,7 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
                 "failed an earlier wave of this tick",
             ))))
         } else {
-            nodes.node(i).renew(Arc::clone(&batch))
+            nodes.call(i, wave.timeout, |n| n.renew(Arc::clone(&batch)))
         }
     });
     fan.until(|_| false).await;
@@ -160,10 +168,11 @@ fn note_failures(
 /// hold, which gives the verdict.
 fn tally(nodes: &Nodes, wave: &Wave, sent: &Sent) -> Tallied {
     let mut t = Tallied {
-        lost: vec![false; wave.due.len()],
+        lost: vec![None; wave.due.len()],
         repairs: vec![Vec::new(); nodes.len()],
         extended: 0,
         conflicts: 0,
+        renewed: 0,
     };
     for (k, hold) in wave.due.iter().enumerate() {
         let tally = RenewalTally::of(sent.fan.replies().iter().map(|r| match r {
@@ -187,12 +196,15 @@ fn tally(nodes: &Nodes, wave: &Wave, sent: &Sent) -> Tallied {
         match hold.renewal_landed(&tally, wave.start, sent.now) {
             // Missing on a minority while a quorum confirmed: a node that
             // restarted empty (or evicted the key). Re-create it there.
-            Verdict::Renewed(_) => tally.empty().for_each(|i| t.repairs[i].push(k)),
+            Verdict::Renewed(_) => {
+                t.renewed += 1;
+                tally.empty().for_each(|i| t.repairs[i].push(k));
+            }
             Verdict::Retry => {
                 let (confirmed, required) = (tally.renewed, nodes.required());
                 debug!(%lock, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
             }
-            Verdict::Lost(_) => t.lost[k] = true,
+            Verdict::Lost(why) => t.lost[k] = Some(why),
         }
     }
     t
@@ -203,10 +215,16 @@ fn tally(nodes: &Nodes, wave: &Wave, sent: &Sent) -> Tallied {
 fn finish(wd: &Watchdog, wave: &Wave, sent: &Sent, tallied: &Tallied, repaired: u64) {
     for (hold, &lost) in wave.due.iter().zip(&tallied.lost) {
         hold.end_renewal();
-        if lost {
-            lose(wd, hold, "renewal could not show a quorum in time");
+        if let Some(why) = lost {
+            let cause = match why {
+                Loss::Lapsed => Cause::Expired,
+                Loss::Unconfirmable => Cause::Gone,
+                Loss::OutOfTime => Cause::NoQuorum,
+            };
+            lose(wd, hold, cause, "renewal could not show a quorum in time");
         }
     }
+    wd.nodes.metrics.renewed(tallied.renewed, repaired);
     let (extended, locks) = (tallied.extended, wave.due.len());
     add(&wd.counters.extended, extended);
     add(&wd.counters.repairs, repaired);
@@ -237,7 +255,7 @@ async fn repair(nodes: &Nodes, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
     let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
     let timeout = renew_timeout(&nodes.config, locks);
     let mut fan = FanOut::start(nodes.len(), timeout, |i| match &batches[i] {
-        Some(b) => nodes.node(i).repair(Arc::clone(b)),
+        Some(b) => nodes.call(i, timeout, |n| n.repair(Arc::clone(b))),
         None => Box::pin(std::future::ready(Ok(Vec::new()))),
     });
     fan.until(|_| false).await;
