@@ -13,6 +13,7 @@ mod help;
 mod progress;
 mod queue;
 mod status;
+mod table;
 mod top;
 mod unlock;
 mod watch;

@@ -177,7 +177,7 @@ impl Queue {
                 },
             ]);
         }
-        out.push_str(&crate::status::align(&rows));
+        out.push_str(&crate::table::align(&rows));
         let listed = u64::try_from(self.waiters.len()).unwrap_or(u64::MAX);
         if self.waiting > listed {
             out.push_str(&format!("... and {} more\n", self.waiting - listed));

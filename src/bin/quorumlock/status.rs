@@ -12,6 +12,7 @@ use crate::cluster::{human, Cluster, Need};
 use crate::direct::DirectNode;
 use crate::exit::{self, Failure};
 use crate::queue::{self, Queue};
+use crate::table::align;
 use crate::watch::{self, View};
 
 /// The status of a lock, as printed (`--json` prints exactly this).
@@ -303,29 +304,6 @@ pub fn table(report: &Report) -> String {
                 r.node, r.addr
             ));
         }
-    }
-    out
-}
-
-/// Rows of cells as lines, each column as wide as its widest cell, two
-/// spaces apart.
-pub fn align<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let line = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ");
-        out.push_str(line.trim_end());
-        out.push('\n');
     }
     out
 }

@@ -20,7 +20,7 @@ use crate::cluster::{human, Cluster, Need};
 use crate::direct::{reply, DirectNode};
 use crate::exit::{self, Failure};
 use crate::progress::{scanned, ScanBar};
-use crate::status::align;
+use crate::table::align;
 use crate::watch::{self, View};
 
 /// Runs `quorumlock top`; returns the exit status.
