@@ -114,6 +114,7 @@ pub(super) fn lock_state(
         hold_count,
         pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
+        shard: None,
     })
 }
 
