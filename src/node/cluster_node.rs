@@ -710,3 +710,95 @@ pub(crate) fn refuse_cross_slot_set(
         ),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(text: &str) -> RedisError {
+        let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("parses");
+        v.extract_error().expect_err("an error reply")
+    }
+
+    /// Only answers that prove the script did not run are sent again.
+    #[test]
+    fn only_answers_proving_nothing_ran_are_sent_again() {
+        let again = |e: &RedisError| !matches!(next(e), Next::MayHaveRun);
+        assert!(matches!(
+            next(&server_error("MOVED 3999 127.0.0.1:6381")),
+            Next::Again(Redirect::Moved(h, 6381)) if h == "127.0.0.1"
+        ));
+        assert!(matches!(
+            next(&server_error("ASK 3999 127.0.0.1:6382")),
+            Next::Again(Redirect::Ask(_, 6382))
+        ));
+        for proven in [
+            "TRYAGAIN x",
+            "CLUSTERDOWN x",
+            "MASTERDOWN x",
+            "LOADING x",
+            "READONLY x",
+        ] {
+            assert!(again(&server_error(proven)), "{proven}");
+        }
+        for unknown in ["ERR x", "CROSSSLOT x", "WRONGTYPE x", "BUSY x"] {
+            assert!(!again(&server_error(unknown)), "{unknown}");
+        }
+        let cut = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!again(&cut), "a reset connection may have run it");
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!again(&timeout), "a timeout may have run it");
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(again(&refused), "a refused connection sent nothing");
+    }
+
+    /// A batch is split so that each script call carries one slot's locks
+    /// (at most RENEW_CHUNK), and the calls are grouped per shard.
+    #[test]
+    fn a_batch_splits_per_slot_and_groups_per_shard() {
+        let items: Vec<RenewItem> = (0..500)
+            .map(|i| RenewItem {
+                keys: Arc::new(Keys::new("ql:", &format!("n{}", i % 250))),
+                owner: "o".into(),
+                count: 1,
+                token: 1,
+                lease: Duration::from_secs(1),
+            })
+            .collect();
+        let groups = slot_groups(&items);
+        let mut seen = vec![0; items.len()];
+        for (slot, ix) in &groups {
+            assert!(ix.len() <= RENEW_CHUNK);
+            for &i in ix {
+                assert_eq!(items[i].keys.slot(), *slot);
+                seen[i] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "every item once");
+        let reply = redis::Value::Array(
+            [(0, 5460, "a"), (5461, 10922, "b"), (10923, 16383, "c")]
+                .iter()
+                .map(|&(f, l, id)| {
+                    redis::Value::Array(vec![
+                        redis::Value::Int(f),
+                        redis::Value::Int(l),
+                        redis::Value::Array(vec![
+                            redis::Value::BulkString(b"127.0.0.1".to_vec()),
+                            redis::Value::Int(7000),
+                            redis::Value::BulkString(id.as_bytes().to_vec()),
+                        ]),
+                    ])
+                })
+                .collect(),
+        );
+        let map = SlotMap::parse(&reply, "h").expect("parses");
+        let all: Vec<usize> = (0..groups.len()).collect();
+        let parts = by_shard(&map, &groups, &all);
+        assert_eq!(parts.len(), 3, "one pipeline per shard");
+        for part in parts {
+            let shards: std::collections::HashSet<_> =
+                part.iter().map(|&g| map.shard_of(groups[g].0)).collect();
+            assert_eq!(shards.len(), 1);
+        }
+    }
+}

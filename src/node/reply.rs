@@ -200,6 +200,7 @@ mod tests {
             hold_count: 2,
             pttl: Some(Duration::from_millis(1_500)),
             fence: 9,
+            shard: None,
         };
         assert_eq!(held, Ok(expect));
         let free = lock_state(vec![], -2, None).expect("a free lock");
