@@ -41,8 +41,8 @@ async fn run_id(conn: &mut ConnectionManager) -> redis::RedisResult<Option<Strin
         .filter(|id| !id.is_empty()))
 }
 
-pub(crate) async fn maxmemory_policy(
-    conn: &mut ConnectionManager,
+pub(crate) async fn maxmemory_policy<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
 ) -> redis::RedisResult<Option<String>> {
     let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")

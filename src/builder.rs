@@ -8,6 +8,7 @@ use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum};
 use crate::error::Error;
 use crate::manager::LockManager;
+use crate::node::cluster_node::ClusterNode;
 use crate::node::redis_node::RedisNode;
 use crate::node::{redact, NodeOps, NodeSpec};
 
@@ -22,6 +23,8 @@ use crate::node::{redact, NodeOps, NodeSpec};
 pub struct LockManagerBuilder {
     urls: Vec<String>,
     clients: Vec<redis::Client>,
+    /// Members that are each a Redis Cluster: their seed URLs.
+    clusters: Vec<Vec<String>>,
     quorum: Quorum,
     lease: Duration,
     renew_interval: Option<Duration>,
@@ -42,6 +45,14 @@ impl std::fmt::Debug for LockManagerBuilder {
         f.debug_struct("LockManagerBuilder")
             .field("urls", &urls)
             .field("clients", &self.clients.len())
+            .field(
+                "clusters",
+                &self
+                    .clusters
+                    .iter()
+                    .map(|seeds| seeds.iter().map(|u| redact(u)).collect::<Vec<_>>())
+                    .collect::<Vec<_>>(),
+            )
             .field("quorum", &self.quorum)
             .field("lease", &self.lease)
             .field("renew_interval", &self.renew_interval)
@@ -68,6 +79,7 @@ impl Default for LockManagerBuilder {
         Self {
             urls: Vec::new(),
             clients: Vec::new(),
+            clusters: Vec::new(),
             quorum: Quorum::Majority,
             lease: Duration::from_secs(30),
             renew_interval: None,
@@ -120,6 +132,30 @@ impl LockManagerBuilder {
     /// Adds a node from a ready `redis::Client` (after the URL nodes).
     pub fn client(mut self, client: redis::Client) -> Self {
         self.clients.push(client);
+        self
+    }
+
+    /// Adds one member that is a whole Redis Cluster, reached through
+    /// `seed_urls` (one or more of its nodes): it counts as one vote, as a
+    /// master does, and each lock lives on the shard its name's hash slot
+    /// belongs to. Cluster members come after the URL nodes and the
+    /// clients, in the order added.
+    ///
+    /// `build()` checks that every seed is a cluster node and that the
+    /// seeds tell one topology covering every slot. Not yet on a cluster
+    /// member: release messages (its waiters wake by backoff and the
+    /// holder's expiry), `lock_all` over names of several hash slots
+    /// (refused with [`Error::InvalidInput`](crate::Error::InvalidInput)),
+    /// and connecting later with
+    /// [`allow_unreachable`](Self::allow_unreachable) (a cluster member must
+    /// answer at build).
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.clusters
+            .push(seed_urls.into_iter().map(Into::into).collect());
         self
     }
 
@@ -256,7 +292,15 @@ impl LockManagerBuilder {
     /// - [`Error::Connect`] listing every node that could not be reached
     ///   (with [`allow_unreachable`](Self::allow_unreachable): only when
     ///   fewer than a quorum could be reached);
-    /// - [`Error::NotMaster`] for a replica.
+    /// - [`Error::NotMaster`] for a replica;
+    /// - for a member given with [`cluster`](Self::cluster):
+    ///   [`Error::InvalidInput`] for no seed or a malformed seed URL,
+    ///   [`Error::Config`] for a seed that is a standalone server, seeds that
+    ///   disagree on the topology or do not cover every slot, or the same
+    ///   cluster as another member; [`Error::Connect`] if it cannot be
+    ///   reached (even with `allow_unreachable`). A node given with
+    ///   [`node`](Self::node) that belongs to a cluster of several shards is
+    ///   [`Error::Config`] too: add its cluster with `cluster`.
     ///
     /// # Cancel safety
     ///
@@ -265,7 +309,7 @@ impl LockManagerBuilder {
         #[cfg(feature = "tls-rustls")]
         install_crypto_provider();
         let specs = self.specs()?;
-        let config = self.config(specs.len())?;
+        let config = self.config(specs.len() + self.clusters.len())?;
         let connect_timeout = config.connect_timeout;
         let prefix = config.key_prefix.as_str();
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
@@ -278,7 +322,8 @@ impl LockManagerBuilder {
             },
         ))
         .await;
-        let admission = Arc::new(Admission::new(specs.len(), self.require_noeviction));
+        let members = specs.len() + self.clusters.len();
+        let admission = Arc::new(Admission::new(members, self.require_noeviction));
         let mut nodes: Vec<Arc<dyn NodeOps>> = Vec::new();
         let mut failures = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
@@ -304,7 +349,31 @@ impl LockManagerBuilder {
                 Err(e) => return Err(e),
             }
         }
-        let reachable = specs.len() - failures.len();
+        let clusters = futures::future::join_all(
+            self.clusters
+                .iter()
+                .enumerate()
+                .map(|(k, seeds)| ClusterNode::connect(specs.len() + k, seeds, connect_timeout)),
+        )
+        .await;
+        for (k, r) in clusters.into_iter().enumerate() {
+            let i = specs.len() + k;
+            match r {
+                Ok(node) => {
+                    admission
+                        .admit(i, node.addr(), &node.info())
+                        .map_err(Error::Config)?;
+                    nodes.push(Arc::new(node));
+                }
+                Err(Error::Connect { failures: f }) => failures.extend(f),
+                Err(e) => return Err(e),
+            }
+        }
+        let cluster_down = failures.iter().any(|f| f.node >= specs.len());
+        let reachable = members - failures.len();
+        if cluster_down {
+            return Err(Error::Connect { failures });
+        }
         if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });
         }

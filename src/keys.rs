@@ -70,7 +70,6 @@ impl Keys {
     }
 
     /// The hash slot of every key of the lock: its name's.
-    #[cfg(test)]
     pub(crate) fn slot(&self) -> u16 {
         slot_of(self.name.as_bytes())
     }

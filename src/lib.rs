@@ -67,6 +67,7 @@ pub use crate::hold::HoldState;
 pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
 pub use crate::manager::LockManager;
 pub use crate::multi::MultiLockGuard;
+pub use crate::node::cluster_node::lock_slot;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};
 pub use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};

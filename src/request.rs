@@ -13,6 +13,7 @@ use crate::guard::LockGuard;
 use crate::keys::{Keys, Target};
 use crate::manager::LockManager;
 use crate::multi::MultiLockGuard;
+use crate::node::cluster_node::refuse_cross_slot_set;
 use crate::owner::Owner;
 use crate::slots::SlotUse;
 use crate::telemetry::Acquiring;
@@ -296,7 +297,8 @@ impl Request<'_, NameSet> {
     ///
     /// - [`Error::InvalidInput`] for an empty list, more than
     ///   [`MAX_LOCK_ALL_NAMES`](crate::MAX_LOCK_ALL_NAMES) names, a name listed twice, a bad name or a
-    ///   bad lease;
+    ///   bad lease, or, on a manager with a member that is a Redis Cluster,
+    ///   names of more than one hash slot (see [`lock_slot`](crate::lock_slot));
     /// - [`Error::Contended`] when the wait ran out while another owner held
     ///   a name (the error's `name` lists the set);
     /// - [`Error::Unavailable`] when the wait ran out while too many nodes failed;
@@ -316,6 +318,7 @@ impl Request<'_, NameSet> {
         let taken = async {
             let prefix = &self.manager.inner.nodes.config.key_prefix;
             let set = Target::set_checked(prefix, &self.names.0)?;
+            refuse_cross_slot_set(self.manager.inner.nodes.all(), &set.keys)?;
             Ok(MultiLockGuard::new(self.take(set, &probe).await?))
         };
         let taken = taken.await;

@@ -67,26 +67,36 @@ impl RenewBatch {
         self.pipeline.get_or_init(|| {
             let mut pipe = redis::Pipeline::with_capacity(self.items.len().div_ceil(RENEW_CHUNK));
             for chunk in self.items.chunks(RENEW_CHUNK) {
-                // Renew: the locks. Repair: each lock, then its slot's
-                // fence counter (repair.lua raises it).
-                let keys = chunk.len() * (1 + usize::from(self.repair));
-                let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
-                for item in chunk {
-                    cmd.arg(&item.keys.lock);
-                    if self.repair {
-                        cmd.arg(&item.keys.fence);
-                    }
-                }
-                for item in chunk {
-                    cmd.arg(&*item.owner).arg(item.count);
-                    if self.repair {
-                        cmd.arg(item.token);
-                    }
-                    cmd.arg(ms(item.lease));
-                }
+                self.add_call(&mut pipe, chunk.iter());
             }
             pipe
         })
+    }
+
+    /// Adds one EVALSHA of the batch's script over `items` to `pipe` (a
+    /// cluster member sends only items of one slot per call).
+    pub(super) fn add_call<'a>(
+        &self,
+        pipe: &mut redis::Pipeline,
+        items: impl Iterator<Item = &'a RenewItem> + Clone,
+    ) {
+        // Renew: the locks. Repair: each lock, then its slot's fence
+        // counter (repair.lua raises it).
+        let keys = items.clone().count() * (1 + usize::from(self.repair));
+        let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
+        for item in items.clone() {
+            cmd.arg(&item.keys.lock);
+            if self.repair {
+                cmd.arg(&item.keys.fence);
+            }
+        }
+        for item in items {
+            cmd.arg(&*item.owner).arg(item.count);
+            if self.repair {
+                cmd.arg(item.token);
+            }
+            cmd.arg(ms(item.lease));
+        }
     }
 }
 

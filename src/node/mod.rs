@@ -15,9 +15,14 @@
 //!   lock's hash slot for a call about one lock;
 //! - `redis_node`: a real master behind a connection manager (reached as
 //!   `node::redis_node`, not re-exported here, since it imports this
-//!   module).
+//!   module);
+//! - `cluster_map`: a cluster member's slot map (`CLUSTER SLOTS`), no I/O;
+//! - `cluster_node`: a member that is a whole Redis Cluster, over
+//!   redis-rs's cluster client (reached as `node::cluster_node`).
 
 mod batch;
+mod cluster_map;
+pub(crate) mod cluster_node;
 mod feed;
 pub(crate) mod redis_node;
 mod reply;
@@ -121,6 +126,17 @@ pub struct NodeLockState {
     /// The fence counter of the lock's hash slot on this node (the last
     /// token it issued for a name of that slot, or raised it to).
     pub fence: u64,
+    /// For a member that is a Redis Cluster, the shard that answered (its
+    /// master's `host:port`); `None` for a standalone master.
+    pub shard: Option<String>,
+}
+
+/// What one renewal or repair batch costs on one member: round trips
+/// (pipelines) and script calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchCost {
+    pub(crate) round_trips: u64,
+    pub(crate) script_calls: u64,
 }
 
 /// A node's answer to one call: `'static`, so that a call still in flight
@@ -136,6 +152,22 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// the node would not say (`CONFIG` refused or renamed) or never answered.
     fn maxmemory_policy(&self) -> Option<String> {
         None
+    }
+
+    /// Whether the member is a Redis Cluster (a set over several hash
+    /// slots cannot be taken on it in one script).
+    fn is_cluster(&self) -> bool {
+        false
+    }
+
+    /// What sending `batch` costs here: one pipeline carrying one script
+    /// call per [`RENEW_CHUNK`] locks (a cluster member: one pipeline per
+    /// shard, one call per slot and chunk).
+    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
+        BatchCost {
+            round_trips: 1,
+            script_calls: batch.items.len().div_ceil(RENEW_CHUNK) as u64,
+        }
     }
 
     /// The node's release messages, if it publishes any the waiters can

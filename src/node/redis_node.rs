@@ -95,6 +95,8 @@ impl RedisNode {
                 role,
             });
         }
+        super::cluster_node::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
+            .await?;
         let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {
             addr: spec.addr,

@@ -114,6 +114,7 @@ pub(super) fn lock_state(
         hold_count,
         pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
+        shard: None,
     })
 }
 
@@ -199,6 +200,7 @@ mod tests {
             hold_count: 2,
             pttl: Some(Duration::from_millis(1_500)),
             fence: 9,
+            shard: None,
         };
         assert_eq!(held, Ok(expect));
         let free = lock_state(vec![], -2, None).expect("a free lock");

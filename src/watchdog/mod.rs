@@ -29,8 +29,14 @@ mod wave;
 pub struct WatchdogStats {
     /// Ticks that renewed at least one lock.
     pub ticks: u64,
-    /// Round trips sent, summed over nodes (one pipeline per node per tick).
+    /// Round trips sent, summed over nodes (one pipeline per master per
+    /// wave; for a member that is a Redis Cluster, one per shard its locks
+    /// sit on).
     pub round_trips: u64,
+    /// Renewal and repair script calls sent, summed over nodes: one per
+    /// 100 locks on a master; on a cluster member, one per hash slot (and
+    /// 100 locks of it), since a script's keys must share a slot there.
+    pub script_calls: u64,
     /// Lock-node renewals that extended a key.
     pub extended: u64,
     /// Lock-node renewals that re-created a missing key (repairs).
@@ -57,6 +63,7 @@ pub struct WatchdogStats {
 struct Counters {
     ticks: AtomicU64,
     round_trips: AtomicU64,
+    script_calls: AtomicU64,
     extended: AtomicU64,
     repairs: AtomicU64,
     conflicts: AtomicU64,
@@ -108,6 +115,7 @@ impl Watchdog {
         WatchdogStats {
             ticks: get(&c.ticks),
             round_trips: get(&c.round_trips),
+            script_calls: get(&c.script_calls),
             extended: get(&c.extended),
             repairs: get(&c.repairs),
             conflicts: get(&c.conflicts),

@@ -29,7 +29,7 @@ pub(super) async fn renew(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool])
     };
     let sent = send(wd, &wave, down).await;
     let tallied = tally(&wd.nodes, &wave, &sent);
-    let repaired = repair(&wd.nodes, &wave.due, &tallied.repairs, wave.start).await;
+    let repaired = repair(wd, &wave.due, &tallied.repairs, wave.start).await;
     finish(wd, &wave, &sent, &tallied, repaired);
 }
 
@@ -126,8 +126,11 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
     });
     fan.until(|_| false).await;
     let (read, now) = (Instant::now(), clock::now());
-    let up = down.iter().filter(|d| !**d).count();
-    add(&wd.counters.round_trips, up as u64);
+    for (i, _) in down.iter().enumerate().filter(|(_, d)| !**d) {
+        let cost = nodes.node(i).batch_cost(&batch);
+        add(&wd.counters.round_trips, cost.round_trips);
+        add(&wd.counters.script_calls, cost.script_calls);
+    }
     add(&wd.counters.locks_renewed, wave.due.len() as u64);
     note_failures(wd, wave, fan.replies(), down);
     Sent {
@@ -238,7 +241,8 @@ fn finish(wd: &Watchdog, wave: &Wave, sent: &Sent, tallied: &Tallied, repaired: 
 /// Re-creates, on each node, the keys of the holds listed for it (by index
 /// into `due`): one batch per node that needs one, in parallel, within the
 /// tick's timeout. Returns how many keys were re-created.
-async fn repair(nodes: &Nodes, due: &[Arc<Hold>], repairs: &[Vec<usize>], start: Instant) -> u64 {
+async fn repair(wd: &Watchdog, due: &[Arc<Hold>], repairs: &[Vec<usize>], start: Instant) -> u64 {
+    let nodes = &wd.nodes;
     if repairs.iter().all(Vec::is_empty) {
         return 0;
     }
@@ -252,6 +256,14 @@ async fn repair(nodes: &Nodes, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
             })
         })
         .collect();
+    for (i, b) in batches.iter().enumerate() {
+        if let Some(b) = b {
+            add(
+                &wd.counters.script_calls,
+                nodes.node(i).batch_cost(b).script_calls,
+            );
+        }
+    }
     let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
     let timeout = renew_timeout(&nodes.config, locks);
     let mut fan = FanOut::start(nodes.len(), timeout, |i| match &batches[i] {

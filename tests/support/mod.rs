@@ -4,6 +4,8 @@
 //! Modules of every test binary:
 //!
 //! - `local`: local `redis-server` processes ([`LocalNodes`]);
+//! - `local_cluster`: a local Redis Cluster of three masters, started once
+//!   per test binary that asks for it, and a one-node cluster;
 //! - `masters`: the [`Nodes`] trait that local processes and containers
 //!   share, and raw Redis helpers written once against it.
 //!
@@ -20,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod local;
+pub mod local_cluster;
 pub mod masters;
 
 use std::sync::OnceLock;

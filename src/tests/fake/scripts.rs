@@ -327,5 +327,6 @@ pub(super) fn status(s: &mut State, keys: &Keys) -> Result<NodeLockState, NodeEr
         hold_count: e.map_or(0, |e| e.count),
         pttl: e.map(|e| e.expires.saturating_duration_since(Instant::now())),
         fence: s.fences.get(&keys.fence).copied().unwrap_or(0),
+        shard: None,
     })
 }

@@ -1,0 +1,227 @@
+//! A cluster member's slot map as read from `CLUSTER SLOTS`, with no I/O:
+//! which shard (master address and node id) serves each hash slot, and the
+//! checks `build()` makes of a member's seeds (every seed a cluster node,
+//! all of them telling one topology).
+
+use redis::Value;
+
+/// One shard: the master that serves a range of slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shard {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// The master's node id (`CLUSTER MYID`); empty when not told.
+    pub(crate) id: String,
+}
+
+impl Shard {
+    /// `host:port` of the shard's master.
+    pub(crate) fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Which shard serves which slots, as one node told it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SlotMap {
+    /// `(first, last, shard)`, sorted by first slot.
+    ranges: Vec<(u16, u16, usize)>,
+    /// The distinct shards, in order of their first range.
+    pub(crate) shards: Vec<Shard>,
+}
+
+impl SlotMap {
+    /// Reads a `CLUSTER SLOTS` reply: per range `[first, last, [host,
+    /// port, id, ...], replicas...]`. An empty host (a node that does not
+    /// know its own address yet) is the address it was asked through.
+    pub(crate) fn parse(reply: &Value, asked_host: &str) -> Result<Self, String> {
+        let Value::Array(ranges) = reply else {
+            return Err(format!("CLUSTER SLOTS: not an array: {reply:?}"));
+        };
+        let mut map = Self::default();
+        for r in ranges {
+            let Value::Array(parts) = r else {
+                return Err("CLUSTER SLOTS: a range is not an array".into());
+            };
+            let (Some(first), Some(last), Some(Value::Array(master))) =
+                (int(parts.first()), int(parts.get(1)), parts.get(2))
+            else {
+                return Err("CLUSTER SLOTS: a range without first, last and master".into());
+            };
+            let (Some(first), Some(last)) = (u16::try_from(first).ok(), u16::try_from(last).ok())
+            else {
+                return Err("CLUSTER SLOTS: a slot out of range".into());
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => String::new(),
+            };
+            let host = if host.is_empty() || host == "?" {
+                asked_host.to_owned()
+            } else {
+                host
+            };
+            let port = int(master.get(1))
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or("CLUSTER SLOTS: a master without a port")?;
+            let id = match master.get(2) {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => String::new(),
+            };
+            let shard = Shard { host, port, id };
+            let index = match map.shards.iter().position(|s| *s == shard) {
+                Some(i) => i,
+                None => {
+                    map.shards.push(shard);
+                    map.shards.len() - 1
+                }
+            };
+            map.ranges.push((first, last, index));
+        }
+        map.ranges.sort_unstable();
+        Ok(map)
+    }
+
+    /// The shard serving `slot`, if any serves it.
+    pub(crate) fn shard_of(&self, slot: u16) -> Option<usize> {
+        let i = self.ranges.partition_point(|&(first, _, _)| first <= slot);
+        let &(first, last, shard) = self.ranges.get(i.checked_sub(1)?)?;
+        (first <= slot && slot <= last).then_some(shard)
+    }
+
+    /// How many of the 16384 slots are served.
+    pub(crate) fn covered(&self) -> usize {
+        self.ranges
+            .iter()
+            .map(|&(f, l, _)| usize::from(l - f) + 1)
+            .sum()
+    }
+
+    /// The topology as comparable text: each range and its master's id
+    /// (addresses differ with how a node is reached; ids do not).
+    pub(crate) fn fingerprint(&self) -> String {
+        self.ranges
+            .iter()
+            .map(|&(f, l, s)| format!("{f}-{l}:{}", self.shards[s].id))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// One identity per cluster (its masters' ids, sorted), so that the
+    /// same cluster given as two members is refused as one server twice.
+    pub(crate) fn identity(&self) -> String {
+        let mut ids: Vec<&str> = self.shards.iter().map(|s| s.id.as_str()).collect();
+        ids.sort_unstable();
+        format!("cluster:{}", ids.join(","))
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A field of an `INFO` section (`cluster_enabled`, ...).
+pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+    })
+}
+
+/// Why the seeds of one cluster member cannot make one member: they tell
+/// different topologies (each seed's map, by seed address), or one covers
+/// fewer than every slot.
+pub(crate) fn check_seeds(maps: &[(String, SlotMap)]) -> Result<(), String> {
+    let Some((first_addr, first)) = maps.first() else {
+        return Err("a cluster member needs at least one seed URL".into());
+    };
+    for (addr, map) in maps {
+        if map.covered() != 16384 {
+            return Err(format!(
+                "seed {addr} serves {} of the 16384 slots (cluster not ready, or slots \
+                 unassigned)",
+                map.covered()
+            ));
+        }
+        if map.fingerprint() != first.fingerprint() {
+            return Err(format!(
+                "seeds {first_addr} and {addr} disagree on the cluster's topology (different \
+                 clusters, or one is mid-failover or mid-resharding): one member is one \
+                 cluster; give each cluster as its own member"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn range(first: i64, last: i64, port: i64, id: &str) -> Value {
+        Value::Array(vec![
+            Value::Int(first),
+            Value::Int(last),
+            Value::Array(vec![bulk("127.0.0.1"), Value::Int(port), bulk(id)]),
+        ])
+    }
+
+    fn three() -> Value {
+        Value::Array(vec![
+            range(5461, 10922, 7002, "b"),
+            range(0, 5460, 7001, "a"),
+            range(10923, 16383, 7003, "c"),
+        ])
+    }
+
+    #[test]
+    fn a_slot_map_finds_each_slots_shard() {
+        let map = SlotMap::parse(&three(), "h").expect("parses");
+        assert_eq!(map.covered(), 16384);
+        let addr = |slot| map.shard_of(slot).map(|s| map.shards[s].addr());
+        assert_eq!(addr(0).as_deref(), Some("127.0.0.1:7001"));
+        assert_eq!(addr(5461).as_deref(), Some("127.0.0.1:7002"));
+        assert_eq!(addr(16383).as_deref(), Some("127.0.0.1:7003"));
+        assert_eq!(map.identity(), "cluster:a,b,c");
+        let part = SlotMap::parse(&Value::Array(vec![range(0, 99, 1, "a")]), "h").expect("ok");
+        assert_eq!(part.shard_of(100), None);
+    }
+
+    #[test]
+    fn seeds_must_tell_one_complete_topology() {
+        let map = SlotMap::parse(&three(), "h").expect("parses");
+        let ok = [
+            ("s1".to_owned(), map.clone()),
+            ("s2".to_owned(), map.clone()),
+        ];
+        assert!(check_seeds(&ok).is_ok());
+        let other = Value::Array(vec![range(0, 16383, 7009, "z")]);
+        let other = SlotMap::parse(&other, "h").expect("parses");
+        let why = check_seeds(&[("s1".to_owned(), map), ("s2".to_owned(), other)])
+            .expect_err("two clusters");
+        assert!(why.contains("disagree"), "{why}");
+        let part = SlotMap::parse(&Value::Array(vec![range(0, 99, 1, "a")]), "h").expect("ok");
+        assert!(check_seeds(&[("s".to_owned(), part)]).is_err());
+        assert!(check_seeds(&[]).is_err());
+        assert!(SlotMap::parse(&Value::Int(3), "h").is_err());
+        assert!(SlotMap::parse(&Value::Array(vec![Value::Int(1)]), "h").is_err());
+    }
+
+    #[test]
+    fn info_fields_are_read_by_name() {
+        let info = "# Cluster\r\ncluster_enabled:1\r\n";
+        assert_eq!(info_field(info, "cluster_enabled"), Some("1"));
+        assert_eq!(info_field(info, "cluster"), None);
+    }
+}

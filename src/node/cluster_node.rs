@@ -1,0 +1,804 @@
+//! A quorum member that is a whole Redis Cluster, reached through redis-rs's
+//! own cluster client (`redis::cluster_async`): one vote, its locks spread
+//! over its shards by hash slot.
+//!
+//! **Routing.** Every script call names only keys of the lock's slot
+//! (`script_keys`), and redis-rs routes an `EVAL`/`EVALSHA` by its first
+//! key's slot. A renewal or repair batch is split per slot (one script call
+//! carries locks of one slot only) and the calls of one shard go in one
+//! pipeline: one round trip per shard per wave.
+//!
+//! **Retries.** redis-rs's cluster client retries 16 times by default, and
+//! it retries on I/O errors and dropped connections too: a script that ran
+//! but whose reply was lost would run twice (an acquire landing behind its
+//! own rollback, a force-release deleting a lock taken meanwhile). Its
+//! retries are therefore off (`retries(0)`, no response timeout of its own:
+//! every call runs under one of ours), and this module re-sends a call only
+//! after an answer that proves the script did not run: `MOVED` (sent again
+//! to the address named), `ASK` (sent again there after `ASKING`),
+//! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` (after a
+//! pause), `NOSCRIPT` (sent again as `EVAL`), a refused connection, or no
+//! connection to the slot's node yet. After a broken connection a call is
+//! sent again only where a standalone member would send it again (release,
+//! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
+//! batches, which a release waits for, as on a standalone member.
+//!
+//! Release messages: none yet (no sharded pub/sub): [`NodeOps::feed`] is
+//! `None`, so waiters on a cluster member wake by their backoff and the
+//! holder's known expiry, not by a message from it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::admission::ServerInfo;
+use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::keys::Keys;
+use crate::scripts::{self, ms};
+use crate::sync::locked;
+
+use super::cluster_map::{check_seeds, info_field, SlotMap};
+use super::reply::{self, grant};
+use super::script_call::{broken, map_err, no_script, Resend};
+use super::script_keys;
+use super::spec::NodeSpec;
+use super::{
+    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
+    RenewItem, Renewed, RENEW_CHUNK,
+};
+
+/// The status pipeline's reply: the hash, its PTTL, the counter, the id of
+/// the node that answered.
+type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
+
+/// Tries of one script call, redirects and pauses included (the caller's
+/// timeout bounds them too).
+const MAX_TRIES: usize = 8;
+
+/// A quorum member that is a Redis Cluster.
+pub(crate) struct ClusterNode {
+    /// `cluster(<seed>,...)`, without credentials.
+    addr: String,
+    conn: ClusterConnection,
+    /// Which shard serves which slot, as last read (`CLUSTER SLOTS`);
+    /// refreshed after a redirect. Used to group a batch per shard and to
+    /// name the shard a status answer came from.
+    map: Arc<Mutex<SlotMap>>,
+    /// The host of the first seed: the address of a node that does not
+    /// know its own.
+    seed_host: String,
+    info: ServerInfo,
+}
+
+/// Where to send a call again.
+#[derive(Debug, Clone)]
+enum Redirect {
+    /// By the first key's slot, as redis-rs's map says.
+    BySlot,
+    /// To this address (`MOVED`).
+    Moved(String, u16),
+    /// To this address, after `ASKING` (`ASK`: the slot is migrating).
+    Ask(String, u16),
+}
+
+/// What an error says about sending the call again.
+enum Next {
+    /// Proven not run: send again, routed so.
+    Again(Redirect),
+    /// Proven not run: send again after a pause.
+    Pause,
+    /// It may have run.
+    MayHaveRun,
+}
+
+/// What an error proves: only the answers listed in the module doc prove
+/// that the script did not run.
+fn next(e: &RedisError) -> Next {
+    let to = |host: &str| -> Option<(String, u16)> {
+        let (h, p) = host.rsplit_once(':')?;
+        Some((h.to_owned(), p.parse().ok()?))
+    };
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => {
+            match e.redirect_node().and_then(|(a, _)| to(a)) {
+                Some((h, p)) => Next::Again(Redirect::Moved(h, p)),
+                None => Next::Pause,
+            }
+        }
+        ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node().and_then(|(a, _)| to(a))
+        {
+            Some((h, p)) => Next::Again(Redirect::Ask(h, p)),
+            None => Next::Pause,
+        },
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly,
+        )
+        | ErrorKind::ClusterConnectionNotFound => Next::Pause,
+        _ if e.is_connection_refusal() => Next::Pause,
+        _ => Next::MayHaveRun,
+    }
+}
+
+impl ClusterNode {
+    /// Checks the seeds (each a cluster node, all telling one complete
+    /// topology) and connects.
+    pub(crate) async fn connect(
+        index: usize,
+        seeds: &[String],
+        connect_timeout: Duration,
+    ) -> Result<Self, Error> {
+        if seeds.is_empty() {
+            return Err(Error::invalid(
+                "cluster seeds",
+                format!("member {index}: a cluster member needs at least one seed URL"),
+            ));
+        }
+        let specs = seeds
+            .iter()
+            .map(|u| NodeSpec::from_url(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let label = specs
+            .iter()
+            .map(|s| s.addr.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let addr = format!("cluster({label})");
+        let failure = |e: NodeError| Error::Connect {
+            failures: vec![e.at(index, &addr)],
+        };
+        let read = futures::future::join_all(
+            specs
+                .iter()
+                .map(|s| tokio::time::timeout(connect_timeout, read_seed(s))),
+        )
+        .await;
+        let mut maps = Vec::with_capacity(specs.len());
+        let mut policy = None;
+        for (spec, r) in specs.iter().zip(read) {
+            let seed = r
+                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "seed timed out")))?
+                .map_err(|e| failure(NodeError::from_redis(&e)))?;
+            let Some(map) = seed.map else {
+                return Err(Error::Config(format!(
+                    "member {index}: seed {} is a standalone server (cluster_enabled:0), not a \
+                     Redis Cluster node; add it with `node(url)`",
+                    spec.addr
+                )));
+            };
+            let map = map.map_err(|why| Error::Config(format!("member {index}: {why}")))?;
+            policy = policy.or(seed.policy);
+            maps.push((spec.addr.clone(), map));
+        }
+        check_seeds(&maps).map_err(|why| Error::Config(format!("member {index}: {why}")))?;
+        let map = maps.swap_remove(0).1;
+        let infos = specs.iter().map(|s| s.client.get_connection_info().clone());
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+        let client = ClusterClient::builder(infos)
+            .retries(0)
+            .connection_timeout(connect_timeout)
+            .tcp_settings(tcp)
+            .build()
+            .map_err(|e| Error::invalid("cluster seeds", format!("{addr}: {e}")))?;
+        let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
+            .await
+            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let seed_host = specs
+            .first()
+            .and_then(|s| match s.client.get_connection_info().addr() {
+                redis::ConnectionAddr::Tcp(h, _)
+                | redis::ConnectionAddr::TcpTls { host: h, .. } => Some(h.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "127.0.0.1".to_owned());
+        let info = ServerInfo {
+            run_id: Some(map.identity()),
+            policy,
+        };
+        Ok(Self {
+            addr,
+            conn,
+            map: Arc::new(Mutex::new(map)),
+            seed_host,
+            info,
+        })
+    }
+
+    /// What `build()` checks: the cluster's identity (its masters' ids)
+    /// and a seed's `maxmemory-policy`.
+    pub(crate) fn info(&self) -> ServerInfo {
+        self.info.clone()
+    }
+
+    /// One script call, sent again only when an answer proves it did not
+    /// run (see the module doc).
+    fn eval<T, R>(
+        &self,
+        script: &'static scripts::Lua,
+        keys: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send,
+        R: Send + 'static,
+    {
+        let mut conn = self.conn.clone();
+        let map = Arc::clone(&self.map);
+        Box::pin(async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let mut send_body = false;
+            let mut route = Redirect::BySlot;
+            let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);
+            let mut pause = Duration::from_millis(5);
+            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
+            for _ in 0..MAX_TRIES {
+                let mut cmd = script.call(send_body, &keys);
+                args(&mut cmd);
+                let e = match send(&mut conn, cmd, &route).await {
+                    Ok(v) => {
+                        let v = redis::from_redis_value::<T>(v)
+                            .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
+                        return read(v);
+                    }
+                    Err(e) => e,
+                };
+                last = map_err(&e);
+                if no_script(&e) && !send_body {
+                    send_body = true;
+                    continue;
+                }
+                match next(&e) {
+                    Next::Again(to) => {
+                        if matches!(to, Redirect::Moved(..)) {
+                            locked(&map).shards.clear();
+                        }
+                        route = to;
+                    }
+                    Next::Pause => {
+                        route = Redirect::BySlot;
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(200));
+                    }
+                    Next::MayHaveRun if broken(&e) && after_break > 0 => {
+                        after_break -= 1;
+                        route = Redirect::BySlot;
+                    }
+                    Next::MayHaveRun => return Err(last),
+                }
+            }
+            Err(last)
+        })
+    }
+
+    /// Re-reads the slot map (`CLUSTER SLOTS` from any node).
+    async fn refresh(conn: &mut ClusterConnection, map: &Mutex<SlotMap>, seed_host: &str) {
+        let reply: redis::RedisResult<Value> =
+            redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await;
+        if let Ok(fresh) = reply
+            .map_err(|e| e.to_string())
+            .and_then(|v| SlotMap::parse(&v, seed_host))
+        {
+            *locked(map) = fresh;
+        }
+    }
+
+    /// A renew or repair batch: one script call per slot (and per
+    /// [`RENEW_CHUNK`] locks of it), one pipeline per shard, all shards at
+    /// once. A shard that fails or redirects is sent its part again (a
+    /// renewal may be: a release waits for it) after the map is re-read,
+    /// up to three rounds; the member fails the wave if a part still fails.
+    fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        let conn = self.conn.clone();
+        let map = Arc::clone(&self.map);
+        let seed_host = self.seed_host.clone();
+        Box::pin(async move {
+            let groups = slot_groups(&batch.items);
+            let mut codes: Vec<i64> = vec![0; batch.items.len()];
+            let mut pending: Vec<usize> = (0..groups.len()).collect();
+            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
+            for round in 0..3 {
+                let mut c = conn.clone();
+                if round > 0 || locked(&map).shards.is_empty() {
+                    Self::refresh(&mut c, &map, &seed_host).await;
+                }
+                let by_shard = by_shard(&locked(&map), &groups, &pending);
+                let sent = futures::future::join_all(by_shard.into_iter().map(|part| {
+                    let mut c = conn.clone();
+                    let batch = Arc::clone(&batch);
+                    let groups = &groups;
+                    async move {
+                        let r = send_part(&mut c, &batch, groups, &part).await;
+                        (part, r)
+                    }
+                }))
+                .await;
+                pending.clear();
+                for (part, r) in sent {
+                    match r {
+                        Ok(replies) => {
+                            for (&g, reply) in part.iter().zip(replies) {
+                                let items = &groups[g].1;
+                                if reply.len() != items.len() {
+                                    last = NodeError::protocol("renew");
+                                    pending.push(g);
+                                    continue;
+                                }
+                                for (&i, code) in items.iter().zip(reply) {
+                                    codes[i] = code;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            last = map_err(&e);
+                            if no_script(&e) {
+                                // SCRIPT LOAD goes to every master.
+                                let mut c = conn.clone();
+                                let load = batch.script().prepare_invoke();
+                                let _ = load.load_async(&mut c).await;
+                            }
+                            pending.extend(part);
+                        }
+                    }
+                }
+                if pending.is_empty() {
+                    return reply::renewed(codes, batch.items.len());
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+/// The items of a batch by slot, each slot's cut in calls of at most
+/// [`RENEW_CHUNK`] locks: `(slot, item indices)` per script call.
+fn slot_groups(items: &[RenewItem]) -> Vec<(u16, Vec<usize>)> {
+    let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        by_slot.entry(item.keys.slot()).or_default().push(i);
+    }
+    by_slot
+        .into_iter()
+        .flat_map(|(slot, ix)| {
+            ix.chunks(RENEW_CHUNK)
+                .map(|c| (slot, c.to_vec()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The groups `pending` (indices into `groups`) by the shard the map says
+/// serves their slot; a slot the map does not know goes alone.
+fn by_shard(map: &SlotMap, groups: &[(u16, Vec<usize>)], pending: &[usize]) -> Vec<Vec<usize>> {
+    let mut parts: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
+    let mut alone = Vec::new();
+    for &g in pending {
+        match map.shard_of(groups[g].0) {
+            Some(s) => parts.entry(Some(s)).or_default().push(g),
+            None => alone.push(vec![g]),
+        }
+    }
+    parts.into_values().chain(alone).collect()
+}
+
+/// Sends the script calls of `part` (indices into `groups`) as one
+/// pipeline, routed to the master of the first call's slot.
+async fn send_part(
+    conn: &mut ClusterConnection,
+    batch: &RenewBatch,
+    groups: &[(u16, Vec<usize>)],
+    part: &[usize],
+) -> redis::RedisResult<Vec<Vec<i64>>> {
+    let mut pipe = redis::Pipeline::with_capacity(part.len());
+    for &g in part {
+        batch.add_call(&mut pipe, groups[g].1.iter().map(|&i| &batch.items[i]));
+    }
+    let slot = part.first().map_or(0, |&g| groups[g].0);
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    let values = conn.route_pipeline(pipe, 0, part.len(), route).await?;
+    values
+        .into_iter()
+        .map(|v| redis::from_redis_value::<Vec<i64>>(v.extract_error()?).map_err(RedisError::from))
+        .collect()
+}
+
+/// Sends one command by its first key's slot, to a redirect's address, or
+/// there after `ASKING`.
+async fn send(
+    conn: &mut ClusterConnection,
+    cmd: redis::Cmd,
+    route: &Redirect,
+) -> redis::RedisResult<Value> {
+    let v = match route {
+        Redirect::BySlot => cmd.query_async::<Value>(conn).await?,
+        Redirect::Moved(host, port) => {
+            let to = SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            };
+            conn.route_command(cmd, RoutingInfo::SingleNode(to)).await?
+        }
+        Redirect::Ask(host, port) => {
+            let to = SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            };
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd);
+            conn.route_pipeline(pipe, 1, 1, to)
+                .await?
+                .pop()
+                .unwrap_or(Value::Nil)
+        }
+    };
+    v.extract_error()
+}
+
+/// What a seed says: its slot map, or `None` for a standalone server; its
+/// `maxmemory-policy`.
+struct Seed {
+    map: Option<Result<SlotMap, String>>,
+    policy: Option<String>,
+}
+
+async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
+    let mut c = spec.client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut c)
+        .await?;
+    let policy = crate::admission::maxmemory_policy(&mut c)
+        .await
+        .ok()
+        .flatten();
+    if info_field(&info, "cluster_enabled") != Some("1") {
+        return Ok(Seed { map: None, policy });
+    }
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut c)
+        .await?;
+    let host = match spec.client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
+            h.clone()
+        }
+        _ => String::new(),
+    };
+    Ok(Seed {
+        map: Some(SlotMap::parse(&slots, &host)),
+        policy,
+    })
+}
+
+impl NodeOps for ClusterNode {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.info.policy.clone()
+    }
+
+    fn is_cluster(&self) -> bool {
+        true
+    }
+
+    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
+        let groups = slot_groups(&batch.items);
+        let map = locked(&self.map);
+        let all: Vec<usize> = (0..groups.len()).collect();
+        BatchCost {
+            round_trips: by_shard(&map, &groups, &all).len() as u64,
+            script_calls: groups.len() as u64,
+        }
+    }
+
+    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        let Some(p) = place.cloned() else {
+            let args = move |c: &mut redis::Cmd| {
+                c.arg(&*owner).arg(ms(lease)).arg(count);
+            };
+            let names = script_keys::acquire(keys);
+            return self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
+        };
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
+            c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
+        };
+        let names = script_keys::acquire_queued(keys);
+        self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
+    }
+
+    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::acquire(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
+    }
+
+    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
+        let waiter = Arc::clone(waiter);
+        let names = script_keys::leave(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*waiter);
+        };
+        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
+        self.eval(&scripts::LEAVE, names, resend, args, read)
+    }
+
+    /// A set over one slot only: `lock_all` refuses a set over several
+    /// slots on a manager with a cluster member before any call
+    /// (`refuse_cross_slot_set`).
+    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::acquire_all(keys);
+        let n = keys.len();
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
+        self.eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
+    }
+
+    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::release(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+        };
+        let resend = Resend::AfterBrokenConnection;
+        self.eval(&scripts::RELEASE, names, resend, args, reply::released)
+    }
+
+    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.batch(batch)
+    }
+
+    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.batch(batch)
+    }
+
+    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(token);
+        };
+        let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
+        let names = script_keys::raise_fences(keys);
+        let resend = Resend::AfterBrokenConnection;
+        self.eval(&scripts::RAISE_FENCE, names, resend, args, read)
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
+        let names = script_keys::force_release(keys);
+        let read = |n: i64| Ok(n == 1);
+        self.eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
+    }
+
+    /// The lock's state, and the shard that answered: the status pipeline
+    /// goes to the lock's slot with `CLUSTER MYID`, whose id the slot map
+    /// turns into the shard's address.
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
+        let mut conn = self.conn.clone();
+        let keys = Arc::clone(keys);
+        let map = Arc::clone(&self.map);
+        let seed_host = self.seed_host.clone();
+        Box::pin(async move {
+            let [lock, fence] = script_keys::status(&keys);
+            let mut pipe = redis::pipe();
+            pipe.cmd("HGETALL").arg(lock).cmd("PTTL").arg(lock);
+            pipe.cmd("GET").arg(fence).cmd("CLUSTER").arg("MYID");
+            let slot = keys.slot();
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+            let values = conn
+                .route_pipeline(pipe, 0, 4, route)
+                .await
+                .map_err(|e| map_err(&e))?;
+            let parsed: redis::RedisResult<StatusReply> =
+                redis::from_redis_value(Value::Array(values)).map_err(RedisError::from);
+            let (fields, pttl, fence, id) = parsed.map_err(|e| map_err(&e))?;
+            let mut state = reply::lock_state(fields, pttl, fence)?;
+            let find = |m: &SlotMap| m.shards.iter().find(|s| s.id == id).map(|s| s.addr());
+            let mut shard = find(&locked(&map));
+            if shard.is_none() {
+                Self::refresh(&mut conn, &map, &seed_host).await;
+                shard = find(&locked(&map));
+            }
+            state.shard = Some(shard.unwrap_or_else(|| format!("node id {id}")));
+            Ok(state)
+        })
+    }
+}
+
+/// Refuses a node given as a standalone master that is one shard of a
+/// Redis Cluster of several (`CLUSTER INFO`: `cluster_size` above 1): a
+/// standalone connection would meet `MOVED` for every lock of another
+/// shard. A cluster node that serves every slot alone works as a master.
+/// A node that will not answer `INFO cluster` in time is let through.
+pub(crate) async fn refuse_shard_of_cluster<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    index: usize,
+    addr: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let mut info = redis::cmd("INFO");
+    let info = info.arg("cluster").query_async::<String>(conn);
+    let Ok(Ok(info)) = tokio::time::timeout(timeout, info).await else {
+        return Ok(());
+    };
+    if info_field(&info, "cluster_enabled") != Some("1") {
+        return Ok(());
+    }
+    let mut size = redis::cmd("CLUSTER");
+    let size = size.arg("INFO").query_async::<String>(conn);
+    let Ok(Ok(size)) = tokio::time::timeout(timeout, size).await else {
+        return Ok(());
+    };
+    match info_field(&size, "cluster_size").and_then(|n| n.parse::<u32>().ok()) {
+        Some(n) if n > 1 => Err(Error::Config(format!(
+            "node {index} ({addr}) is one shard of a Redis Cluster of {n} shards; add the \
+             cluster as one member with `cluster(seed_urls)`, not its nodes with `node(url)`"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The hash slot a lock name's keys live in (Redis Cluster's CRC16 of the
+/// name, mod 16384), whatever the key prefix: on a member that is a Redis
+/// Cluster, the slot picks the shard. Names of one slot can be taken
+/// together by [`lock_all`](crate::LockManager::lock_all) on a manager with
+/// a cluster member; names of several slots cannot.
+///
+/// # Errors
+///
+/// [`Error::InvalidInput`] for a name that is not a valid lock name (empty,
+/// too long, or with `{` or `}`).
+pub fn lock_slot(name: &str) -> Result<u16, Error> {
+    crate::keys::check_name(name)?;
+    Ok(Keys::new("", name).slot())
+}
+
+/// Refuses a set over several hash slots when a member is a cluster: one
+/// script cannot touch keys of several slots there (`CROSSSLOT`), and
+/// taking the slots one after another would no longer be all or none on
+/// that member. Lock names may not hold braces, so no hash tag can put
+/// names of the caller's choosing in one slot; the error says what works.
+pub(crate) fn refuse_cross_slot_set(
+    members: &[Arc<dyn NodeOps>],
+    set: &[Arc<Keys>],
+) -> Result<(), Error> {
+    let Some(cluster) = members.iter().position(|m| m.is_cluster()) else {
+        return Ok(());
+    };
+    let mut slots: Vec<(u16, &str)> = set.iter().map(|k| (k.slot(), &*k.name)).collect();
+    slots.sort_unstable();
+    slots.dedup_by_key(|(s, _)| *s);
+    if slots.len() <= 1 {
+        return Ok(());
+    }
+    let shown: Vec<String> = slots
+        .iter()
+        .take(4)
+        .map(|(s, n)| format!("{n:?} in slot {s}"))
+        .collect();
+    Err(Error::invalid(
+        "lock names",
+        format!(
+            "member {cluster} ({}) is a Redis Cluster, where one script can only touch keys of \
+             one hash slot, and these names sit in {} slots ({}{}); lock_all there takes only \
+             names of one slot (lock names cannot carry a {{hash tag}}, so check with \
+             quorumlock::lock_slot), or take the names one by one with nested lock() calls in \
+             a fixed order (e.g. sorted) to stay deadlock-free",
+            members[cluster].addr(),
+            slots.len(),
+            shown.join(", "),
+            if slots.len() > 4 { ", ..." } else { "" },
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(text: &str) -> RedisError {
+        let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("parses");
+        v.extract_error().expect_err("an error reply")
+    }
+
+    /// Only answers that prove the script did not run are sent again.
+    #[test]
+    fn only_answers_proving_nothing_ran_are_sent_again() {
+        let again = |e: &RedisError| !matches!(next(e), Next::MayHaveRun);
+        assert!(matches!(
+            next(&server_error("MOVED 3999 127.0.0.1:6381")),
+            Next::Again(Redirect::Moved(h, 6381)) if h == "127.0.0.1"
+        ));
+        assert!(matches!(
+            next(&server_error("ASK 3999 127.0.0.1:6382")),
+            Next::Again(Redirect::Ask(_, 6382))
+        ));
+        for proven in [
+            "TRYAGAIN x",
+            "CLUSTERDOWN x",
+            "MASTERDOWN x",
+            "LOADING x",
+            "READONLY x",
+        ] {
+            assert!(again(&server_error(proven)), "{proven}");
+        }
+        for unknown in ["ERR x", "CROSSSLOT x", "WRONGTYPE x", "BUSY x"] {
+            assert!(!again(&server_error(unknown)), "{unknown}");
+        }
+        let cut = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!again(&cut), "a reset connection may have run it");
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!again(&timeout), "a timeout may have run it");
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(again(&refused), "a refused connection sent nothing");
+    }
+
+    /// A batch is split so that each script call carries one slot's locks
+    /// (at most RENEW_CHUNK), and the calls are grouped per shard.
+    #[test]
+    fn a_batch_splits_per_slot_and_groups_per_shard() {
+        let items: Vec<RenewItem> = (0..500)
+            .map(|i| RenewItem {
+                keys: Arc::new(Keys::new("ql:", &format!("n{}", i % 250))),
+                owner: "o".into(),
+                count: 1,
+                token: 1,
+                lease: Duration::from_secs(1),
+            })
+            .collect();
+        let groups = slot_groups(&items);
+        let mut seen = vec![0; items.len()];
+        for (slot, ix) in &groups {
+            assert!(ix.len() <= RENEW_CHUNK);
+            for &i in ix {
+                assert_eq!(items[i].keys.slot(), *slot);
+                seen[i] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "every item once");
+        let reply = redis::Value::Array(
+            [(0, 5460, "a"), (5461, 10922, "b"), (10923, 16383, "c")]
+                .iter()
+                .map(|&(f, l, id)| {
+                    redis::Value::Array(vec![
+                        redis::Value::Int(f),
+                        redis::Value::Int(l),
+                        redis::Value::Array(vec![
+                            redis::Value::BulkString(b"127.0.0.1".to_vec()),
+                            redis::Value::Int(7000),
+                            redis::Value::BulkString(id.as_bytes().to_vec()),
+                        ]),
+                    ])
+                })
+                .collect(),
+        );
+        let map = SlotMap::parse(&reply, "h").expect("parses");
+        let all: Vec<usize> = (0..groups.len()).collect();
+        let parts = by_shard(&map, &groups, &all);
+        assert_eq!(parts.len(), 3, "one pipeline per shard");
+        for part in parts {
+            let shards: std::collections::HashSet<_> =
+                part.iter().map(|&g| map.shard_of(groups[g].0)).collect();
+            assert_eq!(shards.len(), 1);
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! A quorum member that is a whole Redis Cluster (three local masters),
+//! beside two standalone masters: lock, re-entry, release, renewal,
+//! fencing, mutual exclusion, `lock_all`'s refusal, bad input at build, and
+//! the rule that a script call that may have run is never sent again.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, Quorum};
+use support::local_cluster::{cluster, LocalCluster};
+use support::{nodes, unique};
+
+/// Members: standalone 0, standalone 1, the cluster (member 2).
+fn mixed() -> LockManagerBuilder {
+    let urls = nodes().urls();
+    LockManager::builder()
+        .node(urls[0].clone())
+        .node(urls[1].clone())
+        .cluster(cluster().urls())
+        .quorum(Quorum::All)
+        .node_timeout(Duration::from_millis(500))
+}
+
+async fn build(b: LockManagerBuilder) -> LockManager {
+    b.build()
+        .await
+        .expect("build over two masters and a cluster")
+}
+
+#[tokio::test]
+async fn lock_reenter_release_and_fence_on_a_cluster_member() {
+    let m = build(mixed()).await;
+    assert_eq!(m.nodes().len(), 3);
+    assert!(m.nodes()[2].starts_with("cluster("), "{:?}", m.nodes());
+    for name in [unique("c-a"), unique("c-b"), unique("orders:42")] {
+        let owner = m.new_owner();
+        let g = m
+            .request(&name)
+            .owner(&owner)
+            .acquire()
+            .await
+            .expect("lock");
+        let token = g.fencing_token();
+        let inner = m
+            .request(&name)
+            .owner(&owner)
+            .acquire()
+            .await
+            .expect("re-enter");
+        assert_eq!(inner.fencing_token(), token, "a re-entry keeps the token");
+        let status = m.status(&name).await.expect("status");
+        let cluster_state = status.nodes[2].state.as_ref().expect("the cluster answers");
+        assert_eq!(cluster_state.hold_count, 2);
+        let shard = cluster_state
+            .shard
+            .clone()
+            .expect("a cluster member names its shard");
+        let port = cluster().port_of_slot(lock_slot(&name).unwrap());
+        assert_eq!(
+            shard,
+            format!("127.0.0.1:{port}"),
+            "the shard that serves the slot"
+        );
+        assert_eq!(status.nodes[0].state.as_ref().unwrap().shard, None);
+        inner.release().await.expect("release the inner level");
+        g.release().await.expect("release");
+        let status = m.status(&name).await.expect("status");
+        assert!(status
+            .nodes
+            .iter()
+            .all(|n| n.state.as_ref().unwrap().holder.is_none()));
+        let again = m.lock(&name).await.expect("lock again");
+        assert!(again.fencing_token() > token, "tokens increase");
+        again.release().await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_past_several_leases_on_each_shard() {
+    let lease = Duration::from_millis(900);
+    let m = build(mixed().lease(lease)).await;
+    // Names over all three shards.
+    let names: Vec<String> = (0..12).map(|i| unique(&format!("wd{i}"))).collect();
+    let mut guards = Vec::new();
+    for n in &names {
+        guards.push(m.lock(n).await.expect("lock"));
+    }
+    tokio::time::sleep(lease * 4).await;
+    for g in &guards {
+        assert!(!g.is_lost(), "{} kept", g.name());
+    }
+    for n in &names {
+        let s = m.status(n).await.expect("status");
+        let c = s.nodes[2].state.as_ref().expect("the cluster answers");
+        assert!(
+            c.holder.is_some() && c.pttl.is_some(),
+            "{n} held on the cluster: {c:?}"
+        );
+    }
+    let stats = m.watchdog_stats();
+    assert!(stats.extended >= 3 * 12 * 3, "{stats:?}");
+    // Per wave: one pipeline per master (2) and at most one per shard (3);
+    // one call per master, one per slot on the cluster (12 names, 12 slots
+    // at most).
+    assert!(stats.script_calls > stats.round_trips, "{stats:?}");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn two_managers_exclude_each_other_on_the_same_members() {
+    let a = build(mixed()).await;
+    let b = build(mixed()).await;
+    let name = unique("excl");
+    let held = a.lock(&name).await.expect("a locks");
+    let err = b
+        .try_lock(&name, Duration::from_millis(150))
+        .await
+        .expect_err("b must not get it");
+    assert!(err.is_contended(), "{err}");
+    held.release().await.expect("a releases");
+    let g = b
+        .try_lock(&name, Duration::from_secs(2))
+        .await
+        .expect("b gets it after the release");
+    g.release().await.expect("b releases");
+}
+
+/// A name in the slot of `of`, made by trying suffixes.
+fn twin(of: &str) -> String {
+    let slot = lock_slot(of).unwrap();
+    (0..)
+        .map(|i| format!("{of}-twin{i}"))
+        .find(|n| lock_slot(n).unwrap() == slot)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn lock_all_over_several_slots_is_refused_on_a_cluster_member() {
+    let m = build(mixed()).await;
+    let (a, b) = (unique("acct"), unique("acct"));
+    assert_ne!(lock_slot(&a).unwrap(), lock_slot(&b).unwrap());
+    let err = m.lock_all([a.clone(), b]).await.expect_err("two slots");
+    match &err {
+        Error::InvalidInput { what, reason } => {
+            assert_eq!(*what, "lock names");
+            assert!(
+                reason.contains("hash slot") && reason.contains("lock_slot"),
+                "{reason}"
+            );
+        }
+        other => panic!("want InvalidInput, got {other:?}"),
+    }
+    // Names of one slot: taken all or none, as on masters.
+    let both = m.lock_all([a.clone(), twin(&a)]).await.expect("one slot");
+    both.release().await.expect("release");
+    // Masters only: several slots are fine.
+    let masters = LockManager::builder()
+        .nodes(nodes().urls())
+        .build()
+        .await
+        .unwrap();
+    let g = masters
+        .lock_all([unique("x"), unique("y")])
+        .await
+        .expect("masters");
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn bad_cluster_input_is_a_typed_error_at_build() {
+    let c = cluster();
+    let standalone = nodes().url(4);
+    let config = |b: LockManagerBuilder| async move {
+        match b.build().await {
+            Err(Error::Config(why)) => why,
+            Err(other) => panic!("want Config, got {other:?}"),
+            Ok(_) => panic!("want Config, got a manager"),
+        }
+    };
+    // A shard of a three-shard cluster given as a standalone master.
+    let why = config(LockManager::builder().node(c.urls()[0].clone())).await;
+    assert!(why.contains("cluster(seed_urls)"), "{why}");
+    // A standalone master given as a cluster seed, alone or beside real seeds.
+    let why = config(LockManager::builder().cluster([standalone.clone()])).await;
+    assert!(why.contains("standalone"), "{why}");
+    let mut seeds = c.urls();
+    seeds.push(standalone);
+    let why = config(LockManager::builder().cluster(seeds)).await;
+    assert!(why.contains("standalone"), "{why}");
+    // Seeds of two different clusters.
+    let single = LocalCluster::start_single();
+    let seeds = vec![c.urls()[0].clone(), single.urls()[0].clone()];
+    let why = config(LockManager::builder().cluster(seeds)).await;
+    assert!(why.contains("disagree"), "{why}");
+    // The same cluster twice (as two members).
+    let why = config(
+        LockManager::builder()
+            .cluster(c.urls())
+            .cluster([c.urls()[1].clone()]),
+    )
+    .await;
+    assert!(why.contains("same"), "{why}");
+    // No seed, or a malformed one.
+    for seeds in [vec![], vec!["not a url".to_owned()]] {
+        let err = LockManager::builder().cluster(seeds).build().await.err();
+        assert!(matches!(err, Some(Error::InvalidInput { .. })), "{err:?}");
+    }
+}
+
+/// A proxy in front of one server: forwards both ways until armed; armed,
+/// it drops the connection at the server's next reply instead of passing
+/// it on (the command ran; its reply is lost).
+async fn cutting_proxy(to: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&armed);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                continue;
+            };
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = cr.read(&mut buf).await {
+                    if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let flag = std::sync::Arc::clone(&flag);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = sr.read(&mut buf).await {
+                    if n == 0 || flag.swap(false, Ordering::SeqCst) {
+                        break; // drops both halves: the connection is cut
+                    }
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (port, armed)
+}
+
+/// The acquire calls (`EVALSHA`/`EVAL` with the acquire script's two
+/// keys) the server ran since its slow log was reset.
+async fn acquires_run(port: u16) -> usize {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    log.iter()
+        .filter(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return false;
+            };
+            let Some(redis::Value::Array(argv)) = fields.get(3) else {
+                return false;
+            };
+            let argv: Vec<String> = argv.iter().map(text).collect();
+            argv.first().is_some_and(|c| c.starts_with("EVAL"))
+                && argv.get(2).is_some_and(|n| n == "2")
+                && argv.get(3).is_some_and(|k| k.contains("cut-"))
+        })
+        .count()
+}
+
+/// A script call whose reply is lost (the connection is cut after the
+/// server ran it) fails; it is not sent again, not by quorumlock and not
+/// by redis-rs's cluster client, whose default (16 retries, also on I/O
+/// errors and dropped connections) would run it twice.
+#[tokio::test]
+async fn a_call_that_may_have_run_is_never_sent_again() {
+    let single = LocalCluster::start_single();
+    let port = single.nodes.port(0);
+    let (proxy, armed) = cutting_proxy(port).await;
+    let client = redis::Client::open(single.urls()[0].clone()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for (k, v) in [
+        ("cluster-announce-port", proxy.to_string()),
+        ("slowlog-log-slower-than", "0".to_owned()),
+        ("slowlog-max-len", "1000".to_owned()),
+    ] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let m = LockManager::builder()
+        .cluster(single.urls())
+        .quorum(Quorum::All)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("build over the one-node cluster");
+    // Scripts loaded first, so the cut call is one EVALSHA.
+    m.lock("warm-up").await.unwrap().release().await.unwrap();
+    let () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let name = unique("cut");
+    let err = m
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect_err("the reply was lost");
+    assert!(err.is_unavailable(), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        acquires_run(port).await,
+        1,
+        "the acquire ran once, never twice"
+    );
+}
