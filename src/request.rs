@@ -249,7 +249,8 @@ impl Request<'_, OneName> {
     /// one, at once rather than when the lease runs out. A re-entry that is
     /// dropped restores the previous hold count.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let keys = Keys::checked(&self.manager.inner.nodes.config.key_prefix, &self.names.0)?;
+        let config = &self.manager.inner.nodes.config;
+        let keys = Keys::checked(config.layout, &config.key_prefix, &self.names.0)?;
         let mut guards = self.take(Target::one(&keys)).await?;
         // One name, one guard.
         guards.pop().ok_or_else(|| Error::NotHeld {
@@ -297,8 +298,8 @@ impl Request<'_, NameSet> {
     /// that may hold a grant, and gives back the levels of names re-entered
     /// so far. Nothing of a dropped acquisition stays held.
     pub async fn acquire(self) -> Result<MultiLockGuard, Error> {
-        let prefix = &self.manager.inner.nodes.config.key_prefix;
-        let set = Target::set_checked(prefix, &self.names.0)?;
+        let config = &self.manager.inner.nodes.config;
+        let set = Target::set_checked(config.layout, &config.key_prefix, &self.names.0)?;
         Ok(MultiLockGuard::new(self.take(set).await?))
     }
 }
