@@ -120,7 +120,7 @@ impl LockManager {
     }
 
     /// The owner of the enclosing [`Owner::scope`] (or
-    /// [`LockGuard::run`]), if any: acquisitions that name no owner act as
+    /// [`LockGuard::run`](crate::LockGuard::run)), if any: acquisitions that name no owner act as
     /// it. Outside a scope, each acquisition is an owner of its own.
     #[must_use]
     pub fn current_owner(&self) -> Option<Owner> {
