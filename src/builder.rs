@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum};
 use crate::error::Error;
+use crate::layout::Layout;
 use crate::manager::LockManager;
 use crate::node::cluster_node::ClusterNode;
 use crate::node::redis_node::RedisNode;
@@ -33,6 +34,7 @@ pub struct LockManagerBuilder {
     drift_factor: f64,
     backoff: Backoff,
     key_prefix: String,
+    layout: Layout,
     max_hold: Option<Duration>,
     queue_timeout: Duration,
     allow_unreachable: bool,
@@ -59,6 +61,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .field("key_prefix", &self.key_prefix)
+            .field("layout", &self.layout)
             .field("max_hold", &self.max_hold)
             .field("queue_timeout", &self.queue_timeout)
             .field("allow_unreachable", &self.allow_unreachable)
@@ -88,6 +91,7 @@ impl Default for LockManagerBuilder {
             drift_factor: 0.01,
             backoff: Backoff::default(),
             key_prefix: "quorumlock:".to_owned(),
+            layout: Layout::Quorumlock,
             max_hold: None,
             queue_timeout: Duration::from_secs(5),
             allow_unreachable: false,
@@ -200,6 +204,15 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Where locks live on the nodes (default [`Layout::Quorumlock`]):
+    /// [`Layout::Redisson`] keeps each lock where Redisson's `RLock` keeps
+    /// it, so that Redisson clients and this manager exclude and wake each
+    /// other on the same masters (see the README's section on Redisson).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
     /// Stop renewing a lock after it has been held this long (above zero;
     /// `Duration::MAX` renews for as long as the lock is held, as when unset).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
@@ -266,6 +279,7 @@ impl LockManagerBuilder {
             drift_factor: self.drift_factor,
             backoff: self.backoff,
             key_prefix: self.key_prefix.clone(),
+            layout: self.layout,
             max_hold: self.max_hold,
             queue_timeout: self.queue_timeout,
         }

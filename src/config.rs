@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::layout::Layout;
 
 /// How many nodes must grant a lock.
 ///
@@ -172,8 +173,11 @@ pub struct Config {
     pub drift_factor: f64,
     /// Delays between attempts while waiting.
     pub backoff: Backoff,
-    /// Prefix of every key.
+    /// Prefix of every key of quorumlock's own (all of them in the default
+    /// layout; the fence counters and queues in [`Layout::Redisson`]).
     pub key_prefix: String,
+    /// Where a lock lives on a node and what its release publishes.
+    pub layout: Layout,
     /// Stop renewing a watchdog lock after this total hold time.
     pub max_hold: Option<Duration>,
     /// How long a queued waiter may go without a call to the nodes before

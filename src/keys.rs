@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
+use crate::layout::Layout;
 
 /// Longest lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
@@ -31,28 +32,49 @@ pub(crate) const SLOTS: u16 = 16384;
 /// slot. The waiters' queue and their deadlines (two sorted sets that exist
 /// only while someone waits) are named on demand ([`Keys::queue`],
 /// [`Keys::timeouts`]). All of them are in the slot of the name.
+///
+/// In [`Layout::Redisson`] the lock is the hash at the name itself (no
+/// braces: the whole name is hashed, the same bytes as the tag `{<name>}`,
+/// so the same slot), and a release also publishes on Redisson's channel
+/// `redisson_lock__channel:{<name>}` ([`Keys::foreign_channel`]); the
+/// other keys are the same as in the default layout.
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub(crate) name: Arc<str>,
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    /// Another client's release channel, where a release also publishes
+    /// (Redisson's, in [`Layout::Redisson`]) and where waiters also listen.
+    pub(crate) foreign_channel: Option<String>,
+    /// `<prefix>{<name>}`: the start of the channel's and queue's keys.
+    base: String,
 }
 
 impl Keys {
-    /// The keys of `name`, after checking it (see [`check_name`]).
-    pub(crate) fn checked(prefix: &str, name: &str) -> Result<Arc<Self>, Error> {
+    /// The keys of `name` in `layout`, after checking it (see
+    /// [`check_name`]).
+    pub(crate) fn checked(layout: Layout, prefix: &str, name: &str) -> Result<Arc<Self>, Error> {
         check_name(name)?;
-        Ok(Arc::new(Self::new(prefix, name)))
+        Ok(Arc::new(Self::in_layout(layout, prefix, name)))
     }
 
+    /// The keys of `name` in the default layout.
+    #[cfg(test)]
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}{{{name}}}");
+        Self::in_layout(Layout::Quorumlock, prefix, name)
+    }
+
+    /// The keys of `name` in `layout`.
+    pub(crate) fn in_layout(layout: Layout, prefix: &str, name: &str) -> Self {
+        let base = format!("{prefix}{{{name}}}");
         Self {
             name: name.into(),
+            lock: layout.lock_key(&base, name),
             fence: fence_key(prefix, slot_of(name.as_bytes())),
-            channel: format!("{lock}:released"),
-            lock,
+            channel: format!("{base}:released"),
+            foreign_channel: layout.foreign_channel(name),
+            base,
         }
     }
 }
@@ -61,18 +83,23 @@ impl Keys {
     /// The lock's queue of waiters (see `scripts/acquire_queued.lua`),
     /// built when a call needs it: a held lock does not carry it.
     pub(crate) fn queue(&self) -> String {
-        format!("{}:queue", self.lock)
+        format!("{}:queue", self.base)
     }
 
     /// The deadlines of the lock's queued waiters.
     pub(crate) fn timeouts(&self) -> String {
-        format!("{}:timeouts", self.lock)
+        format!("{}:timeouts", self.base)
     }
 
     /// The hash slot of every key of the lock: its name's.
     pub(crate) fn slot(&self) -> u16 {
-        slot_of(self.name.as_bytes())
+        name_slot(&self.name)
     }
+}
+
+/// The hash slot of every key of the lock `name`, in either layout.
+pub(crate) fn name_slot(name: &str) -> u16 {
+    slot_of(name.as_bytes())
 }
 
 /// The distinct fence counters of a set of locks, sorted: names of one slot
@@ -207,7 +234,11 @@ impl Target {
     /// The set of `names`, after checking them: at least one, at most
     /// [`MAX_LOCK_ALL_NAMES`], each a valid lock name, no name twice.
     /// Sorted by name.
-    pub(crate) fn set_checked(prefix: &str, names: &[String]) -> Result<Self, Error> {
+    pub(crate) fn set_checked(
+        layout: Layout,
+        prefix: &str,
+        names: &[String],
+    ) -> Result<Self, Error> {
         if names.is_empty() {
             return Err(Error::invalid("lock names", "the list of names is empty"));
         }
@@ -232,7 +263,7 @@ impl Target {
         Ok(Self::set_of(
             sorted
                 .into_iter()
-                .map(|n| Arc::new(Keys::new(prefix, n)))
+                .map(|n| Arc::new(Keys::in_layout(layout, prefix, n)))
                 .collect(),
         ))
     }
@@ -289,6 +320,37 @@ mod tests {
 
     /// Redis Cluster's CRC16 (XMODEM) and its hash tag rule, on the values
     /// the cluster specification and `CLUSTER KEYSLOT` give.
+    /// Redisson's layout: the lock at the name itself, Redisson's channel,
+    /// quorumlock's own keys under the prefix; all in the name's slot.
+    #[test]
+    fn redisson_layout_keys_share_the_names_slot() {
+        for name in ["orders", "a", "orders:42", "ünïcode", "x y"] {
+            let k = Keys::in_layout(Layout::Redisson, "ql:", name);
+            let d = Keys::new("ql:", name);
+            assert_eq!(k.lock, name);
+            assert_eq!(
+                k.foreign_channel.as_deref(),
+                Some(format!("redisson_lock__channel:{{{name}}}").as_str())
+            );
+            assert_eq!(d.foreign_channel, None);
+            assert_eq!(
+                (&k.fence, &k.channel, k.queue(), k.timeouts()),
+                (&d.fence, &d.channel, d.queue(), d.timeouts())
+            );
+            let foreign = k.foreign_channel.clone().unwrap_or_default();
+            for key in [
+                &k.lock,
+                &k.fence,
+                &k.channel,
+                &k.queue(),
+                &k.timeouts(),
+                &foreign,
+            ] {
+                assert_eq!(key_slot(key), k.slot(), "{key}");
+            }
+        }
+    }
+
     #[test]
     fn key_slots_follow_redis_cluster() {
         assert_eq!(

@@ -16,6 +16,7 @@ mod sync;
 
 mod admission;
 mod error;
+mod layout;
 mod scripts;
 
 mod config;
@@ -65,6 +66,7 @@ pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
 pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
+pub use crate::layout::Layout;
 pub use crate::manager::LockManager;
 pub use crate::multi::MultiLockGuard;
 pub use crate::node::cluster_node::lock_slot;

@@ -153,7 +153,7 @@ impl LockManager {
     /// Dropping the future may leave the lock deleted on some nodes only.
     pub async fn force_unlock(&self, name: &str) -> Result<usize, Error> {
         let nodes = &self.inner.nodes;
-        let keys = Keys::checked(&nodes.config.key_prefix, name)?;
+        let keys = Keys::checked(nodes.config.layout, &nodes.config.key_prefix, name)?;
         nodes.force_release(&keys).await
     }
 
@@ -169,7 +169,7 @@ impl LockManager {
     /// Cancel safe: it only reads.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
         let nodes = &self.inner.nodes;
-        let keys = Keys::checked(&nodes.config.key_prefix, name)?;
+        let keys = Keys::checked(nodes.config.layout, &nodes.config.key_prefix, name)?;
         Ok(LockStatus {
             name: name.to_owned(),
             required: nodes.required(),

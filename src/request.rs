@@ -262,7 +262,8 @@ impl Request<'_, OneName> {
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let probe = self.probe();
         let taken = async {
-            let keys = Keys::checked(&self.manager.inner.nodes.config.key_prefix, &self.names.0)?;
+            let config = &self.manager.inner.nodes.config;
+            let keys = Keys::checked(config.layout, &config.key_prefix, &self.names.0)?;
             let mut guards = self.take(Target::one(&keys), &probe).await?;
             // One name, one guard.
             guards.pop().ok_or_else(|| Error::NotHeld {
@@ -316,8 +317,8 @@ impl Request<'_, NameSet> {
     pub async fn acquire(self) -> Result<MultiLockGuard, Error> {
         let probe = self.probe();
         let taken = async {
-            let prefix = &self.manager.inner.nodes.config.key_prefix;
-            let set = Target::set_checked(prefix, &self.names.0)?;
+            let config = &self.manager.inner.nodes.config;
+            let set = Target::set_checked(config.layout, &config.key_prefix, &self.names.0)?;
             refuse_cross_slot_set(self.manager.inner.nodes.all(), &set.keys)?;
             Ok(MultiLockGuard::new(self.take(set, &probe).await?))
         };

@@ -26,6 +26,24 @@ impl LockStatus {
         self.holder().and_then(HolderInfo::parse)
     }
 
+    /// The holders on the nodes that are not quorumlock's, each once, sorted:
+    /// another client's (in [`Layout::Redisson`](crate::Layout::Redisson), a
+    /// Redisson client's `<uuid>:<thread id>`, one per master for a
+    /// `RedissonRedLock`). Shown raw: the lock is held by someone else, who
+    /// has no [`HolderInfo`] and no fencing token.
+    #[must_use]
+    pub fn foreign_holders(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|s| s.state.as_ref().ok()?.holder.as_deref())
+            .filter(|h| HolderInfo::parse(h).is_none())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// The owner holding the lock on at least `required` nodes, if any.
     #[must_use]
     pub fn holder(&self) -> Option<&str> {

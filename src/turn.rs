@@ -91,11 +91,11 @@ impl<'a> Turn<'a> {
         }
         if waits {
             if !fair {
-                turn.bell = notifier.join_if_queued(&keys.channel, &turn.owner_id);
+                turn.bell = notifier.join_if_queued(&*keys, &turn.owner_id);
             }
             if turn.bell.is_none() {
                 let id = turn.spot.as_ref().map(|s| Arc::clone(s.waiter()));
-                turn.bell = notifier.join_if_covered(&keys.channel, id.as_ref(), &turn.owner_id);
+                turn.bell = notifier.join_if_covered(&*keys, id.as_ref(), &turn.owner_id);
             }
             if turn.bell.is_some() && turn.spot.is_none() {
                 turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), false));
@@ -188,7 +188,7 @@ impl<'a> Turn<'a> {
                 // on the nodes. One naming a plain waiter of ours rings the
                 // local head, which keeps the order among local waiters.
                 let fair = spot.fair().then(|| spot.waiter());
-                let bell = self.notifier.waiter(&keys.channel, fair, &self.owner_id);
+                let bell = self.notifier.waiter(&*keys, fair, &self.owner_id);
                 if let Some(pttl) = pttl {
                     bell.holder_seen(pttl);
                 }

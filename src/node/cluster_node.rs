@@ -669,7 +669,7 @@ pub(crate) async fn refuse_shard_of_cluster<C: redis::aio::ConnectionLike>(
 /// too long, or with `{` or `}`).
 pub fn lock_slot(name: &str) -> Result<u16, Error> {
     crate::keys::check_name(name)?;
-    Ok(Keys::new("", name).slot())
+    Ok(crate::keys::name_slot(name))
 }
 
 /// Refuses a set over several hash slots when a member is a cluster: one

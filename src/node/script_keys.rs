@@ -38,20 +38,26 @@ pub(crate) fn leave(keys: &Keys) -> Vec<String> {
     ]
 }
 
-/// `release.lua`: the lock, its channel, counter, queue, timeouts.
+/// `release.lua`: the lock, its channel, counter, queue, timeouts, and
+/// the foreign channel of the layout, if any.
 pub(crate) fn release(keys: &Keys) -> Vec<String> {
-    vec![
+    let mut out = vec![
         keys.lock.clone(),
         keys.channel.clone(),
         keys.fence.clone(),
         keys.queue(),
         keys.timeouts(),
-    ]
+    ];
+    out.extend(keys.foreign_channel.clone());
+    out
 }
 
-/// `force_release.lua`: the lock, its channel.
+/// `force_release.lua`: the lock, its channel, and the foreign channel of
+/// the layout, if any.
 pub(crate) fn force_release(keys: &Keys) -> Vec<String> {
-    vec![keys.lock.clone(), keys.channel.clone()]
+    let mut out = vec![keys.lock.clone(), keys.channel.clone()];
+    out.extend(keys.foreign_channel.clone());
+    out
 }
 
 /// What a status call reads (`HGETALL`, `PTTL`, `GET` in one pipeline):
@@ -80,6 +86,7 @@ pub(crate) fn acquire_all(set: &[Arc<Keys>]) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::keys::key_slot;
+    use crate::layout::Layout;
     use crate::node::{RenewBatch, RenewItem};
     use std::time::Duration;
 
@@ -92,9 +99,12 @@ mod tests {
     /// pub/sub would publish in) and its fence counter.
     #[test]
     fn every_single_name_call_stays_in_the_locks_slot() {
-        for prefix in ["quorumlock:", "ql:", ""] {
+        for (layout, prefix) in [Layout::Quorumlock, Layout::Redisson]
+            .into_iter()
+            .flat_map(|l| ["quorumlock:", "ql:", ""].map(|p| (l, p)))
+        {
             for name in ["a", "orders:42", "tp-17", "ünïcode", "x y"] {
-                let k = Arc::new(Keys::new(prefix, name));
+                let k = Arc::new(Keys::in_layout(layout, prefix, name));
                 let one = std::slice::from_ref(&k);
                 let status: Vec<String> = status(&k).map(str::to_owned).into();
                 for (call, keys) in [
@@ -108,6 +118,9 @@ mod tests {
                     ("status", status),
                 ] {
                     let want = vec![key_slot(&k.lock); keys.len()];
+                    let named = k.foreign_channel.iter().all(|c| keys.contains(c));
+                    let releases = call.contains("release");
+                    assert!(named || !releases, "{call} publishes on {keys:?}");
                     assert_eq!(slots(&keys), want, "{call} of {name:?}: {keys:?}");
                 }
             }

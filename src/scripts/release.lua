@@ -5,6 +5,9 @@
 -- KEYS[3] fence       <prefix>fence:{tag}, the fence counter of the lock's slot
 -- KEYS[4] queue       <prefix>{name}:queue (see acquire_queued.lua)
 -- KEYS[5] timeouts    <prefix>{name}:timeouts
+-- KEYS[6] optional: another client's release channel (Redisson's
+--         redisson_lock__channel:{name}), where a full release also
+--         publishes `0`, after its own message
 -- ARGV[1] owner id
 -- ARGV[2] hold count left after this release (0 releases the lock)
 -- ARGV[3] lease in milliseconds (used when the count stays above 0)
@@ -55,4 +58,7 @@ redis.call('del', KEYS[1])
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
 redis.pcall('publish', KEYS[2], (head or '') .. ' ' .. ARGV[1])
+if KEYS[6] then
+  redis.pcall('publish', KEYS[6], '0')
+end
 return 2

@@ -28,6 +28,12 @@
 //! than the holder's key is known to expire (the PTTL seen by the last
 //! attempt, or the lease of a local holder), since an expiry publishes
 //! nothing.
+//!
+//! In `Layout::Redisson` a lock has a second channel, Redisson's
+//! (`Keys::foreign_channel`): a release publishes `0` there after its own
+//! message, and the waiters listen on both (one SUBSCRIBE for both, so that
+//! a node's messages on them come in the order it published them), so that
+//! a Redisson unlock wakes them (see `bells`).
 
 mod bells;
 mod pubsub;
@@ -44,6 +50,7 @@ use tokio::time::Instant;
 use self::bells::{unbounded, Bell, Board, Channel, Kind};
 use self::pubsub::{node_task, Command, Timeouts};
 use crate::config::Config;
+use crate::keys::Keys;
 use crate::node::Feed;
 use crate::rng::jitter;
 use crate::sync::locked;
@@ -65,6 +72,29 @@ pub struct PubSubStats {
     /// Subscriptions a node refused (e.g. an ACL user without channel
     /// rights); waiters then poll with the backoff.
     pub refusals: u64,
+}
+
+/// The channels a lock's waiters listen on: its own, and another client's
+/// (Redisson's), if the layout has one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listen<'a> {
+    pub(crate) own: &'a str,
+    pub(crate) foreign: Option<&'a str>,
+}
+
+impl<'a> From<&'a str> for Listen<'a> {
+    fn from(own: &'a str) -> Self {
+        Self { own, foreign: None }
+    }
+}
+
+impl<'a> From<&'a Keys> for Listen<'a> {
+    fn from(keys: &'a Keys) -> Self {
+        Self {
+            own: &keys.channel,
+            foreign: keys.foreign_channel.as_deref(),
+        }
+    }
 }
 
 /// What the waiters of a manager share: its channels and the senders to
@@ -128,14 +158,14 @@ impl Notifier {
     /// Joins the waiters of `channel`, subscribing on every node if this is
     /// the first one: a plain waiter at the back of the local FIFO, a fair
     /// one (with its id in the nodes' queue) rung by name only.
-    pub(crate) fn waiter(
+    pub(crate) fn waiter<'a>(
         &self,
-        channel: &str,
+        channel: impl Into<Listen<'a>>,
         fair: Option<&Arc<str>>,
         owner: &Arc<str>,
     ) -> Waiter {
         let mut channels = locked(&self.shared.board.channels);
-        self.enter(&mut channels, channel, fair, owner)
+        self.enter(&mut channels, channel.into(), fair, owner)
     }
 
     /// Joins the plain waiters of `channel` only if some are queued already
@@ -143,9 +173,16 @@ impl Notifier {
     /// waiters do not hold it back). Decided under the channel map's lock,
     /// so a newcomer that arrives as the last waiter leaves either finds
     /// the queue empty or becomes its head.
-    pub(crate) fn join_if_queued(&self, channel: &str, owner: &Arc<str>) -> Option<Waiter> {
+    pub(crate) fn join_if_queued<'a>(
+        &self,
+        channel: impl Into<Listen<'a>>,
+        owner: &Arc<str>,
+    ) -> Option<Waiter> {
+        let channel = channel.into();
         let mut channels = locked(&self.shared.board.channels);
-        let queued = channels.get(channel).is_some_and(|c| c.has_plain_waiters());
+        let queued = channels
+            .get(channel.own)
+            .is_some_and(|c| c.has_plain_waiters());
         queued.then(|| self.enter(&mut channels, channel, None, owner))
     }
 
@@ -153,15 +190,16 @@ impl Notifier {
     /// it on enough nodes already (other waiters, or one that left less
     /// than [`LINGER`] ago): a waiter that listens before its first attempt
     /// needs no second one to catch a release that came before it listened.
-    pub(crate) fn join_if_covered(
+    pub(crate) fn join_if_covered<'a>(
         &self,
-        channel: &str,
+        channel: impl Into<Listen<'a>>,
         fair: Option<&Arc<str>>,
         owner: &Arc<str>,
     ) -> Option<Waiter> {
+        let channel = channel.into();
         let mut channels = locked(&self.shared.board.channels);
         let covered = channels
-            .get(channel)
+            .get(channel.own)
             .is_some_and(|c| c.coverage() >= self.shared.needed);
         covered.then(|| self.enter(&mut channels, channel, fair, owner))
     }
@@ -169,18 +207,24 @@ impl Notifier {
     fn enter(
         &self,
         channels: &mut std::collections::HashMap<Arc<str>, Arc<Channel>>,
-        channel: &str,
+        channel: Listen<'_>,
         fair: Option<&Arc<str>>,
         owner: &Arc<str>,
     ) -> Waiter {
-        let name: Arc<str> = channel.into();
-        let chan = match channels.get(channel) {
+        let name: Arc<str> = channel.own.into();
+        let chan = match channels.get(channel.own) {
             Some(c) => Arc::clone(c),
             None => {
-                let c = Arc::new(Channel::new(self.shared.board.nodes));
-                channels.insert(Arc::clone(&name), Arc::clone(&c));
+                let foreign: Option<Arc<str>> = channel.foreign.map(Into::into);
+                let nodes = self.shared.board.nodes;
+                let c = Arc::new(Channel::with_foreign(nodes, foreign.clone()));
+                let mut names = vec![Arc::clone(&name)];
+                names.extend(foreign);
+                for n in &names {
+                    channels.insert(Arc::clone(n), Arc::clone(&c));
+                }
                 for tx in &self.shared.senders {
-                    let _ = tx.send(Command::Subscribe(Arc::clone(&name)));
+                    let _ = tx.send(Command::Subscribe(names.clone()));
                 }
                 c
             }
@@ -216,7 +260,10 @@ impl Notifier {
         PubSubStats {
             messages: b.messages.load(Ordering::Relaxed),
             connections: b.connections.load(Ordering::Relaxed),
-            channels: locked(&b.channels).len(),
+            channels: locked(&b.channels)
+                .iter()
+                .filter(|(name, c)| c.foreign.as_deref() != Some(&**name))
+                .count(),
             wakeups: b.wakeups.load(Ordering::Relaxed),
             refusals: b.refusals.load(Ordering::Relaxed),
         }
@@ -452,9 +499,13 @@ impl Waiter {
             let unused = *locked(&chan.refs) == 0
                 && channels.get(&name).is_some_and(|c| Arc::ptr_eq(c, &chan));
             if unused {
-                channels.remove(&name);
+                let mut names = vec![Arc::clone(&name)];
+                names.extend(chan.foreign.clone());
+                for n in &names {
+                    channels.remove(n);
+                }
                 for tx in &shared.senders {
-                    let _ = tx.send(Command::Unsubscribe(Arc::clone(&name)));
+                    let _ = tx.send(Command::Unsubscribe(names.clone()));
                 }
             }
         };

@@ -24,9 +24,11 @@ use crate::node::{Feed, FeedConn};
 use crate::telemetry::Metrics;
 
 /// Commands to one node's pub/sub task.
+/// A lock's channels go together, in one command: its own, then the
+/// foreign one its waiters also listen on, if any.
 pub(super) enum Command {
-    Subscribe(Arc<str>),
-    Unsubscribe(Arc<str>),
+    Subscribe(Vec<Arc<str>>),
+    Unsubscribe(Vec<Arc<str>>),
 }
 
 /// How long a pub/sub task waits for the node.
@@ -135,14 +137,15 @@ pub(super) async fn node_task(
                 biased;
                 cmd = commands.recv() => match cmd {
                     None => return,
-                    Some(Command::Subscribe(name)) => {
+                    Some(Command::Subscribe(names)) => {
+                        let Some(name) = names.first().cloned() else { continue };
                         // Subscribed already when the connection opened.
                         let Some(b) = board.upgrade() else { return };
                         if b.channel(&name).is_some_and(|c| c.subscribed[i].load(Ordering::Acquire)) {
                             continue;
                         }
                         drop(b);
-                        outcome = bounded(timeouts.call, sink.subscribe(vec![Arc::clone(&name)])).await;
+                        outcome = bounded(timeouts.call, sink.subscribe(names)).await;
                         let Some(b) = board.upgrade() else { return };
                         if let (Outcome::Done, Some(c)) = (&outcome, b.channel(&name)) {
                             delay = FIRST_DELAY;
@@ -150,13 +153,15 @@ pub(super) async fn node_task(
                             c.confirmed.notify_waiters();
                         }
                     }
-                    Some(Command::Unsubscribe(name)) => {
+                    Some(Command::Unsubscribe(names)) => {
                         // A waiter that arrived meanwhile keeps the channel.
-                        let Some(b) = board.upgrade() else { return };
-                        let still_wanted = b.channel(&name).is_some();
-                        drop(b);
-                        if !still_wanted {
-                            outcome = bounded(timeouts.call, sink.unsubscribe(name)).await;
+                        for name in names {
+                            let Some(b) = board.upgrade() else { return };
+                            let still_wanted = b.channel(&name).is_some();
+                            drop(b);
+                            if !still_wanted && matches!(outcome, Outcome::Done) {
+                                outcome = bounded(timeouts.call, sink.unsubscribe(name)).await;
+                            }
                         }
                     }
                 },

@@ -285,6 +285,9 @@ pub(super) fn release(
                 let head = q.and_then(|q| (q.drop_gone(Instant::now()), q.head()).1);
                 let msg = format!("{} {owner}", head.unwrap_or_default());
                 s.feed.publish(&keys.channel, msg);
+                if let Some(foreign) = &keys.foreign_channel {
+                    s.feed.publish(foreign, crate::layout::REDISSON_UNLOCK);
+                }
                 Released::Deleted
             })
         }
@@ -312,6 +315,9 @@ pub(super) fn force_release(s: &mut State, keys: &Keys) -> Result<bool, NodeErro
     let deleted = s.locks.remove(&keys.lock).is_some() | s.foreign.remove(&keys.lock);
     if deleted {
         s.feed.publish(&keys.channel, "");
+        if let Some(foreign) = &keys.foreign_channel {
+            s.feed.publish(foreign, crate::layout::REDISSON_UNLOCK);
+        }
     }
     Ok(deleted)
 }

@@ -4,12 +4,16 @@
 //! must be the expected one on both, so the fake cannot drift from the
 //! scripts unnoticed.
 //!
+//! Every case runs in both key layouts (`Layout::Quorumlock` and
+//! `Layout::Redisson`): the same answers in each.
+//!
 //! Both run on real time (the fake's clock is `tokio::time::Instant`, not
 //! paused here). Remaining times are compared within `steps::SLACK`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::layout::Layout;
 use crate::node::redis_node::RedisNode;
 use crate::node::{NodeOps, NodeSpec};
 use crate::tests::fake::FakeNode;
@@ -35,7 +39,11 @@ fn cases() -> Vec<Case> {
 
 /// Runs every case on a fresh fake and on the flushed server; returns a
 /// report of each case where an answer differs from the expected one.
-async fn run_all(server: &Arc<local::LocalNodes>, real: &Arc<dyn NodeOps>) -> Vec<String> {
+async fn run_all(
+    server: &Arc<local::LocalNodes>,
+    real: &Arc<dyn NodeOps>,
+    layout: Layout,
+) -> Vec<String> {
     let mut failures = Vec::new();
     for case in cases() {
         let fake = FakeNode::new(0);
@@ -43,10 +51,12 @@ async fn run_all(server: &Arc<local::LocalNodes>, real: &Arc<dyn NodeOps>) -> Ve
             Side {
                 node: Arc::clone(&fake) as Arc<dyn NodeOps>,
                 ctl: Ctl::Fake(fake),
+                layout,
             },
             Side {
                 node: Arc::clone(real),
                 ctl: Ctl::Real(Arc::clone(server)),
+                layout,
             },
         ];
         Side::admin_cmd(server, &mut redis::cmd("FLUSHALL")).await;
@@ -73,7 +83,7 @@ async fn run_all(server: &Arc<local::LocalNodes>, real: &Arc<dyn NodeOps>) -> Ve
             ));
         }
         if report.contains("!!") {
-            failures.push(format!("case {:?}:{report}", case.name));
+            failures.push(format!("case {:?} in {layout:?}:{report}", case.name));
         }
     }
     failures
@@ -96,7 +106,10 @@ async fn node_cases_fake_and_scripts_agree() {
             .await
             .expect("connect to the local redis-server"),
     );
-    let failures = run_all(&server, &real).await;
+    let mut failures = Vec::new();
+    for layout in [Layout::Quorumlock, Layout::Redisson] {
+        failures.extend(run_all(&server, &real, layout).await);
+    }
     assert!(
         failures.is_empty(),
         "{} case(s) where the fake, the scripts or the expectation differ:\n{}",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
+use crate::layout::Layout;
 use crate::node::{Claim, Grant, NodeOps, Place, RenewBatch, RenewItem};
 use crate::tests::fake::FakeNode;
 
@@ -22,10 +23,8 @@ pub(super) enum Ctl {
 pub(super) struct Side {
     pub(super) node: Arc<dyn NodeOps>,
     pub(super) ctl: Ctl,
-}
-
-fn keys(name: &str) -> Arc<Keys> {
-    Arc::new(Keys::new(PREFIX, name))
+    /// The key layout the case runs in: every case runs in each.
+    pub(super) layout: Layout,
 }
 
 fn grant(g: Grant) -> Out {
@@ -41,6 +40,10 @@ fn outcome<T>(r: Result<T, crate::error::NodeError>, f: impl FnOnce(T) -> Out) -
 }
 
 impl Side {
+    fn keys(&self, name: &str) -> Arc<Keys> {
+        Arc::new(Keys::in_layout(self.layout, PREFIX, name))
+    }
+
     async fn admin(server: &local::LocalNodes) -> redis::aio::MultiplexedConnection {
         redis::Client::open(server.url(0))
             .expect("server url")
@@ -69,7 +72,7 @@ impl Side {
                 lease,
                 count,
             } => {
-                let (k, c) = (keys(name), claim(holder, *lease, *count));
+                let (k, c) = (self.keys(name), claim(holder, *lease, *count));
                 let call = match op {
                     Op::Reenter { .. } => n.reenter(&k, &c),
                     _ => n.acquire(&k, &c, None),
@@ -93,19 +96,24 @@ impl Side {
                     fair: *fair,
                 };
                 outcome(
-                    n.acquire(&keys(name), &claim(holder, *lease, *count), Some(&place))
-                        .await,
+                    n.acquire(
+                        &self.keys(name),
+                        &claim(holder, *lease, *count),
+                        Some(&place),
+                    )
+                    .await,
                     |g| match g {
                         Grant::Taken(wait, ticket) => Out::Queued { wait, ticket },
                         g => grant(g),
                     },
                 )
             }
-            Op::Leave { name, waiter } => {
-                outcome(n.leave(&keys(name), &Arc::from(*waiter)).await, Out::Left)
-            }
+            Op::Leave { name, waiter } => outcome(
+                n.leave(&self.keys(name), &Arc::from(*waiter)).await,
+                Out::Left,
+            ),
             Op::Queue(name) => {
-                let keys = keys(name);
+                let keys = self.keys(name);
                 match &self.ctl {
                     Ctl::Fake(f) => Out::Queue(f.queued(&keys)),
                     Ctl::Real(r) => {
@@ -127,7 +135,7 @@ impl Side {
                 lease,
                 count,
             } => {
-                let set: Arc<[Arc<Keys>]> = names.iter().map(|n| keys(n)).collect();
+                let set: Arc<[Arc<Keys>]> = names.iter().map(|n| self.keys(n)).collect();
                 outcome(
                     n.acquire_all(&set, &claim(holder, *lease, *count)).await,
                     grant,
@@ -140,7 +148,7 @@ impl Side {
                 lease,
                 token,
             } => outcome(
-                n.release(&keys(name), &claim(holder, *lease, *left), *token)
+                n.release(&self.keys(name), &claim(holder, *lease, *left), *token)
                     .await,
                 Out::Released,
             ),
@@ -148,7 +156,7 @@ impl Side {
                 let items = items
                     .iter()
                     .map(|(name, holder, count, lease)| RenewItem {
-                        keys: keys(name),
+                        keys: self.keys(name),
                         owner: Arc::from(*holder),
                         count: *count,
                         token: 0,
@@ -164,7 +172,7 @@ impl Side {
                 let items = items
                     .iter()
                     .map(|(name, holder, count, token, lease)| RenewItem {
-                        keys: keys(name),
+                        keys: self.keys(name),
                         owner: Arc::from(*holder),
                         count: *count,
                         token: *token,
@@ -176,13 +184,15 @@ impl Side {
                     Out::Renewed,
                 )
             }
-            Op::RaiseFence(token) => outcome(n.raise_fence(&[keys("a")], *token).await, Out::Fence),
+            Op::RaiseFence(token) => {
+                outcome(n.raise_fence(&[self.keys("a")], *token).await, Out::Fence)
+            }
             Op::RaiseFences(names, token) => {
-                let set: Vec<Arc<Keys>> = names.iter().map(|n| keys(n)).collect();
+                let set: Vec<Arc<Keys>> = names.iter().map(|n| self.keys(n)).collect();
                 outcome(n.raise_fence(&set, *token).await, Out::Fence)
             }
-            Op::ForceRelease(name) => outcome(n.force_release(&keys(name)).await, Out::Forced),
-            Op::Status(name) => outcome(n.status(&keys(name)).await, |s| Out::State {
+            Op::ForceRelease(name) => outcome(n.force_release(&self.keys(name)).await, Out::Forced),
+            Op::Status(name) => outcome(n.status(&self.keys(name)).await, |s| Out::State {
                 holder: s.holder,
                 count: s.hold_count,
                 pttl: s.pttl,
@@ -190,8 +200,8 @@ impl Side {
             }),
             Op::ForeignLock(name) | Op::ForeignQueue(name) => {
                 let key = match op {
-                    Op::ForeignQueue(_) => keys(name).queue(),
-                    _ => keys(name).lock.clone(),
+                    Op::ForeignQueue(_) => self.keys(name).queue(),
+                    _ => self.keys(name).lock.clone(),
                 };
                 match &self.ctl {
                     Ctl::Fake(f) => f.put_foreign(&key),
@@ -200,7 +210,7 @@ impl Side {
                 Out::Done
             }
             Op::ForeignFence => {
-                let key = keys("a").fence.clone();
+                let key = self.keys("a").fence.clone();
                 match &self.ctl {
                     Ctl::Fake(f) => f.put_foreign(&key),
                     Ctl::Real(r) => {
@@ -256,7 +266,7 @@ impl Side {
                 }
                 r.restart(0).expect("restart redis-server");
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-                while self.node.status(&keys("a")).await.is_err() {
+                while self.node.status(&self.keys("a")).await.is_err() {
                     assert!(
                         tokio::time::Instant::now() < deadline,
                         "the node did not reconnect after the restart"

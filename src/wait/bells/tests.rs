@@ -148,6 +148,45 @@ fn a_waiters_own_rollback_does_not_ring_it() {
     assert_eq!(rings(&head), 1);
 }
 
+/// Redisson's unlock message `0` names no waiter and no releaser: a
+/// release by someone unknown, which rings the head of the FIFO and every
+/// fair waiter as another manager's release does (a quorum of nodes).
+#[test]
+fn a_redisson_unlock_rings_like_another_managers_release() {
+    let (c, w) = channel();
+    let head = c.join(&Kind::Plain(0), &owner());
+    let behind = c.join(&Kind::Plain(1), &owner());
+    let (_, fair) = join_fair(&c, "owner-3:wait-1");
+    c.on_message(1, b"0", ME, &w);
+    assert_eq!((rings(&head), rings(&behind), rings(&fair)), (1, 0, 1));
+    assert!(!prompt(&head), "an unknown release waits for a quorum");
+    assert_eq!((head.nodes_rung(), fair.nodes_rung()), (1, 1));
+}
+
+/// In Redisson's layout our own release publishes its message, then `0`
+/// on the foreign channel: the `0` is its echo, dropped; a `0` that no
+/// message of ours announced on that node is another client's unlock.
+#[test]
+fn an_own_releases_echo_on_the_foreign_channel_rings_once() {
+    let c = Channel::with_foreign(3, Some("redisson_lock__channel:{a}".into()));
+    let w = AtomicU64::new(0);
+    let head = c.join(&Kind::Plain(0), &owner());
+    c.on_message(0, &msg("", "other@2#bbbb:owner-1:hold-1@0"), ME, &w);
+    c.on_foreign(0, &w);
+    assert_eq!(rings(&head), 1, "the echo is dropped");
+    c.on_foreign(0, &w);
+    assert_eq!(rings(&head), 2, "a Redisson unlock rings");
+    assert_eq!(head.nodes_rung(), 1);
+    c.on_message(1, b"", ME, &w);
+    c.forget_echoes(1);
+    c.on_foreign(1, &w);
+    assert_eq!(
+        rings(&head),
+        4,
+        "an echo owed by a lost connection is forgotten"
+    );
+}
+
 #[test]
 fn garbage_payloads_ring_the_head_at_most() {
     let (c, w) = channel();
