@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::layout::Layout;
 use crate::manager::LockManager;
 use crate::node::cluster_node::ClusterNode;
+use crate::node::member::{Member, Server};
 use crate::node::redis_node::RedisNode;
 use crate::node::{redact, NodeOps, NodeSpec};
 
@@ -346,7 +347,7 @@ impl LockManagerBuilder {
                     admission
                         .admit(i, &specs[i].addr, &node.info())
                         .map_err(Error::Config)?;
-                    nodes.push(Arc::new(node));
+                    nodes.push(Arc::new(Member(node)));
                 }
                 Err(Error::Connect { failures: f }) if self.allow_unreachable => {
                     tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
@@ -357,7 +358,7 @@ impl LockManagerBuilder {
                         connect_timeout,
                         Arc::clone(&admission),
                     )?;
-                    nodes.push(Arc::new(lazy));
+                    nodes.push(Arc::new(Member(lazy)));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),
                 Err(e) => return Err(e),
@@ -375,9 +376,9 @@ impl LockManagerBuilder {
             match r {
                 Ok(node) => {
                     admission
-                        .admit(i, node.addr(), &node.info())
+                        .admit(i, Server::addr(&node), &node.info())
                         .map_err(Error::Config)?;
-                    nodes.push(Arc::new(node));
+                    nodes.push(Arc::new(Member(node)));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),
                 Err(e) => return Err(e),

@@ -39,17 +39,17 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use crate::admission::ServerInfo;
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::scripts::{self, ms};
+use crate::scripts;
 use crate::sync::locked;
 
 use super::cluster_map::{check_seeds, info_field, SlotMap};
-use super::reply::{self, grant};
+use super::member::Server;
+use super::reply;
 use super::script_call::{broken, map_err, no_script, Resend};
 use super::script_keys;
 use super::spec::NodeSpec;
 use super::{
-    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
-    RenewItem, Renewed, RENEW_CHUNK,
+    Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, RenewItem, Renewed, RENEW_CHUNK,
 };
 
 /// The status pipeline's reply: the hash, its PTTL, the counter, the id of
@@ -219,68 +219,6 @@ impl ClusterNode {
         self.info.clone()
     }
 
-    /// One script call, sent again only when an answer proves it did not
-    /// run (see the module doc).
-    fn eval<T, R>(
-        &self,
-        script: &'static scripts::Lua,
-        keys: Vec<String>,
-        resend: Resend,
-        args: impl Fn(&mut redis::Cmd) + Send + 'static,
-        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
-    ) -> Answer<R>
-    where
-        T: redis::FromRedisValue + Send,
-        R: Send + 'static,
-    {
-        let mut conn = self.conn.clone();
-        let map = Arc::clone(&self.map);
-        Box::pin(async move {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let mut send_body = false;
-            let mut route = Redirect::BySlot;
-            let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);
-            let mut pause = Duration::from_millis(5);
-            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
-            for _ in 0..MAX_TRIES {
-                let mut cmd = script.call(send_body, &keys);
-                args(&mut cmd);
-                let e = match send(&mut conn, cmd, &route).await {
-                    Ok(v) => {
-                        let v = redis::from_redis_value::<T>(v)
-                            .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
-                        return read(v);
-                    }
-                    Err(e) => e,
-                };
-                last = map_err(&e);
-                if no_script(&e) && !send_body {
-                    send_body = true;
-                    continue;
-                }
-                match next(&e) {
-                    Next::Again(to) => {
-                        if matches!(to, Redirect::Moved(..)) {
-                            locked(&map).shards.clear();
-                        }
-                        route = to;
-                    }
-                    Next::Pause => {
-                        route = Redirect::BySlot;
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_millis(200));
-                    }
-                    Next::MayHaveRun if broken(&e) && after_break > 0 => {
-                        after_break -= 1;
-                        route = Redirect::BySlot;
-                    }
-                    Next::MayHaveRun => return Err(last),
-                }
-            }
-            Err(last)
-        })
-    }
-
     /// Re-reads the slot map (`CLUSTER SLOTS` from any node).
     async fn refresh(conn: &mut ClusterConnection, map: &Mutex<SlotMap>, seed_host: &str) {
         let reply: redis::RedisResult<Value> =
@@ -291,72 +229,6 @@ impl ClusterNode {
         {
             *locked(map) = fresh;
         }
-    }
-
-    /// A renew or repair batch: one script call per slot (and per
-    /// [`RENEW_CHUNK`] locks of it), one pipeline per shard, all shards at
-    /// once. A shard that fails or redirects is sent its part again (a
-    /// renewal may be: a release waits for it) after the map is re-read,
-    /// up to three rounds; the member fails the wave if a part still fails.
-    fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let conn = self.conn.clone();
-        let map = Arc::clone(&self.map);
-        let seed_host = self.seed_host.clone();
-        Box::pin(async move {
-            let groups = slot_groups(&batch.items);
-            let mut codes: Vec<i64> = vec![0; batch.items.len()];
-            let mut pending: Vec<usize> = (0..groups.len()).collect();
-            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
-            for round in 0..3 {
-                let mut c = conn.clone();
-                if round > 0 || locked(&map).shards.is_empty() {
-                    Self::refresh(&mut c, &map, &seed_host).await;
-                }
-                let by_shard = by_shard(&locked(&map), &groups, &pending);
-                let sent = futures::future::join_all(by_shard.into_iter().map(|part| {
-                    let mut c = conn.clone();
-                    let batch = Arc::clone(&batch);
-                    let groups = &groups;
-                    async move {
-                        let r = send_part(&mut c, &batch, groups, &part).await;
-                        (part, r)
-                    }
-                }))
-                .await;
-                pending.clear();
-                for (part, r) in sent {
-                    match r {
-                        Ok(replies) => {
-                            for (&g, reply) in part.iter().zip(replies) {
-                                let items = &groups[g].1;
-                                if reply.len() != items.len() {
-                                    last = NodeError::protocol("renew");
-                                    pending.push(g);
-                                    continue;
-                                }
-                                for (&i, code) in items.iter().zip(reply) {
-                                    codes[i] = code;
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            last = map_err(&e);
-                            if no_script(&e) {
-                                // SCRIPT LOAD goes to every master.
-                                let mut c = conn.clone();
-                                let load = batch.script().prepare_invoke();
-                                let _ = load.load_async(&mut c).await;
-                            }
-                            pending.extend(part);
-                        }
-                    }
-                }
-                if pending.is_empty() {
-                    return reply::renewed(codes, batch.items.len());
-                }
-            }
-            Err(last)
-        })
     }
 }
 
@@ -444,43 +316,7 @@ async fn send(
     v.extract_error()
 }
 
-/// What a seed says: its slot map, or `None` for a standalone server; its
-/// `maxmemory-policy`.
-struct Seed {
-    map: Option<Result<SlotMap, String>>,
-    policy: Option<String>,
-}
-
-async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
-    let mut c = spec.client.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("cluster")
-        .query_async(&mut c)
-        .await?;
-    let policy = crate::admission::maxmemory_policy(&mut c)
-        .await
-        .ok()
-        .flatten();
-    if info_field(&info, "cluster_enabled") != Some("1") {
-        return Ok(Seed { map: None, policy });
-    }
-    let slots: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut c)
-        .await?;
-    let host = match spec.client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
-            h.clone()
-        }
-        _ => String::new(),
-    };
-    Ok(Seed {
-        map: Some(SlotMap::parse(&slots, &host)),
-        policy,
-    })
-}
-
-impl NodeOps for ClusterNode {
+impl Server for ClusterNode {
     fn addr(&self) -> &str {
         &self.addr
     }
@@ -501,92 +337,6 @@ impl NodeOps for ClusterNode {
             round_trips: by_shard(&map, &groups, &all).len() as u64,
             script_calls: groups.len() as u64,
         }
-    }
-
-    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        let Some(p) = place.cloned() else {
-            let args = move |c: &mut redis::Cmd| {
-                c.arg(&*owner).arg(ms(lease)).arg(count);
-            };
-            let names = script_keys::acquire(keys);
-            return self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
-        };
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
-            c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
-        };
-        let names = script_keys::acquire_queued(keys);
-        self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
-    }
-
-    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::acquire(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
-        };
-        let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
-    }
-
-    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let waiter = Arc::clone(waiter);
-        let names = script_keys::leave(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*waiter);
-        };
-        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
-        self.eval(&scripts::LEAVE, names, resend, args, read)
-    }
-
-    /// A set over one slot only: `lock_all` refuses a set over several
-    /// slots on a manager with a cluster member before any call
-    /// (`refuse_cross_slot_set`).
-    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::acquire_all(keys);
-        let n = keys.len();
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
-        };
-        let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
-        self.eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
-    }
-
-    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::release(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
-        };
-        let resend = Resend::AfterBrokenConnection;
-        self.eval(&scripts::RELEASE, names, resend, args, reply::released)
-    }
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.batch(batch)
-    }
-
-    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.batch(batch)
-    }
-
-    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(token);
-        };
-        let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
-        let names = script_keys::raise_fences(keys);
-        let resend = Resend::AfterBrokenConnection;
-        self.eval(&scripts::RAISE_FENCE, names, resend, args, read)
-    }
-
-    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
-        let names = script_keys::force_release(keys);
-        let read = |n: i64| Ok(n == 1);
-        self.eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
     }
 
     /// The lock's state, and the shard that answered: the status pipeline
@@ -622,6 +372,174 @@ impl NodeOps for ClusterNode {
             Ok(state)
         })
     }
+
+    fn feed(&self) -> Option<Arc<dyn Feed>> {
+        None
+    }
+
+    /// One script call, sent again only when an answer proves it did not
+    /// run (see the module doc).
+    fn eval<T, R>(
+        &self,
+        script: &'static scripts::Lua,
+        keys: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send,
+        R: Send + 'static,
+    {
+        let mut conn = self.conn.clone();
+        let map = Arc::clone(&self.map);
+        Box::pin(async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let mut send_body = false;
+            let mut route = Redirect::BySlot;
+            let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);
+            let mut pause = Duration::from_millis(5);
+            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
+            for _ in 0..MAX_TRIES {
+                let mut cmd = script.call(send_body, &keys);
+                args(&mut cmd);
+                let e = match send(&mut conn, cmd, &route).await {
+                    Ok(v) => {
+                        let v = redis::from_redis_value::<T>(v)
+                            .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
+                        return read(v);
+                    }
+                    Err(e) => e,
+                };
+                last = map_err(&e);
+                if no_script(&e) && !send_body {
+                    send_body = true;
+                    continue;
+                }
+                match next(&e) {
+                    Next::Again(to) => {
+                        if matches!(to, Redirect::Moved(..)) {
+                            locked(&map).shards.clear();
+                        }
+                        route = to;
+                    }
+                    Next::Pause => {
+                        route = Redirect::BySlot;
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(200));
+                    }
+                    Next::MayHaveRun if broken(&e) && after_break > 0 => {
+                        after_break -= 1;
+                        route = Redirect::BySlot;
+                    }
+                    Next::MayHaveRun => return Err(last),
+                }
+            }
+            Err(last)
+        })
+    }
+
+    /// A renew or repair batch: one script call per slot (and per
+    /// [`RENEW_CHUNK`] locks of it), one pipeline per shard, all shards at
+    /// once. A shard that fails or redirects is sent its part again (a
+    /// renewal may be: a release waits for it) after the map is re-read,
+    /// up to three rounds; the member fails the wave if a part still fails.
+    fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        let conn = self.conn.clone();
+        let map = Arc::clone(&self.map);
+        let seed_host = self.seed_host.clone();
+        Box::pin(async move {
+            let groups = slot_groups(&batch.items);
+            let mut codes: Vec<i64> = vec![0; batch.items.len()];
+            let mut pending: Vec<usize> = (0..groups.len()).collect();
+            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
+            for round in 0..3 {
+                let mut c = conn.clone();
+                if round > 0 || locked(&map).shards.is_empty() {
+                    Self::refresh(&mut c, &map, &seed_host).await;
+                }
+                let by_shard = by_shard(&locked(&map), &groups, &pending);
+                let sent = futures::future::join_all(by_shard.into_iter().map(|part| {
+                    let mut c = conn.clone();
+                    let batch = Arc::clone(&batch);
+                    let groups = &groups;
+                    async move {
+                        let r = send_part(&mut c, &batch, groups, &part).await;
+                        (part, r)
+                    }
+                }))
+                .await;
+                pending.clear();
+                for (part, r) in sent {
+                    match r {
+                        Ok(replies) => {
+                            for (&g, reply) in part.iter().zip(replies) {
+                                let items = &groups[g].1;
+                                if reply.len() != items.len() {
+                                    last = NodeError::protocol("renew");
+                                    pending.push(g);
+                                    continue;
+                                }
+                                for (&i, code) in items.iter().zip(reply) {
+                                    codes[i] = code;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            last = map_err(&e);
+                            if no_script(&e) {
+                                // SCRIPT LOAD goes to every master.
+                                let mut c = conn.clone();
+                                let load = batch.script().prepare_invoke();
+                                let _ = load.load_async(&mut c).await;
+                            }
+                            pending.extend(part);
+                        }
+                    }
+                }
+                if pending.is_empty() {
+                    return reply::renewed(codes, batch.items.len());
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+/// What a seed says: its slot map, or `None` for a standalone server; its
+/// `maxmemory-policy`.
+struct Seed {
+    map: Option<Result<SlotMap, String>>,
+    policy: Option<String>,
+}
+
+async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
+    let mut c = spec.client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut c)
+        .await?;
+    let policy = crate::admission::maxmemory_policy(&mut c)
+        .await
+        .ok()
+        .flatten();
+    if info_field(&info, "cluster_enabled") != Some("1") {
+        return Ok(Seed { map: None, policy });
+    }
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut c)
+        .await?;
+    let host = match spec.client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
+            h.clone()
+        }
+        _ => String::new(),
+    };
+    Ok(Seed {
+        map: Some(SlotMap::parse(&slots, &host)),
+        policy,
+    })
 }
 
 /// Refuses a node given as a standalone master that is one shard of a

@@ -24,6 +24,7 @@ mod batch;
 mod cluster_map;
 pub(crate) mod cluster_node;
 mod feed;
+pub(crate) mod member;
 pub(crate) mod redis_node;
 mod reply;
 mod script_call;
@@ -139,6 +140,17 @@ pub(crate) struct BatchCost {
     pub(crate) script_calls: u64,
 }
 
+impl BatchCost {
+    /// One pipeline carrying one script call per [`RENEW_CHUNK`] locks (a
+    /// standalone member).
+    pub(crate) fn of_one_pipeline(batch: &RenewBatch) -> Self {
+        Self {
+            round_trips: 1,
+            script_calls: batch.items.len().div_ceil(RENEW_CHUNK) as u64,
+        }
+    }
+}
+
 /// A node's answer to one call: `'static`, so that a call still in flight
 /// can outlive the caller that started it.
 pub(crate) type Answer<T> = BoxFuture<'static, Result<T, NodeError>>;
@@ -164,10 +176,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// call per [`RENEW_CHUNK`] locks (a cluster member: one pipeline per
     /// shard, one call per slot and chunk).
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
-        BatchCost {
-            round_trips: 1,
-            script_calls: batch.items.len().div_ceil(RENEW_CHUNK) as u64,
-        }
+        BatchCost::of_one_pipeline(batch)
     }
 
     /// The node's release messages, if it publishes any the waiters can

@@ -11,16 +11,14 @@ use redis::{Client, Value};
 use crate::admission::{maxmemory_policy, Admission, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
-use crate::scripts::{self, ms};
+use crate::scripts;
 
-use super::reply::{self, grant};
+use super::member::Server;
+use super::reply;
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
 use super::script_keys;
 use super::spec::NodeSpec;
-use super::{
-    Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, RedisFeed, Released, RenewBatch,
-    Renewed,
-};
+use super::{Answer, BatchCost, Feed, NodeLockState, RedisFeed, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -265,7 +263,62 @@ async fn role(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
     Ok(reply::role(&answer))
 }
 
-impl RedisNode {
+impl Server for RedisNode {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn feed(&self) -> Option<Arc<dyn Feed>> {
+        Some(Arc::new(RedisFeed::new(self.client.clone())))
+    }
+
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.policy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
+        let conn = self.checked();
+        let keys = Arc::clone(keys);
+        let loaded = Arc::clone(&self.loaded);
+        let policy = Arc::clone(&self.policy);
+        Box::pin(async move {
+            let mut conn = conn?;
+            // The policy can change at run time (CONFIG SET); a node that
+            // refuses CONFIG keeps what was read before.
+            match maxmemory_policy(&mut conn).await {
+                Ok(Some(p)) => set_policy(&policy, Some(p)),
+                Ok(None) => {}
+                Err(e) => forget_scripts(&loaded, &e),
+            }
+            let [lock, fence] = script_keys::status(&keys);
+            let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
+                .cmd("HGETALL")
+                .arg(lock)
+                .cmd("PTTL")
+                .arg(lock)
+                .cmd("GET")
+                .arg(fence)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| {
+                    forget_scripts(&loaded, &e);
+                    map_err(&e)
+                })?;
+            reply::lock_state(fields, pttl, fence)
+        })
+    }
+
+    fn is_cluster(&self) -> bool {
+        false
+    }
+
+    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
+        BatchCost::of_one_pipeline(batch)
+    }
+
     /// One call of `script` over the key names `keys`, with the arguments
     /// `args` adds, sent as [`ScriptCall::run`] does (`resend`); its reply
     /// is read by `read`.
@@ -329,136 +382,5 @@ impl RedisNode {
             };
             reply::renewed(replies.into_iter().flatten().collect(), batch.items.len())
         })
-    }
-}
-
-impl NodeOps for RedisNode {
-    fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    fn feed(&self) -> Option<Arc<dyn Feed>> {
-        Some(Arc::new(RedisFeed::new(self.client.clone())))
-    }
-
-    fn maxmemory_policy(&self) -> Option<String> {
-        self.policy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        let Some(p) = place.cloned() else {
-            let args = move |c: &mut redis::Cmd| {
-                c.arg(&*owner).arg(ms(lease)).arg(count);
-            };
-            let names = script_keys::acquire(keys);
-            return self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
-        };
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
-            c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
-        };
-        let names = script_keys::acquire_queued(keys);
-        self.eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
-    }
-
-    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::acquire(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
-        };
-        let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        self.eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
-    }
-
-    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let waiter = Arc::clone(waiter);
-        let names = script_keys::leave(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*waiter);
-        };
-        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
-        self.eval(&scripts::LEAVE, names, resend, args, read)
-    }
-
-    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::release(keys);
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
-        };
-        let resend = Resend::AfterBrokenConnection;
-        self.eval(&scripts::RELEASE, names, resend, args, reply::released)
-    }
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.batch(batch)
-    }
-
-    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.batch(batch)
-    }
-
-    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(token);
-        };
-        let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
-        let names = script_keys::raise_fences(keys);
-        let resend = Resend::AfterBrokenConnection;
-        self.eval(&scripts::RAISE_FENCE, names, resend, args, read)
-    }
-
-    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
-        let names = script_keys::force_release(keys);
-        let read = |n: i64| Ok(n == 1);
-        self.eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
-    }
-
-    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
-        let conn = self.checked();
-        let keys = Arc::clone(keys);
-        let loaded = Arc::clone(&self.loaded);
-        let policy = Arc::clone(&self.policy);
-        Box::pin(async move {
-            let mut conn = conn?;
-            // The policy can change at run time (CONFIG SET); a node that
-            // refuses CONFIG keeps what was read before.
-            match maxmemory_policy(&mut conn).await {
-                Ok(Some(p)) => set_policy(&policy, Some(p)),
-                Ok(None) => {}
-                Err(e) => forget_scripts(&loaded, &e),
-            }
-            let [lock, fence] = script_keys::status(&keys);
-            let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = redis::pipe()
-                .cmd("HGETALL")
-                .arg(lock)
-                .cmd("PTTL")
-                .arg(lock)
-                .cmd("GET")
-                .arg(fence)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| {
-                    forget_scripts(&loaded, &e);
-                    map_err(&e)
-                })?;
-            reply::lock_state(fields, pttl, fence)
-        })
-    }
-    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
-        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let names = script_keys::acquire_all(keys);
-        let n = keys.len();
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
-        };
-        let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
-        self.eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
     }
 }

@@ -85,7 +85,7 @@ impl Breaker {
 
 /// Whether a script call may be sent again after the connection broke.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Resend {
+pub(crate) enum Resend {
     /// Never: acquire (it could land behind its own release or rollback)
     /// and force-release (it could delete a lock taken meanwhile).
     Never,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::layout::Layout;
+use crate::node::member::Member;
 use crate::node::redis_node::RedisNode;
 use crate::node::{NodeOps, NodeSpec};
 use crate::tests::fake::FakeNode;
@@ -101,11 +102,11 @@ async fn node_cases_fake_and_scripts_agree() {
     .expect("start a local redis-server (scripts/setup.sh installs it)");
     let server = Arc::new(server);
     let spec = NodeSpec::from_url(&server.url(0)).expect("node url");
-    let real: Arc<dyn NodeOps> = Arc::new(
+    let real: Arc<dyn NodeOps> = Arc::new(Member(
         RedisNode::connect(0, spec, Duration::from_secs(5))
             .await
             .expect("connect to the local redis-server"),
-    );
+    ));
     let mut failures = Vec::new();
     for layout in [Layout::Quorumlock, Layout::Redisson] {
         failures.extend(run_all(&server, &real, layout).await);

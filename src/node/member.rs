@@ -1,0 +1,179 @@
+//! A real member (a standalone master, `redis_node`, or a Redis Cluster,
+//! `cluster_node`) as one `NodeOps`: every script call written once here
+//! (which script, which keys from `script_keys`, which arguments, how its
+//! reply reads, whether it may be sent again after a broken connection),
+//! while a member states only how a call reaches its server
+//! ([`Server::eval`], [`Server::batch`]) and what only it knows.
+
+use std::sync::Arc;
+
+use redis::Value;
+
+use crate::error::NodeError;
+use crate::keys::Keys;
+use crate::scripts::{self, ms};
+
+use super::reply::{self, grant};
+use super::script_call::Resend;
+use super::script_keys;
+use super::{
+    Answer, BatchCost, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
+    Renewed,
+};
+
+/// How calls reach one real member's server.
+pub(crate) trait Server: Send + Sync + 'static {
+    fn addr(&self) -> &str;
+
+    /// The `maxmemory-policy` last read, if the server said.
+    fn maxmemory_policy(&self) -> Option<String>;
+
+    /// See [`NodeOps::feed`].
+    fn feed(&self) -> Option<Arc<dyn Feed>>;
+
+    /// See [`NodeOps::is_cluster`].
+    fn is_cluster(&self) -> bool;
+
+    /// See [`NodeOps::batch_cost`].
+    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost;
+
+    /// Runs `script` over `keys` with the arguments `args` adds, sent again
+    /// only as `resend` allows; its reply is read by `read`.
+    fn eval<T, R>(
+        &self,
+        script: &'static scripts::Lua,
+        keys: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send,
+        R: Send + 'static;
+
+    /// Sends a renewal or repair batch.
+    fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
+
+    /// See [`NodeOps::status`].
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
+}
+
+/// A real member: a [`Server`] behind [`NodeOps`].
+pub(crate) struct Member<S>(pub(crate) S);
+
+impl<S: Server> NodeOps for Member<S> {
+    fn addr(&self) -> &str {
+        self.0.addr()
+    }
+
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.0.maxmemory_policy()
+    }
+
+    fn is_cluster(&self) -> bool {
+        self.0.is_cluster()
+    }
+
+    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
+        self.0.batch_cost(batch)
+    }
+
+    fn feed(&self) -> Option<Arc<dyn Feed>> {
+        self.0.feed()
+    }
+
+    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        let Some(p) = place.cloned() else {
+            let args = move |c: &mut redis::Cmd| {
+                c.arg(&*owner).arg(ms(lease)).arg(count);
+            };
+            let names = script_keys::acquire(keys);
+            return self
+                .0
+                .eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
+        };
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
+            c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
+        };
+        let names = script_keys::acquire_queued(keys);
+        self.0
+            .eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
+    }
+
+    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::acquire(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire");
+        self.0
+            .eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
+    }
+
+    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
+        let waiter = Arc::clone(waiter);
+        let names = script_keys::leave(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*waiter);
+        };
+        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
+        self.0.eval(&scripts::LEAVE, names, resend, args, read)
+    }
+
+    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::acquire_all(keys);
+        let n = keys.len();
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
+        };
+        let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
+        self.0
+            .eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
+    }
+
+    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let names = script_keys::release(keys);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+        };
+        let resend = Resend::AfterBrokenConnection;
+        self.0
+            .eval(&scripts::RELEASE, names, resend, args, reply::released)
+    }
+
+    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.0.batch(batch)
+    }
+
+    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.0.batch(batch)
+    }
+
+    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(token);
+        };
+        let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
+        let names = script_keys::raise_fences(keys);
+        let resend = Resend::AfterBrokenConnection;
+        self.0
+            .eval(&scripts::RAISE_FENCE, names, resend, args, read)
+    }
+
+    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
+        let names = script_keys::force_release(keys);
+        let read = |n: i64| Ok(n == 1);
+        self.0
+            .eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
+    }
+
+    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
+        self.0.status(keys)
+    }
+}
