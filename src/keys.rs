@@ -284,6 +284,21 @@ impl Target {
     }
 }
 
+/// The hash slot a lock name's keys live in (Redis Cluster's CRC16 of the
+/// name, mod 16384), whatever the key prefix: on a member that is a Redis
+/// Cluster, the slot picks the shard. Names of one slot can be taken
+/// together by [`lock_all`](crate::LockManager::lock_all) on a manager with
+/// a cluster member; names of several slots cannot.
+///
+/// # Errors
+///
+/// [`Error::InvalidInput`] for a name that is not a valid lock name (empty,
+/// too long, or with `{` or `}`).
+pub fn lock_slot(name: &str) -> Result<u16, Error> {
+    check_name(name)?;
+    Ok(name_slot(name))
+}
+
 /// Checks a lock name: non-empty, at most [`MAX_NAME_LEN`] bytes, and free of
 /// `{` and `}` (the name becomes the key's hash tag).
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {

@@ -27,38 +27,34 @@
 //! `None`, so waiters on a cluster member wake by their backoff and the
 //! holder's known expiry, not by a message from it.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{RedisError, Value};
 
 use crate::admission::ServerInfo;
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::scripts;
+
 use crate::sync::locked;
 
 use super::cluster_map::{check_seeds, info_field, SlotMap};
-use super::member::Server;
+use super::cluster_route::{
+    by_shard, next, send, send_part, slot_groups, Next, Redirect, MAX_TRIES,
+};
+use super::member::{Call, Server};
 use super::reply;
 use super::script_call::{broken, map_err, no_script, Resend};
 use super::script_keys;
 use super::spec::NodeSpec;
-use super::{
-    Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, RenewItem, Renewed, RENEW_CHUNK,
-};
+use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
 
 /// The status pipeline's reply: the hash, its PTTL, the counter, the id of
 /// the node that answered.
 type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
-
-/// Tries of one script call, redirects and pauses included (the caller's
-/// timeout bounds them too).
-const MAX_TRIES: usize = 8;
 
 /// A quorum member that is a Redis Cluster.
 pub(crate) struct ClusterNode {
@@ -73,59 +69,6 @@ pub(crate) struct ClusterNode {
     /// know its own.
     seed_host: String,
     info: ServerInfo,
-}
-
-/// Where to send a call again.
-#[derive(Debug, Clone)]
-enum Redirect {
-    /// By the first key's slot, as redis-rs's map says.
-    BySlot,
-    /// To this address (`MOVED`).
-    Moved(String, u16),
-    /// To this address, after `ASKING` (`ASK`: the slot is migrating).
-    Ask(String, u16),
-}
-
-/// What an error says about sending the call again.
-enum Next {
-    /// Proven not run: send again, routed so.
-    Again(Redirect),
-    /// Proven not run: send again after a pause.
-    Pause,
-    /// It may have run.
-    MayHaveRun,
-}
-
-/// What an error proves: only the answers listed in the module doc prove
-/// that the script did not run.
-fn next(e: &RedisError) -> Next {
-    let to = |host: &str| -> Option<(String, u16)> {
-        let (h, p) = host.rsplit_once(':')?;
-        Some((h.to_owned(), p.parse().ok()?))
-    };
-    match e.kind() {
-        ErrorKind::Server(ServerErrorKind::Moved) => {
-            match e.redirect_node().and_then(|(a, _)| to(a)) {
-                Some((h, p)) => Next::Again(Redirect::Moved(h, p)),
-                None => Next::Pause,
-            }
-        }
-        ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node().and_then(|(a, _)| to(a))
-        {
-            Some((h, p)) => Next::Again(Redirect::Ask(h, p)),
-            None => Next::Pause,
-        },
-        ErrorKind::Server(
-            ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::BusyLoading
-            | ServerErrorKind::ReadOnly,
-        )
-        | ErrorKind::ClusterConnectionNotFound => Next::Pause,
-        _ if e.is_connection_refusal() => Next::Pause,
-        _ => Next::MayHaveRun,
-    }
 }
 
 impl ClusterNode {
@@ -232,90 +175,6 @@ impl ClusterNode {
     }
 }
 
-/// The items of a batch by slot, each slot's cut in calls of at most
-/// [`RENEW_CHUNK`] locks: `(slot, item indices)` per script call.
-fn slot_groups(items: &[RenewItem]) -> Vec<(u16, Vec<usize>)> {
-    let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, item) in items.iter().enumerate() {
-        by_slot.entry(item.keys.slot()).or_default().push(i);
-    }
-    by_slot
-        .into_iter()
-        .flat_map(|(slot, ix)| {
-            ix.chunks(RENEW_CHUNK)
-                .map(|c| (slot, c.to_vec()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The groups `pending` (indices into `groups`) by the shard the map says
-/// serves their slot; a slot the map does not know goes alone.
-fn by_shard(map: &SlotMap, groups: &[(u16, Vec<usize>)], pending: &[usize]) -> Vec<Vec<usize>> {
-    let mut parts: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
-    let mut alone = Vec::new();
-    for &g in pending {
-        match map.shard_of(groups[g].0) {
-            Some(s) => parts.entry(Some(s)).or_default().push(g),
-            None => alone.push(vec![g]),
-        }
-    }
-    parts.into_values().chain(alone).collect()
-}
-
-/// Sends the script calls of `part` (indices into `groups`) as one
-/// pipeline, routed to the master of the first call's slot.
-async fn send_part(
-    conn: &mut ClusterConnection,
-    batch: &RenewBatch,
-    groups: &[(u16, Vec<usize>)],
-    part: &[usize],
-) -> redis::RedisResult<Vec<Vec<i64>>> {
-    let mut pipe = redis::Pipeline::with_capacity(part.len());
-    for &g in part {
-        batch.add_call(&mut pipe, groups[g].1.iter().map(|&i| &batch.items[i]));
-    }
-    let slot = part.first().map_or(0, |&g| groups[g].0);
-    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-    let values = conn.route_pipeline(pipe, 0, part.len(), route).await?;
-    values
-        .into_iter()
-        .map(|v| redis::from_redis_value::<Vec<i64>>(v.extract_error()?).map_err(RedisError::from))
-        .collect()
-}
-
-/// Sends one command by its first key's slot, to a redirect's address, or
-/// there after `ASKING`.
-async fn send(
-    conn: &mut ClusterConnection,
-    cmd: redis::Cmd,
-    route: &Redirect,
-) -> redis::RedisResult<Value> {
-    let v = match route {
-        Redirect::BySlot => cmd.query_async::<Value>(conn).await?,
-        Redirect::Moved(host, port) => {
-            let to = SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            };
-            conn.route_command(cmd, RoutingInfo::SingleNode(to)).await?
-        }
-        Redirect::Ask(host, port) => {
-            let to = SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            };
-            let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").add_command(cmd);
-            conn.route_pipeline(pipe, 1, 1, to)
-                .await?
-                .pop()
-                .unwrap_or(Value::Nil)
-        }
-    };
-    v.extract_error()
-}
-
 impl Server for ClusterNode {
     fn addr(&self) -> &str {
         &self.addr
@@ -379,18 +238,12 @@ impl Server for ClusterNode {
 
     /// One script call, sent again only when an answer proves it did not
     /// run (see the module doc).
-    fn eval<T, R>(
+    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
-        script: &'static scripts::Lua,
-        keys: Vec<String>,
-        resend: Resend,
-        args: impl Fn(&mut redis::Cmd) + Send + 'static,
-        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
-    ) -> Answer<R>
-    where
-        T: redis::FromRedisValue + Send,
-        R: Send + 'static,
-    {
+        call: Call<T, R>,
+    ) -> Answer<R> {
+        let (script, resend, args) = (call.script, call.resend, call.args);
+        let (keys, read) = (call.keys, call.read);
         let mut conn = self.conn.clone();
         let map = Arc::clone(&self.map);
         Box::pin(async move {
@@ -575,21 +428,6 @@ pub(crate) async fn refuse_shard_of_cluster<C: redis::aio::ConnectionLike>(
     }
 }
 
-/// The hash slot a lock name's keys live in (Redis Cluster's CRC16 of the
-/// name, mod 16384), whatever the key prefix: on a member that is a Redis
-/// Cluster, the slot picks the shard. Names of one slot can be taken
-/// together by [`lock_all`](crate::LockManager::lock_all) on a manager with
-/// a cluster member; names of several slots cannot.
-///
-/// # Errors
-///
-/// [`Error::InvalidInput`] for a name that is not a valid lock name (empty,
-/// too long, or with `{` or `}`).
-pub fn lock_slot(name: &str) -> Result<u16, Error> {
-    crate::keys::check_name(name)?;
-    Ok(crate::keys::name_slot(name))
-}
-
 /// Refuses a set over several hash slots when a member is a cluster: one
 /// script cannot touch keys of several slots there (`CROSSSLOT`), and
 /// taking the slots one after another would no longer be all or none on
@@ -627,96 +465,4 @@ pub(crate) fn refuse_cross_slot_set(
             if slots.len() > 4 { ", ..." } else { "" },
         ),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn server_error(text: &str) -> RedisError {
-        let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("parses");
-        v.extract_error().expect_err("an error reply")
-    }
-
-    /// Only answers that prove the script did not run are sent again.
-    #[test]
-    fn only_answers_proving_nothing_ran_are_sent_again() {
-        let again = |e: &RedisError| !matches!(next(e), Next::MayHaveRun);
-        assert!(matches!(
-            next(&server_error("MOVED 3999 127.0.0.1:6381")),
-            Next::Again(Redirect::Moved(h, 6381)) if h == "127.0.0.1"
-        ));
-        assert!(matches!(
-            next(&server_error("ASK 3999 127.0.0.1:6382")),
-            Next::Again(Redirect::Ask(_, 6382))
-        ));
-        for proven in [
-            "TRYAGAIN x",
-            "CLUSTERDOWN x",
-            "MASTERDOWN x",
-            "LOADING x",
-            "READONLY x",
-        ] {
-            assert!(again(&server_error(proven)), "{proven}");
-        }
-        for unknown in ["ERR x", "CROSSSLOT x", "WRONGTYPE x", "BUSY x"] {
-            assert!(!again(&server_error(unknown)), "{unknown}");
-        }
-        let cut = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        assert!(!again(&cut), "a reset connection may have run it");
-        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
-        assert!(!again(&timeout), "a timeout may have run it");
-        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert!(again(&refused), "a refused connection sent nothing");
-    }
-
-    /// A batch is split so that each script call carries one slot's locks
-    /// (at most RENEW_CHUNK), and the calls are grouped per shard.
-    #[test]
-    fn a_batch_splits_per_slot_and_groups_per_shard() {
-        let items: Vec<RenewItem> = (0..500)
-            .map(|i| RenewItem {
-                keys: Arc::new(Keys::new("ql:", &format!("n{}", i % 250))),
-                owner: "o".into(),
-                count: 1,
-                token: 1,
-                lease: Duration::from_secs(1),
-            })
-            .collect();
-        let groups = slot_groups(&items);
-        let mut seen = vec![0; items.len()];
-        for (slot, ix) in &groups {
-            assert!(ix.len() <= RENEW_CHUNK);
-            for &i in ix {
-                assert_eq!(items[i].keys.slot(), *slot);
-                seen[i] += 1;
-            }
-        }
-        assert!(seen.iter().all(|&n| n == 1), "every item once");
-        let reply = redis::Value::Array(
-            [(0, 5460, "a"), (5461, 10922, "b"), (10923, 16383, "c")]
-                .iter()
-                .map(|&(f, l, id)| {
-                    redis::Value::Array(vec![
-                        redis::Value::Int(f),
-                        redis::Value::Int(l),
-                        redis::Value::Array(vec![
-                            redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                            redis::Value::Int(7000),
-                            redis::Value::BulkString(id.as_bytes().to_vec()),
-                        ]),
-                    ])
-                })
-                .collect(),
-        );
-        let map = SlotMap::parse(&reply, "h").expect("parses");
-        let all: Vec<usize> = (0..groups.len()).collect();
-        let parts = by_shard(&map, &groups, &all);
-        assert_eq!(parts.len(), 3, "one pipeline per shard");
-        for part in parts {
-            let shards: std::collections::HashSet<_> =
-                part.iter().map(|&g| map.shard_of(groups[g].0)).collect();
-            assert_eq!(shards.len(), 1);
-        }
-    }
 }

@@ -37,19 +37,12 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// See [`NodeOps::batch_cost`].
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost;
 
-    /// Runs `script` over `keys` with the arguments `args` adds, sent again
-    /// only as `resend` allows; its reply is read by `read`.
-    fn eval<T, R>(
+    /// Sends `call`, again only as its `resend` allows; its reply read by
+    /// its `read`.
+    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
-        script: &'static scripts::Lua,
-        keys: Vec<String>,
-        resend: Resend,
-        args: impl Fn(&mut redis::Cmd) + Send + 'static,
-        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
-    ) -> Answer<R>
-    where
-        T: redis::FromRedisValue + Send,
-        R: Send + 'static;
+        call: Call<T, R>,
+    ) -> Answer<R>;
 
     /// Sends a renewal or repair batch.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
@@ -58,8 +51,51 @@ pub(crate) trait Server: Send + Sync + 'static {
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
 }
 
+/// One script call as a member sends it: the script, its key names, when
+/// it may be sent again, the arguments it adds, how its reply reads.
+pub(crate) struct Call<T, R> {
+    pub(crate) script: &'static scripts::Lua,
+    pub(crate) keys: Vec<String>,
+    pub(crate) resend: Resend,
+    pub(crate) args: Box<dyn Fn(&mut redis::Cmd) + Send>,
+    pub(crate) read: Box<dyn FnOnce(T) -> Result<R, NodeError> + Send>,
+}
+
+impl<T, R> Call<T, R> {
+    fn new(
+        script: &'static scripts::Lua,
+        keys: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Self {
+        Self {
+            script,
+            keys,
+            resend,
+            args: Box::new(args),
+            read: Box::new(read),
+        }
+    }
+}
+
 /// A real member: a [`Server`] behind [`NodeOps`].
 pub(crate) struct Member<S>(pub(crate) S);
+
+impl<S: Server> Member<S> {
+    /// Sends `script` over the key names `names` with the arguments `args`
+    /// adds, again only as `resend` allows; its reply read by `read`.
+    fn run<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
+        &self,
+        script: &'static scripts::Lua,
+        names: Vec<String>,
+        resend: Resend,
+        args: impl Fn(&mut redis::Cmd) + Send + 'static,
+        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
+    ) -> Answer<R> {
+        self.0.eval(Call::new(script, names, resend, args, read))
+    }
+}
 
 impl<S: Server> NodeOps for Member<S> {
     fn addr(&self) -> &str {
@@ -90,17 +126,14 @@ impl<S: Server> NodeOps for Member<S> {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
             let names = script_keys::acquire(keys);
-            return self
-                .0
-                .eval(&scripts::ACQUIRE, names, Resend::Never, args, read);
+            return self.run(&scripts::ACQUIRE, names, Resend::Never, args, read);
         };
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
             c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
         };
         let names = script_keys::acquire_queued(keys);
-        self.0
-            .eval(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
@@ -110,8 +143,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        self.0
-            .eval(&scripts::ACQUIRE, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE, names, Resend::Never, args, read)
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
@@ -121,7 +153,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*waiter);
         };
         let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
-        self.0.eval(&scripts::LEAVE, names, resend, args, read)
+        self.run(&scripts::LEAVE, names, resend, args, read)
     }
 
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
@@ -132,8 +164,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
-        self.0
-            .eval(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
     }
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
@@ -143,8 +174,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
         };
         let resend = Resend::AfterBrokenConnection;
-        self.0
-            .eval(&scripts::RELEASE, names, resend, args, reply::released)
+        self.run(&scripts::RELEASE, names, resend, args, reply::released)
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
@@ -162,15 +192,13 @@ impl<S: Server> NodeOps for Member<S> {
         let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
         let names = script_keys::raise_fences(keys);
         let resend = Resend::AfterBrokenConnection;
-        self.0
-            .eval(&scripts::RAISE_FENCE, names, resend, args, read)
+        self.run(&scripts::RAISE_FENCE, names, resend, args, read)
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
         let names = script_keys::force_release(keys);
         let read = |n: i64| Ok(n == 1);
-        self.0
-            .eval(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
+        self.run(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
     }
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {

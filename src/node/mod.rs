@@ -23,6 +23,7 @@
 mod batch;
 mod cluster_map;
 pub(crate) mod cluster_node;
+mod cluster_route;
 mod feed;
 pub(crate) mod member;
 pub(crate) mod redis_node;

@@ -13,9 +13,9 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
 use crate::scripts;
 
-use super::member::Server;
+use super::member::{Call, Server};
 use super::reply;
-use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, Resend, ScriptCall};
+use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, ScriptCall};
 use super::script_keys;
 use super::spec::NodeSpec;
 use super::{Answer, BatchCost, Feed, NodeLockState, RedisFeed, RenewBatch, Renewed};
@@ -322,26 +322,19 @@ impl Server for RedisNode {
     /// One call of `script` over the key names `keys`, with the arguments
     /// `args` adds, sent as [`ScriptCall::run`] does (`resend`); its reply
     /// is read by `read`.
-    fn eval<T, R>(
+    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
-        script: &'static scripts::Lua,
-        keys: Vec<String>,
-        resend: Resend,
-        args: impl Fn(&mut redis::Cmd) + Send + 'static,
-        read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
-    ) -> Answer<R>
-    where
-        T: redis::FromRedisValue + Send,
-        R: Send + 'static,
-    {
-        let call = self.checked().map(|conn| ScriptCall {
+        call: Call<T, R>,
+    ) -> Answer<R> {
+        let sender = self.checked().map(|conn| ScriptCall {
             conn,
             loaded: Arc::clone(&self.loaded),
             breaker: Arc::clone(&self.breaker),
         });
         Box::pin(async move {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            read(call?.run(script, &keys, resend, args).await?)
+            let keys: Vec<&str> = call.keys.iter().map(String::as_str).collect();
+            let reply = sender?.run(call.script, &keys, call.resend, call.args);
+            (call.read)(reply.await?)
         })
     }
 

@@ -2,19 +2,16 @@
 //! as cancelled when dropped), its place among the waiters, each sleep.
 
 #[cfg(feature = "metrics")]
-use std::sync::atomic::{AtomicU32, Ordering};
-#[cfg(feature = "metrics")]
-use std::sync::Arc;
+use {
+    super::{catalog::Outcome, Handles},
+    metrics::{Gauge, Histogram},
+    std::sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    tokio::time::Instant,
+};
 
-#[cfg(feature = "metrics")]
-use metrics::{Gauge, Histogram};
-#[cfg(feature = "metrics")]
-use tokio::time::Instant;
-
-#[cfg(feature = "metrics")]
-use super::catalog::Outcome;
-#[cfg(feature = "metrics")]
-use super::Handles;
 use super::Metrics;
 use crate::error::Error;
 

@@ -38,16 +38,15 @@ use crate::error::NodeError;
 use crate::error::NodeErrorKind;
 
 #[cfg(feature = "metrics")]
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-#[cfg(feature = "metrics")]
-use std::sync::Arc;
-#[cfg(feature = "metrics")]
-use std::time::Duration;
-
-#[cfg(feature = "metrics")]
-use metrics::{Counter, Gauge, Histogram, Unit as MUnit};
-#[cfg(feature = "metrics")]
-use tokio::time::Instant;
+use {
+    metrics::{Counter, Gauge, Histogram, Unit as MUnit},
+    std::sync::{
+        atomic::{AtomicBool, AtomicU32, Ordering},
+        Arc,
+    },
+    std::time::Duration,
+    tokio::time::Instant,
+};
 
 /// The metrics of one manager: handles registered when it was built, or
 /// nothing (without the feature, or for parts built without a manager).

@@ -39,22 +39,24 @@ mod bells;
 mod pubsub;
 #[cfg(test)]
 mod tests;
+mod waiter;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use self::bells::{unbounded, Bell, Board, Channel, Kind};
+use self::bells::{Board, Channel, Kind};
 use self::pubsub::{node_task, Command, Timeouts};
 use crate::config::Config;
 use crate::keys::Keys;
 use crate::node::Feed;
-use crate::rng::jitter;
+
 use crate::sync::locked;
 use crate::telemetry::Metrics;
+
+use self::waiter::Shared;
+pub(crate) use self::waiter::Waiter;
 
 /// Counters of the waiters' pub/sub connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,18 +97,6 @@ impl<'a> From<&'a Keys> for Listen<'a> {
             foreign: keys.foreign_channel.as_deref(),
         }
     }
-}
-
-/// What the waiters of a manager share: its channels and the senders to
-/// its pub/sub tasks.
-struct Shared {
-    board: Arc<Board>,
-    senders: Vec<mpsc::UnboundedSender<Command>>,
-    /// Nodes whose subscriptions must cover a channel for messages to be
-    /// trusted: any holder's quorum then overlaps them.
-    needed: usize,
-    /// How often an active waiter attempts at least (`queue_timeout / 3`).
-    refresh: Duration,
 }
 
 /// The waiters' side of a manager.
@@ -178,12 +168,7 @@ impl Notifier {
         channel: impl Into<Listen<'a>>,
         owner: &Arc<str>,
     ) -> Option<Waiter> {
-        let channel = channel.into();
-        let mut channels = locked(&self.shared.board.channels);
-        let queued = channels
-            .get(channel.own)
-            .is_some_and(|c| c.has_plain_waiters());
-        queued.then(|| self.enter(&mut channels, channel, None, owner))
+        self.join_if(channel.into(), None, owner, Channel::has_plain_waiters)
     }
 
     /// Joins the waiters of `channel` only if this manager is subscribed to
@@ -196,12 +181,22 @@ impl Notifier {
         fair: Option<&Arc<str>>,
         owner: &Arc<str>,
     ) -> Option<Waiter> {
-        let channel = channel.into();
+        let needed = self.shared.needed;
+        self.join_if(channel.into(), fair, owner, |c| c.coverage() >= needed)
+    }
+
+    /// Joins `channel`'s waiters if the channel exists and `ready` says so,
+    /// decided under the channel map's lock.
+    fn join_if(
+        &self,
+        channel: Listen<'_>,
+        fair: Option<&Arc<str>>,
+        owner: &Arc<str>,
+        ready: impl Fn(&Channel) -> bool,
+    ) -> Option<Waiter> {
         let mut channels = locked(&self.shared.board.channels);
-        let covered = channels
-            .get(channel.own)
-            .is_some_and(|c| c.coverage() >= self.shared.needed);
-        covered.then(|| self.enter(&mut channels, channel, fair, owner))
+        let go = channels.get(channel.own).is_some_and(|c| ready(c));
+        go.then(|| self.enter(&mut channels, channel, fair, owner))
     }
 
     fn enter(
@@ -266,255 +261,6 @@ impl Notifier {
                 .count(),
             wakeups: b.wakeups.load(Ordering::Relaxed),
             refusals: b.refusals.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// One waiting acquisition's membership of a channel. Dropping it leaves
-/// the queue (passing the turn on if it headed the local FIFO) and, for the
-/// last waiter, unsubscribes on every node.
-pub(crate) struct Waiter {
-    chan: Arc<Channel>,
-    bell: Arc<Bell>,
-    /// Rings seen so far: a ring after `mark` ends the next `wait` at once.
-    seen: u64,
-    /// The channel's name.
-    name: Arc<str>,
-    /// A plain waiter's place in the local FIFO.
-    ticket: Option<u64>,
-    /// A fair waiter's id in the nodes' queue.
-    fair: Option<Arc<str>>,
-    shared: Arc<Shared>,
-    acquired: bool,
-}
-
-/// Why a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woke {
-    /// A release message (or a queue change) woke us.
-    Notified,
-    /// A timer fired: the fallback, the refresh interval or the deadline.
-    Timer,
-}
-
-impl Waiter {
-    /// Records the rings so far: a ring that arrives from now on ends the
-    /// next `wait` at once.
-    pub(crate) fn mark(&mut self) {
-        self.seen = self.bell.rings.load(Ordering::Acquire);
-        self.bell.prompt.store(false, Ordering::Release);
-        self.bell.take_nodes();
-    }
-
-    /// Whether enough nodes confirmed the subscription for release messages
-    /// to be relied on.
-    pub(crate) fn covered(&self) -> bool {
-        self.chan.coverage() >= self.shared.needed
-    }
-
-    /// Waits until the subscription is confirmed on enough nodes, or `limit`.
-    pub(crate) async fn confirmed(&self, limit: Duration) {
-        let wait = async {
-            loop {
-                let notified = self.chan.confirmed.notified();
-                if self.covered() {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let _ = tokio::time::timeout(limit, wait).await;
-    }
-
-    /// How many nodes' rings end a wait at once: a quorum (the nodes a
-    /// release must have run on for an attempt to win). Fewer nodes
-    /// (fewer nodes subscribed, or the rollback of another manager's failed
-    /// attempt, which frees a minority only) end it after the grace: two
-    /// managers whose attempts split the nodes would otherwise ring each
-    /// other into a new attempt with every rollback, at once.
-    fn quorum_of_messages(&self) -> u64 {
-        let nodes = self.shared.board.nodes;
-        let quorum = (nodes + 1).saturating_sub(self.shared.needed);
-        u64::try_from(quorum).unwrap_or(u64::MAX)
-    }
-
-    /// Whether this is a plain waiter behind others of this manager: it
-    /// waits for its turn instead of attempting.
-    pub(crate) fn is_behind(&self) -> bool {
-        self.ticket.is_some_and(|t| !self.chan.is_head(t))
-    }
-
-    /// Records that the lock's holder has `pttl` left on the nodes.
-    pub(crate) fn holder_seen(&self, pttl: Duration) {
-        self.chan.holder_seen(Instant::now().checked_add(pttl));
-    }
-
-    /// How long until the current holder's key is known to expire, if known.
-    pub(crate) fn holder_left(&self) -> Option<Duration> {
-        self.chan
-            .holder_until()
-            .map(|t| t.saturating_duration_since(Instant::now()))
-    }
-
-    /// Sleeps until this waiter's bell rings (a release message for it, the
-    /// previous head giving up, a change of coverage), `fallback` passes, or
-    /// `deadline`. While release messages are covered, a fallback that ends
-    /// before the holder's known expiry sleeps on until it (no attempt while
-    /// the lock is known held).
-    ///
-    /// An active waiter (`placed` on the nodes, or heading the local FIFO,
-    /// also when it becomes the head during the wait) wakes at least every
-    /// refresh interval, whatever the holder's expiry: a release whose
-    /// message rings nobody here (it names a dead waiter of another
-    /// process) costs it at most that.
-    pub(crate) async fn wait(
-        &mut self,
-        fallback: Duration,
-        deadline: Option<Instant>,
-        placed: bool,
-    ) -> Woke {
-        let now = Instant::now();
-        let far = now + Duration::from_secs(86_400);
-        let mut until = now.checked_add(fallback).unwrap_or(far);
-        let mut cap = deadline.unwrap_or(far);
-        let mut refreshing = false;
-        let mut grace: Option<Instant> = None;
-        loop {
-            let notified = self.bell.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let head = !self.is_behind() && !unbounded();
-            if !refreshing && (placed || self.fair.is_some() || head) {
-                refreshing = true;
-                cap = cap.min(Instant::now() + self.shared.refresh);
-            }
-            until = until.min(cap);
-            let rings = self.bell.rings.load(Ordering::Acquire);
-            if rings != self.seen {
-                // A release publishes on every node as it runs there: the
-                // first message may come before the release ran on a quorum,
-                // and an attempt then would miss and be rolled back. Wait for
-                // a quorum's messages, or a moment for the rest.
-                let now = Instant::now();
-                // Jittered, so that two managers whose attempts split
-                // the nodes do not retry in step.
-                let due = grace.get_or_insert_with(|| now + QUORUM_GRACE + jitter());
-                let prompt = self.bell.prompt.swap(false, Ordering::AcqRel);
-                let nodes = u64::from(self.bell.nodes_rung());
-                #[cfg(test)]
-                let nodes =
-                    if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::RingQuorum)
-                    {
-                        rings - self.seen
-                    } else {
-                        nodes
-                    };
-                if prompt || nodes >= self.quorum_of_messages() || now >= *due {
-                    self.seen = rings;
-                    self.bell.take_nodes();
-                    return Woke::Notified;
-                }
-            }
-            // Biased, so that a seeded simulation replays the same wake-ups.
-            tokio::select! {
-                biased;
-                () = &mut notified => {}
-                // The grace ends before the timer: look at the rings again.
-                () = tokio::time::sleep_until(grace.unwrap_or(until)), if grace.is_some_and(|g| g < until) => {}
-                () = tokio::time::sleep_until(until) => {
-                    let later = self
-                        .chan
-                        .holder_until()
-                        .filter(|h| *h > Instant::now())
-                        .map(|h| h + jitter());
-                    match later {
-                        Some(h) if self.covered() && h > until && until < cap => {
-                            until = h.min(cap);
-                        }
-                        _ => return Woke::Timer,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Marks the acquisition as successful, holding the lock on the nodes
-    /// for `lease` from now: queued waiters sleep until then at most (or
-    /// their refresh interval), and leaving the queue promotes the next
-    /// waiter without a ring (the lock is taken; its release will ring).
-    pub(crate) fn acquired(mut self, lease: Duration) {
-        self.holder_seen(lease);
-        self.acquired = true;
-    }
-}
-
-/// How long a waiter whose bell rang waits for the release messages of the
-/// other nodes of a quorum before it attempts anyway (a node that is down,
-/// or a ring that is not a release: a change of coverage, the previous head
-/// leaving).
-const QUORUM_GRACE: Duration = Duration::from_millis(5);
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let channels = locked(&self.shared.board.channels);
-        let kind = match (&self.fair, self.ticket) {
-            (Some(id), _) => Kind::Fair(id),
-            (None, t) => Kind::Plain(t.unwrap_or_default()),
-        };
-        self.chan
-            .leave(&kind, self.acquired, &self.shared.board.wakeups);
-        let mut refs = locked(&self.chan.refs);
-        *refs = refs.saturating_sub(1);
-        if *refs == 0 {
-            drop(refs);
-            drop(channels);
-            self.retire_later();
-        }
-    }
-}
-
-/// How long a channel stays subscribed after its last waiter left: a
-/// process whose one task takes the same lock again and again would
-/// otherwise UNSUBSCRIBE and SUBSCRIBE on every node each time, and its
-/// next miss would need a second attempt once subscribed. Measured with
-/// `tests/fair.rs` (8 managers of one fair task each): 17.6 scripts per
-/// acquisition with it, 25.0 when unsubscribing at once.
-const LINGER: Duration = Duration::from_secs(1);
-
-impl Waiter {
-    /// Unsubscribes the channel after [`LINGER`] unless a waiter came back
-    /// (one scheduled unsubscription per channel at a time).
-    fn retire_later(&self) {
-        if self.chan.retiring.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let shared = Arc::downgrade(&self.shared);
-        let (chan, name) = (Arc::clone(&self.chan), Arc::clone(&self.name));
-        let retire = move || {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let mut channels = locked(&shared.board.channels);
-            chan.retiring.store(false, Ordering::Release);
-            let unused = *locked(&chan.refs) == 0
-                && channels.get(&name).is_some_and(|c| Arc::ptr_eq(c, &chan));
-            if unused {
-                let mut names = vec![Arc::clone(&name)];
-                names.extend(chan.foreign.clone());
-                for n in &names {
-                    channels.remove(n);
-                }
-                for tx in &shared.senders {
-                    let _ = tx.send(Command::Unsubscribe(names.clone()));
-                }
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn(crate::clock::inherit(async move {
-                tokio::time::sleep(LINGER).await;
-                retire();
-            }))),
-            Err(_) => retire(),
         }
     }
 }

@@ -109,7 +109,7 @@ async fn a_hung_subscribe_is_replaced_within_the_node_timeout() {
     );
     // The task reads commands again: the last waiter's unsubscription goes out.
     drop(w);
-    tokio::time::sleep(super::LINGER + Duration::from_millis(1)).await;
+    tokio::time::sleep(super::waiter::LINGER + Duration::from_millis(1)).await;
     assert_eq!(
         locked(&feed.log).last().map(String::as_str),
         Some("unsubscribe ch")
@@ -129,7 +129,7 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
     drop(b);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(notifier.stats().channels, 1, "kept for the linger");
-    tokio::time::sleep(super::LINGER).await;
+    tokio::time::sleep(super::waiter::LINGER).await;
     assert_eq!(notifier.stats().channels, 0);
     assert_eq!(
         *locked(&feed.log),
@@ -152,6 +152,6 @@ async fn a_release_message_rings_the_head_through_the_feed() {
         });
     }
     let woke = w.wait(Duration::from_secs(60), None, false).await;
-    assert_eq!(woke, super::Woke::Notified);
+    assert_eq!(woke, super::waiter::Woke::Notified);
     assert_eq!(notifier.stats().messages, 1);
 }

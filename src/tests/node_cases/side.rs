@@ -44,6 +44,17 @@ impl Side {
         Arc::new(Keys::in_layout(self.layout, PREFIX, name))
     }
 
+    /// A renewal (or repair) batch's item from a case's plain values.
+    fn item(&self, name: &str, holder: &str, count: u32, token: u64, lease: u64) -> RenewItem {
+        RenewItem {
+            keys: self.keys(name),
+            owner: Arc::from(holder),
+            count,
+            token,
+            lease: ms(lease),
+        }
+    }
+
     async fn admin(server: &local::LocalNodes) -> redis::aio::MultiplexedConnection {
         redis::Client::open(server.url(0))
             .expect("server url")
@@ -155,13 +166,7 @@ impl Side {
             Op::Renew(items) => {
                 let items = items
                     .iter()
-                    .map(|(name, holder, count, lease)| RenewItem {
-                        keys: self.keys(name),
-                        owner: Arc::from(*holder),
-                        count: *count,
-                        token: 0,
-                        lease: ms(*lease),
-                    })
+                    .map(|(name, holder, count, lease)| self.item(name, holder, *count, 0, *lease))
                     .collect();
                 outcome(
                     n.renew(Arc::new(RenewBatch::new(items))).await,
@@ -171,12 +176,8 @@ impl Side {
             Op::Repair(items) => {
                 let items = items
                     .iter()
-                    .map(|(name, holder, count, token, lease)| RenewItem {
-                        keys: self.keys(name),
-                        owner: Arc::from(*holder),
-                        count: *count,
-                        token: *token,
-                        lease: ms(*lease),
+                    .map(|(name, holder, count, token, lease)| {
+                        self.item(name, holder, *count, *token, *lease)
                     })
                     .collect();
                 outcome(
