@@ -147,9 +147,9 @@ impl LockManagerBuilder {
     /// clients, in the order added.
     ///
     /// `build()` checks that every seed is a cluster node and that the
-    /// seeds tell one topology covering every slot. Not yet on a cluster
-    /// member: release messages (its waiters wake by backoff and the
-    /// holder's expiry), `lock_all` over names of several hash slots
+    /// seeds tell one topology covering every slot, and that each seed runs
+    /// Redis 7 or later (its release messages go over sharded pub/sub).
+    /// Not yet on a cluster member: `lock_all` over names of several hash slots
     /// (refused with [`Error::InvalidInput`](crate::Error::InvalidInput)),
     /// and connecting later with
     /// [`allow_unreachable`](Self::allow_unreachable) (a cluster member must

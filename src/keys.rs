@@ -156,7 +156,6 @@ fn slot_of(bytes: &[u8]) -> u16 {
 /// The hash slot of a key, by Redis Cluster's rule: the slot of its hash
 /// tag, the bytes between its first `{` and the first `}` after it when
 /// there is at least one; of the whole key otherwise.
-#[cfg(test)]
 pub(crate) fn key_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tag = bytes.iter().position(|b| *b == b'{').and_then(|open| {

@@ -23,9 +23,10 @@
 //! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
 //! batches, which a release waits for, as on a standalone member.
 //!
-//! Release messages: none yet (no sharded pub/sub): [`NodeOps::feed`] is
-//! `None`, so waiters on a cluster member wake by their backoff and the
-//! holder's known expiry, not by a message from it.
+//! Release messages: the scripts publish with `SPUBLISH` on a cluster
+//! member (sharded pub/sub, in the lock's slot), and its feed
+//! (`cluster_feed`) subscribes on the shard that serves the slot. `build()`
+//! refuses a seed older than Redis 7.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +42,7 @@ use crate::keys::Keys;
 
 use crate::sync::locked;
 
+use super::cluster_feed::{check_version, ClusterFeed};
 use super::cluster_map::{check_seeds, info_field, SlotMap};
 use super::cluster_route::{
     by_shard, next, send, send_part, slot_groups, Next, Redirect, MAX_TRIES,
@@ -69,6 +71,8 @@ pub(crate) struct ClusterNode {
     /// know its own.
     seed_host: String,
     info: ServerInfo,
+    /// Its release messages, over sharded pub/sub.
+    feed: Arc<ClusterFeed>,
 }
 
 impl ClusterNode {
@@ -118,12 +122,19 @@ impl ClusterNode {
                 )));
             };
             let map = map.map_err(|why| Error::Config(format!("member {index}: {why}")))?;
+            check_version(&seed.server).map_err(|why| {
+                Error::Config(format!("member {index}: seed {} {why}", spec.addr))
+            })?;
             policy = policy.or(seed.policy);
             maps.push((spec.addr.clone(), map));
         }
         check_seeds(&maps).map_err(|why| Error::Config(format!("member {index}: {why}")))?;
         let map = maps.swap_remove(0).1;
-        let infos = specs.iter().map(|s| s.client.get_connection_info().clone());
+        let infos: Vec<_> = specs
+            .iter()
+            .map(|s| s.client.get_connection_info().clone())
+            .collect();
+        let feed = Arc::new(ClusterFeed::new(infos.clone(), connect_timeout));
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let client = ClusterClient::builder(infos)
             .retries(0)
@@ -153,6 +164,7 @@ impl ClusterNode {
             map: Arc::new(Mutex::new(map)),
             seed_host,
             info,
+            feed,
         })
     }
 
@@ -233,7 +245,7 @@ impl Server for ClusterNode {
     }
 
     fn feed(&self) -> Option<Arc<dyn Feed>> {
-        None
+        Some(Arc::clone(&self.feed) as Arc<dyn Feed>)
     }
 
     /// One script call, sent again only when an answer proves it did not
@@ -360,10 +372,11 @@ impl Server for ClusterNode {
 }
 
 /// What a seed says: its slot map, or `None` for a standalone server; its
-/// `maxmemory-policy`.
+/// `maxmemory-policy`; its `INFO server` (for its version).
 struct Seed {
     map: Option<Result<SlotMap, String>>,
     policy: Option<String>,
+    server: String,
 }
 
 async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
@@ -377,8 +390,13 @@ async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
         .ok()
         .flatten();
     if info_field(&info, "cluster_enabled") != Some("1") {
-        return Ok(Seed { map: None, policy });
+        return Ok(Seed {
+            map: None,
+            policy,
+            server: String::new(),
+        });
     }
+    let server: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
     let slots: Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(&mut c)
@@ -392,6 +410,7 @@ async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
     Ok(Seed {
         map: Some(SlotMap::parse(&slots, &host)),
         policy,
+        server,
     })
 }
 

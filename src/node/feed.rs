@@ -6,8 +6,7 @@
 //! never see what carries it: a real master's pub/sub connection
 //! ([`RedisFeed`]), or the in-memory node's and the simulator's broadcast,
 //! which publish what the scripts publish (with the simulator's faults on
-//! the way). A cluster member can later feed from sharded pub/sub behind the
-//! same trait.
+//! the way), or a cluster member's sharded pub/sub (`cluster_feed`).
 
 use std::sync::Arc;
 

@@ -83,6 +83,14 @@ impl<T, R> Call<T, R> {
 pub(crate) struct Member<S>(pub(crate) S);
 
 impl<S: Server> Member<S> {
+    /// The last argument of every script that publishes (`release`,
+    /// `leave`, `force_release`, `acquire_queued`): `1` on a cluster member,
+    /// whose messages go out with `SPUBLISH` (sharded pub/sub, received on
+    /// the shard that serves the lock's slot), `0` on a master (`PUBLISH`).
+    fn sharded(&self) -> u8 {
+        u8::from(self.0.is_cluster())
+    }
+
     /// Sends `script` over the key names `names` with the arguments `args`
     /// adds, again only as `resend` allows; its reply read by `read`.
     fn run<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
@@ -128,9 +136,11 @@ impl<S: Server> NodeOps for Member<S> {
             let names = script_keys::acquire(keys);
             return self.run(&scripts::ACQUIRE, names, Resend::Never, args, read);
         };
+        let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
             c.arg(p.ticket).arg(ms(p.timeout)).arg(u8::from(p.fair));
+            c.arg(sharded);
         };
         let names = script_keys::acquire_queued(keys);
         self.run(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
@@ -149,8 +159,9 @@ impl<S: Server> NodeOps for Member<S> {
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
         let waiter = Arc::clone(waiter);
         let names = script_keys::leave(keys);
+        let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
-            c.arg(&*waiter);
+            c.arg(&*waiter).arg(sharded);
         };
         let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
         self.run(&scripts::LEAVE, names, resend, args, read)
@@ -170,8 +181,10 @@ impl<S: Server> NodeOps for Member<S> {
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
+        let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
+            c.arg(sharded);
         };
         let resend = Resend::AfterBrokenConnection;
         self.run(&scripts::RELEASE, names, resend, args, reply::released)
@@ -198,7 +211,11 @@ impl<S: Server> NodeOps for Member<S> {
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
         let names = script_keys::force_release(keys);
         let read = |n: i64| Ok(n == 1);
-        self.run(&scripts::FORCE_RELEASE, names, Resend::Never, |_| {}, read)
+        let sharded = self.sharded();
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(sharded);
+        };
+        self.run(&scripts::FORCE_RELEASE, names, Resend::Never, args, read)
     }
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {

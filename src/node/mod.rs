@@ -21,6 +21,7 @@
 //!   redis-rs's cluster client (reached as `node::cluster_node`).
 
 mod batch;
+mod cluster_feed;
 mod cluster_map;
 pub(crate) mod cluster_node;
 mod cluster_route;

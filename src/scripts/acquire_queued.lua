@@ -17,6 +17,8 @@
 --         this long is skipped
 -- ARGV[7] 1 for a fair request (granted only as the head of the queue),
 --         0 for a plain one (granted whenever the lock is free)
+-- ARGV[8] '1' on a Redis Cluster member: messages go out with SPUBLISH
+--         (sharded pub/sub, in the lock's slot), else with PUBLISH
 --
 -- Order is by ticket, then by waiter id. Tickets are the queue's tail
 -- ticket plus one, so nodes whose queues agree hand out the same ticket;
@@ -28,6 +30,7 @@
 --                           wait is the holder's PTTL, or, when the lock is
 --                           free but another waiter's turn, how long that
 --                           waiter has left to claim it (-1: unknown).
+local publish = ARGV[8] == '1' and 'spublish' or 'publish'
 local now = now_ms()
 -- The keys are read for their type before anything is written (a script
 -- stopped by an error keeps the writes it made, and an error reply must
@@ -54,7 +57,7 @@ if pttl == -2 then
     return {1, token}
   end
   if dropped then
-    redis.pcall('publish', KEYS[5], head)
+    redis.pcall(publish, KEYS[5], head)
   end
   wait = tonumber(redis.call('zscore', KEYS[4], head)) - now
 elseif ours then

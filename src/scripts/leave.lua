@@ -7,8 +7,11 @@
 -- KEYS[3] timeouts    <prefix>{name}:timeouts
 -- KEYS[4] channel     <prefix>{name}:released
 -- ARGV[1] waiter id
+-- ARGV[2] '1' on a Redis Cluster member: messages go out with SPUBLISH
+--         (sharded pub/sub, in the lock's slot), else with PUBLISH
 --
 -- Returns 1 if the waiter was queued, 0 if not.
+local publish = ARGV[2] == '1' and 'spublish' or 'publish'
 local head = redis.call('zrange', KEYS[2], 0, 0)[1]
 redis.call('zrem', KEYS[3], ARGV[1])
 if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then
@@ -17,7 +20,7 @@ end
 if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
   local next = redis.call('zrange', KEYS[2], 0, 0)[1]
   if next then
-    redis.pcall('publish', KEYS[4], next)
+    redis.pcall(publish, KEYS[4], next)
   end
 end
 return 1

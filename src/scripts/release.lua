@@ -13,6 +13,8 @@
 -- ARGV[3] lease in milliseconds (used when the count stays above 0)
 -- ARGV[4] fencing token of the hold (0 for a rollback): the fence counter is
 --         raised to it, so a later holder always gets a larger token here.
+-- ARGV[5] '1' on a Redis Cluster member: messages go out with SPUBLISH
+--         (sharded pub/sub, in the lock's slot), else with PUBLISH
 -- ARGV[1] is the holder id: the owner's id plus a suffix unique to the hold.
 --
 -- Returns  2 released fully: the hash is deleted and a message published
@@ -23,6 +25,7 @@
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
+local publish = ARGV[5] == '1' and 'spublish' or 'publish'
 if not redis.call('hget', KEYS[1], ARGV[1]) then
   if redis.call('exists', KEYS[1]) == 0 then
     return 0
@@ -57,8 +60,8 @@ end
 redis.call('del', KEYS[1])
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
-redis.pcall('publish', KEYS[2], (head or '') .. ' ' .. ARGV[1])
+redis.pcall(publish, KEYS[2], (head or '') .. ' ' .. ARGV[1])
 if KEYS[6] then
-  redis.pcall('publish', KEYS[6], '0')
+  redis.pcall(publish, KEYS[6], '0')
 end
 return 2
