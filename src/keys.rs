@@ -70,7 +70,7 @@ impl Keys {
         let base = format!("{prefix}{{{name}}}");
         Self {
             name: name.into(),
-            lock: layout.lock_key(&base, name),
+            lock: layout.key_at(&base, name),
             fence: fence_key(prefix, slot_of(name.as_bytes())),
             channel: format!("{base}:released"),
             foreign_channel: layout.foreign_channel(name),
@@ -140,12 +140,18 @@ pub(crate) fn legacy_fence_keys(prefix: &str) -> (String, Vec<String>) {
 /// than [`MAX_NAME_LEN`], or with a brace or a control character), or a
 /// prefix the builder refuses (with a brace).
 pub fn fence_counter_key(prefix: &str, name: &str) -> Result<String, Error> {
+    check_prefix_and_name(prefix, name)?;
+    Ok(fence_key(prefix, slot_of(name.as_bytes())))
+}
+
+/// Checks a key prefix as the builder does (no brace) and a lock name as
+/// [`check_name`] does.
+pub(crate) fn check_prefix_and_name(prefix: &str, name: &str) -> Result<(), Error> {
     if prefix.contains(['{', '}']) {
         let reason = "must not contain '{' or '}' (the lock name is the hash tag)";
         return Err(Error::invalid("key prefix", reason));
     }
-    check_name(name)?;
-    Ok(fence_key(prefix, slot_of(name.as_bytes())))
+    check_name(name)
 }
 
 /// The hash slot of `bytes` taken as a whole (no hash tag rule).
@@ -330,6 +336,26 @@ mod tests {
         for key in [&k.lock, &k.fence, &k.channel, &k.queue(), &k.timeouts()] {
             assert_eq!(key_slot(key), k.slot(), "{key}");
         }
+    }
+
+    /// The public key names of `Layout` are the ones the managers use.
+    #[test]
+    fn public_key_names_match_the_layouts() {
+        for layout in [Layout::Quorumlock, Layout::Redisson] {
+            let k = Keys::in_layout(layout, "ql:", "orders");
+            assert_eq!(layout.lock_key("ql:", "orders").ok(), Some(k.lock.clone()));
+            let (queue, timeouts) = layout.queue_keys("ql:", "orders").expect("valid");
+            assert_eq!((queue, timeouts), (k.queue(), k.timeouts()));
+            assert!(layout.lock_key("q{l:", "orders").is_err());
+            assert!(layout.lock_key("ql:", "a{b}").is_err());
+            assert!(layout.queue_keys("ql:", "").is_err());
+        }
+        assert_eq!(
+            Layout::Redisson.lock_key("ql:", "orders").ok().as_deref(),
+            Some("orders")
+        );
+        assert!(Layout::Quorumlock.lock_keys_are_scannable());
+        assert!(!Layout::Redisson.lock_keys_are_scannable());
     }
 
     /// Redis Cluster's CRC16 (XMODEM) and its hash tag rule, on the values

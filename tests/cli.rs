@@ -2,6 +2,8 @@
 
 #[path = "cli/observe.rs"]
 mod observe;
+#[path = "cli/redisson.rs"]
+mod redisson;
 mod support;
 #[path = "cli/top.rs"]
 mod top;
@@ -25,6 +27,7 @@ fn ql_on(urls: &[String]) -> Command {
     c.env("QUORUMLOCK_NODES", urls.join(","))
         .env_remove("QUORUMLOCK_QUORUM")
         .env_remove("QUORUMLOCK_KEY_PREFIX")
+        .env_remove("QUORUMLOCK_LAYOUT")
         .stdin(Stdio::null());
     c
 }

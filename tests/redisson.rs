@@ -496,3 +496,337 @@ async fn a_dead_redisson_holders_lock_is_taken_after_its_pttl() {
     );
     g.release().await.expect("release");
 }
+
+// ---- Re-entry, watchdog, repair, loss, lock_all and a MultiLock, each in
+// the Redisson layout, checked on the nodes.
+
+/// A short lease, so that the watchdog's work shows within a test.
+const SHORT_LEASE: Duration = Duration::from_millis(900);
+const SHORT_PERIOD: Duration = Duration::from_millis(300);
+
+async fn short_manager_over(nodes: &LocalNodes, quorum: Quorum) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(150))
+        .lease(SHORT_LEASE)
+        .renew_interval(SHORT_PERIOD)
+        .layout(Layout::Redisson)
+        .quorum(quorum)
+        .build()
+        .await
+        .expect("build a manager in the Redisson layout")
+}
+
+async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("node url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// The hash at `key` on the node at `url` (field -> value).
+async fn hash_at(url: &str, key: &str) -> std::collections::BTreeMap<String, String> {
+    let mut c = raw_conn(url).await;
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("HGETALL")
+}
+
+async fn pttl_at(url: &str, key: &str) -> i64 {
+    let mut c = raw_conn(url).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("PTTL")
+}
+
+async fn exists_at(url: &str, key: &str) -> bool {
+    let mut c = raw_conn(url).await;
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("EXISTS")
+}
+
+/// `{holder: count}`, the hash every node must hold for one holder.
+fn held_by(holder: &str, count: u32) -> std::collections::BTreeMap<String, String> {
+    [(holder.to_owned(), count.to_string())].into()
+}
+
+/// Re-entry counts in the holder's field of the hash at the bare name: 2
+/// after two acquisitions by one owner, 1 after one release (still
+/// excluding Redisson), gone after the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_counts_in_the_hash_field_and_needs_two_releases() {
+    let nodes = three();
+    let m = manager_over(nodes).await;
+    let name = unique("reenter");
+    let me = m.new_owner();
+    let outer = m.request(&name).owner(&me).acquire().await.expect("lock");
+    let inner = m
+        .request(&name)
+        .owner(&me)
+        .acquire()
+        .await
+        .expect("re-enter");
+    assert_eq!(inner.hold_count(), 2);
+    assert_eq!(inner.holder_id(), outer.holder_id(), "one hold, one field");
+    let holder = outer.holder_id().to_owned();
+    for url in nodes.urls() {
+        assert_eq!(hash_at(&url, &name).await, held_by(&holder, 2), "{url}");
+        let prefixed = format!("quorumlock:{{{name}}}");
+        assert!(!exists_at(&url, &prefixed).await, "no key at {prefixed}");
+    }
+    let rlock = RLock::new(&nodes.url(0), &name, Duration::from_secs(30)).await;
+
+    inner.release().await.expect("release the inner level");
+    m.flush().await;
+    assert_eq!(outer.hold_count(), 1);
+    for url in nodes.urls() {
+        assert_eq!(hash_at(&url, &name).await, held_by(&holder, 1), "{url}");
+        assert!(pttl_at(&url, &name).await > 0);
+    }
+    assert!(
+        rlock.try_acquire().await.is_some(),
+        "one release of two left it held"
+    );
+
+    outer.release().await.expect("release the outer level");
+    m.flush().await;
+    for url in nodes.urls() {
+        assert!(!exists_at(&url, &name).await, "{url}: deleted at 0");
+    }
+    assert_eq!(rlock.try_acquire().await, None, "free for Redisson");
+    assert!(rlock.unlock().await);
+}
+
+/// The watchdog keeps the hash at the name alive over several leases: its
+/// PTTL stays within one lease, its field and count unchanged, and
+/// Redisson stays excluded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_the_redisson_hash_past_several_leases() {
+    let nodes = three();
+    let m = short_manager_over(nodes, Quorum::Majority).await;
+    let name = unique("renewed");
+    let g = m.lock(&name).await.expect("lock");
+    let holder = g.holder_id().to_owned();
+    let ticks = m.watchdog_stats().ticks;
+    tokio::time::sleep(SHORT_LEASE * 4).await;
+    assert!(g.is_held() && !g.is_lost(), "held past four leases");
+    assert!(
+        m.watchdog_stats().ticks >= ticks + 6,
+        "{:?}",
+        m.watchdog_stats()
+    );
+    let lease_ms = i64::try_from(SHORT_LEASE.as_millis()).expect("small");
+    for url in nodes.urls() {
+        assert_eq!(hash_at(&url, &name).await, held_by(&holder, 1), "{url}");
+        let pttl = pttl_at(&url, &name).await;
+        assert!(pttl > 0 && pttl <= lease_ms, "{url}: PTTL {pttl}");
+    }
+    let rlock = RLock::new(&nodes.url(1), &name, Duration::from_secs(30)).await;
+    assert!(rlock.try_acquire().await.is_some(), "Redisson is kept out");
+    g.release().await.expect("release");
+    m.flush().await;
+    for url in nodes.urls() {
+        assert!(!exists_at(&url, &name).await, "{url}");
+    }
+}
+
+/// A node flushed while the lock is held gets the hash back at the bare
+/// name (holder field, count, a lease) from the watchdog's repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_flushed_while_held_is_repaired_at_the_bare_name() {
+    // Masters of this test's own: FLUSHALL would disturb the others.
+    let nodes = LocalNodes::start(3).expect("start 3 masters");
+    let m = short_manager_over(&nodes, Quorum::Majority).await;
+    let name = unique("repair");
+    let g = m.lock(&name).await.expect("lock");
+    let holder = g.holder_id().to_owned();
+    let before = m.watchdog_stats().repairs;
+    let mut c = raw_conn(&nodes.url(2)).await;
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut c)
+        .await
+        .expect("FLUSHALL");
+    assert!(!exists_at(&nodes.url(2), &name).await);
+    let url = nodes.url(2);
+    let repaired = support::eventually(SHORT_PERIOD * 2 + Duration::from_millis(300), || {
+        exists_at(&url, &name)
+    })
+    .await;
+    assert!(repaired, "node 2 was not repaired");
+    assert_eq!(hash_at(&url, &name).await, held_by(&holder, 1));
+    assert!(pttl_at(&url, &name).await > 0);
+    assert!(
+        m.watchdog_stats().repairs > before,
+        "{:?}",
+        m.watchdog_stats()
+    );
+    assert!(g.is_held() && !g.is_lost());
+    assert!(g.granted_nodes().contains(&2), "{:?}", g.granted_nodes());
+    let rlock = RLock::new(&url, &name, Duration::from_secs(30)).await;
+    assert!(rlock.try_acquire().await.is_some(), "Redisson is kept out");
+    g.release().await.expect("release");
+    m.flush().await;
+    for url in nodes.urls() {
+        assert!(!exists_at(&url, &name).await, "{url}");
+    }
+}
+
+/// The hash deleted on a majority of the masters (as if a Redisson admin
+/// broke it there): the hold is lost, not repaired, within the lease, and
+/// its release says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_hash_on_a_majority_is_a_loss() {
+    let nodes = three();
+    let m = short_manager_over(nodes, Quorum::Majority).await;
+    let name = unique("lost");
+    let g = m.lock(&name).await.expect("lock");
+    for i in 0..2 {
+        let mut c = raw_conn(&nodes.url(i)).await;
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(&name)
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
+        assert_eq!(deleted, 1, "node {i} held the hash at the name");
+    }
+    tokio::time::timeout(SHORT_LEASE, g.lost())
+        .await
+        .expect("lost() within the lease");
+    assert!(g.is_lost() && !g.is_held());
+    for i in 0..2 {
+        assert!(
+            !exists_at(&nodes.url(i), &name).await,
+            "node {i}: a lost hold is not re-created"
+        );
+    }
+    let err = g.release().await.expect_err("lost");
+    assert!(err.is_lost(), "{err}");
+}
+
+/// `lock_all` of two names writes both hashes at the bare names, in one
+/// holder's field on every node; Redisson and another manager are kept
+/// out of each, and a Redisson holder of one keeps the set out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_of_two_names_in_the_redisson_layout() {
+    let nodes = three();
+    let m = manager_over(nodes).await;
+    let rival = manager_over(nodes).await;
+    let (a, b) = (unique("all-a"), unique("all-b"));
+    let set = m.lock_all([a.clone(), b.clone()]).await.expect("lock_all");
+    assert_eq!(set.names(), [a.as_str(), b.as_str()]);
+    assert!(set.guards().iter().all(|g| g.hold_count() == 1));
+    for (name, g) in [&a, &b].into_iter().zip(set.guards()) {
+        for url in nodes.urls() {
+            assert_eq!(
+                hash_at(&url, name).await,
+                held_by(g.holder_id(), 1),
+                "{url} {name}"
+            );
+        }
+        let rlock = RLock::new(&nodes.url(0), name, Duration::from_secs(30)).await;
+        assert!(rlock.try_acquire().await.is_some(), "Redisson took {name}");
+        let err = rival
+            .try_lock(name, Duration::ZERO)
+            .await
+            .expect_err("held by the set");
+        assert!(err.is_contended(), "{err}");
+    }
+    set.release().await.expect("release the set");
+    m.flush().await;
+    for name in [&a, &b] {
+        for url in nodes.urls() {
+            assert!(!exists_at(&url, name).await, "{url} {name}");
+        }
+    }
+
+    // A Redisson RedLock on b keeps the set out, and takes nothing of a.
+    let red = RedLock::new(&nodes.urls(), &b, Duration::from_secs(30)).await;
+    red.lock().await;
+    let err = m
+        .try_lock_all([a.clone(), b.clone()], Duration::from_millis(300))
+        .await
+        .expect_err("b is Redisson's");
+    assert!(err.is_contended(), "{err}");
+    m.flush().await;
+    for url in nodes.urls() {
+        assert!(!exists_at(&url, &a).await, "{url}: no partial set kept");
+    }
+    red.unlock().await;
+}
+
+/// A `RedissonMultiLock` (an `RLock` on every master, each of its own
+/// client, all required) excludes quorumlock at any quorum, even one
+/// node; once it unlocks, quorumlock gets the lock, and then the
+/// MultiLock cannot get all masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_multilock_excludes_a_quorumlock_manager() {
+    let nodes = three();
+    let majority = manager_over(nodes).await;
+    let one = LockManager::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(300))
+        .layout(Layout::Redisson)
+        .quorum(Quorum::AtLeast(1))
+        .build()
+        .await
+        .expect("build a manager of quorum 1");
+    let name = unique("multilock");
+    let multi = RedLock::new(&nodes.urls(), &name, Duration::from_secs(30)).await;
+    for l in &multi.locks {
+        assert_eq!(
+            l.try_acquire().await,
+            None,
+            "the MultiLock takes every master"
+        );
+    }
+    for m in [&majority, &one] {
+        let err = m
+            .try_lock(&name, Duration::from_millis(300))
+            .await
+            .expect_err("the MultiLock holds it");
+        assert!(err.is_contended(), "{err}");
+    }
+    assert_eq!(
+        multi.renew().await,
+        3,
+        "the MultiLock still holds all three"
+    );
+    let status = majority.status(&name).await.expect("status");
+    assert_eq!(status.foreign_holders().len(), 3);
+    for url in nodes.urls() {
+        let hash = hash_at(&url, &name).await;
+        assert_eq!(hash.len(), 1, "{url}: only Redisson's field: {hash:?}");
+        assert!(hash.keys().all(|f| f.ends_with(":1")), "{hash:?}");
+    }
+
+    multi.unlock().await;
+    let g = majority
+        .try_lock(&name, Duration::from_secs(2))
+        .await
+        .expect("free after the MultiLock's unlock");
+    let mut refused = 0;
+    for l in &multi.locks {
+        match l.try_acquire().await {
+            Some(pttl) => {
+                assert!(pttl > 0);
+                refused += 1;
+            }
+            None => {
+                l.unlock().await;
+            }
+        }
+    }
+    assert!(
+        refused >= 2,
+        "quorumlock holds a majority: {refused} refused"
+    );
+    g.release().await.expect("release");
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
-use quorumlock::Quorum;
+use quorumlock::{Layout, Quorum};
 
 use crate::help::{EXEC_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP};
 
@@ -68,6 +68,21 @@ pub struct Global {
         hide_env_values = true
     )]
     pub key_prefix: String,
+
+    /// Where the locks live on the nodes: `quorumlock` (the hash
+    /// `<prefix>{<name>}`) or `redisson` (Redisson's `RLock`, the hash at
+    /// the name itself), as the applications sharing the locks build their
+    /// managers (`LockManagerBuilder::layout`).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_LAYOUT",
+        value_name = "quorumlock|redisson",
+        default_value = "quorumlock",
+        hide_env_values = true,
+        value_parser = parse_layout
+    )]
+    pub layout: Layout,
 
     /// PEM file of the CA that signed the nodes' certificates, for
     /// `rediss://` nodes whose certificates the built-in roots do not trust
@@ -272,6 +287,15 @@ fn parse_quorum(s: &str) -> Result<Quorum, String> {
         .map_err(|_| "expected `majority`, `all` or a number of nodes (at least 1)".to_owned())
 }
 
+/// Parses `quorumlock` or `redisson`.
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    match s.trim() {
+        "quorumlock" => Ok(Layout::Quorumlock),
+        "redisson" => Ok(Layout::Redisson),
+        _ => Err("expected `quorumlock` (the default) or `redisson`".to_owned()),
+    }
+}
+
 /// Reports a command-line error: help and version as clap prints them,
 /// anything else as one `quorumlock: error:` line (plus the usage line when
 /// clap has one). Returns clap's exit status (2 for errors).
@@ -337,6 +361,16 @@ mod tests {
         assert_eq!(parse_quorum("all"), Ok(Quorum::All));
         assert_eq!(parse_quorum("3"), Ok(Quorum::AtLeast(3)));
         assert!(parse_quorum("most").is_err());
+    }
+
+    #[test]
+    fn layouts_parse() {
+        assert_eq!(parse_layout("quorumlock"), Ok(Layout::Quorumlock));
+        assert_eq!(parse_layout("redisson"), Ok(Layout::Redisson));
+        assert!(parse_layout("Redisson2").is_err());
+        let cli = Cli::try_parse_from(["quorumlock", "status", "--layout", "redisson", "x"])
+            .expect("valid command line");
+        assert_eq!(cli.global.layout, Layout::Redisson);
     }
 
     #[test]

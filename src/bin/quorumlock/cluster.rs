@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{redis, Error, LockManager, NodeFailure, Quorum};
+use quorumlock::{redis, Error, Layout, LockManager, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
 use crate::direct::DirectNode;
@@ -34,6 +34,8 @@ pub struct Cluster {
     pub down: Vec<NodeFailure>,
     /// The prefix of the lock keys.
     pub key_prefix: String,
+    /// Where the locks live on the nodes (`--layout`).
+    pub layout: Layout,
     /// A client per node, for the reads made without the manager.
     clients: Vec<redis::Client>,
 }
@@ -79,6 +81,7 @@ impl Cluster {
         builder = builder
             .quorum(quorum)
             .key_prefix(global.key_prefix.clone())
+            .layout(global.layout)
             .allow_unreachable(true);
         if let Some(lease) = lease {
             builder = builder.lease(lease);
@@ -93,6 +96,7 @@ impl Cluster {
                     required,
                     down,
                     key_prefix: global.key_prefix.clone(),
+                    layout: global.layout,
                     clients,
                 })
             }

@@ -7,6 +7,13 @@ Nodes:
     export QUORUMLOCK_NODES=redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379
   URLs may carry a password and a db: redis://:secret@redis-a:6379/2
 
+Layout:
+  --layout (or QUORUMLOCK_LAYOUT) says where the locks live, as the
+  applications sharing them build their managers: quorumlock (the default,
+  the hash <prefix>{<name>}) or redisson (Redisson's RLock: the hash at the
+  name itself; Redisson holders are shown and excluded, and unlock --force
+  removes them). top cannot list locks with --layout redisson.
+
 Examples:
   # Run a report on one host at a time; give up at once if it is running elsewhere
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
@@ -36,7 +43,7 @@ Exit status:
   0        success (exec: the command's own status, whatever it is;
            --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
-  2        usage or configuration error: bad option, duration, URL, quorum,
+  2        usage or configuration error: bad option, duration, URL, quorum, layout,
            lock name, or no nodes given
   69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
   75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
@@ -145,7 +152,9 @@ the nodes that hold it, waiters (the longest queue over the nodes), and on
 how many nodes the lock exists. A lock held by no owner on a quorum shows
 the owner with the most nodes, marked `(no quorum)`. A lock that is free
 while waiters are queued (between two holders) has no hash and is not
-listed. While it scans, a progress bar is shown on stderr when stderr is a
+listed. With --layout redisson it refuses (exit status 2): the locks are
+then hashes at bare names, which no SCAN pattern tells from other keys;
+use `quorumlock status NAME`. While it scans, a progress bar is shown on stderr when stderr is a
 terminal (not with --watch).
 
 Examples:

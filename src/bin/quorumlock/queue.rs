@@ -1,6 +1,7 @@
 //! Who waits for a lock: its queue of waiters on every node, read directly
 //! (`<prefix>{<name>}:queue`, waiter id -> ticket, and `:timeouts`, waiter
-//! id -> the node time in ms after which the nodes skip it), merged.
+//! id -> the node time in ms after which the nodes skip it, in either
+//! layout: named by `Layout::queue_keys`), merged.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,14 +49,14 @@ pub struct Waiter {
 /// What one node queues: `(id, ticket, deadline - node now)`.
 type NodeQueue = (u64, Vec<(String, u64, Option<i64>)>);
 
-/// Reads the queue of `lock_key` on every node in `nodes`; nodes that fail
-/// are left out (their rows in the status say why).
-pub async fn read(nodes: &mut [DirectNode], lock_key: &str) -> Queue {
-    let queue_key = format!("{lock_key}:queue");
-    let timeouts_key = format!("{lock_key}:timeouts");
+/// Reads a lock's queue (`keys`: its queue and timeouts keys, as
+/// `Layout::queue_keys` names them) on every node in `nodes`; nodes that
+/// fail are left out (their rows in the status say why).
+pub async fn read(nodes: &mut [DirectNode], keys: &(String, String)) -> Queue {
+    let (queue_key, timeouts_key) = keys;
     let reads = nodes
         .iter_mut()
-        .map(|n| read_node(n, &queue_key, &timeouts_key));
+        .map(|n| read_node(n, queue_key, timeouts_key));
     merge(join_all(reads).await.into_iter().flatten().collect())
 }
 

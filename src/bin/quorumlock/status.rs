@@ -28,6 +28,10 @@ pub struct Report {
     pub holder: Option<String>,
     /// Where and since when that holder took it, when its id tells.
     pub holder_info: Option<Holder>,
+    /// The holders on the nodes that are not quorumlock's (with `--layout
+    /// redisson`, Redisson's `<uuid>:<thread id>`), each once, sorted: the
+    /// lock is held by another client, which has no host, pid or token.
+    pub foreign_holders: Vec<String>,
     /// One row per node, in `--nodes` order.
     pub nodes: Vec<Row>,
     /// Who waits for it (`status` reads it; `unlock` does not).
@@ -129,10 +133,13 @@ impl View for Status {
     }
 
     async fn frame(&mut self) -> Result<String, Failure> {
-        let lock_key = format!("{}{{{}}}", self.cluster.key_prefix, self.name);
+        let queue_keys = self
+            .cluster
+            .layout
+            .queue_keys(&self.cluster.key_prefix, &self.name)?;
         let (report, queue) = futures::join!(
             report(&self.cluster, self.quorum, &self.name),
-            queue::read(&mut self.direct, &lock_key)
+            queue::read(&mut self.direct, &queue_keys)
         );
         let report = Report {
             queue: Some(queue),
@@ -155,6 +162,11 @@ impl View for Status {
 /// says why (the failure at the start for a node down since then).
 pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Report, Failure> {
     let status = cluster.manager.status(name).await?;
+    let foreign_holders = status
+        .foreign_holders()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     let mut nodes: Vec<Row> = status
         .nodes
         .into_iter()
@@ -208,6 +220,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
         required: cluster.required,
         holder_info: holder.as_deref().and_then(Holder::of),
         holder,
+        foreign_holders,
         nodes,
         queue: None,
     })
@@ -252,6 +265,9 @@ pub fn table(report: &Report) -> String {
                 "held by {h} ({}) on {held} of {total} node(s)",
                 info.describe()
             ),
+            None if report.foreign_holders.contains(h) => {
+                format!("held by {h} (another client, not quorumlock) on {held} of {total} node(s)")
+            }
             None => format!("held by {h} on {held} of {total} node(s)"),
         },
         None if held == 0 => "free".to_owned(),
@@ -289,6 +305,12 @@ pub fn table(report: &Report) -> String {
         ]);
     }
     out.push_str(&align(&rows));
+    if !report.foreign_holders.is_empty() {
+        out.push_str(&format!(
+            "held by another client (not quorumlock; no host, pid or fencing token): {}\n",
+            report.foreign_holders.join(", ")
+        ));
+    }
     if let Some(queue) = &report.queue {
         out.push_str(&queue.lines(total));
     }

@@ -7,13 +7,17 @@
 //! however many locks it has. The nodes are scanned in parallel and what
 //! they hold is merged per lock name as it arrives, so memory grows with
 //! the number of locks, not with nodes times locks.
+//!
+//! With `--layout redisson` it refuses: the locks are hashes at bare names
+//! (`Layout::lock_keys_are_scannable` is false), which no SCAN pattern
+//! tells from the other hashes on the nodes.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
-use quorumlock::{redis, HolderInfo};
+use quorumlock::{redis, HolderInfo, Layout};
 
 use crate::cli::{Global, TopArgs};
 use crate::cluster::{human, Cluster, Need};
@@ -25,6 +29,12 @@ use crate::watch::{self, View};
 
 /// Runs `quorumlock top`; returns the exit status.
 pub async fn run(global: &Global, args: TopArgs) -> Result<u8, Failure> {
+    if !global.layout.lock_keys_are_scannable() {
+        return Err(Failure::usage(
+            "top cannot list locks with --layout redisson: Redisson's locks are hashes at \
+             bare names, which a SCAN cannot tell from other keys; use `quorumlock status NAME`",
+        ));
+    }
     let cluster = Cluster::connect(global, None, Need::Any).await?;
     let mut view = Top {
         direct: cluster.direct(),
@@ -68,6 +78,7 @@ impl View for Top {
     async fn frame(&mut self) -> Result<String, Failure> {
         let started = Instant::now();
         let prefix = self.cluster.key_prefix.clone();
+        let layout = self.cluster.layout;
         let pattern = format!("{}{{*}}", glob_escape(&prefix));
         let locks = RefCell::new(HashMap::<String, Lock>::new());
         let bar = RefCell::new(ScanBar::start(self.direct.len(), self.bar));
@@ -75,7 +86,7 @@ impl View for Top {
         let scans = self.direct.iter_mut().map(|node| {
             let (pattern, prefix, locks, bar) = (&pattern, &prefix, &locks, &bar);
             async move {
-                let result = scan(node, pattern, prefix, batch, locks, bar).await;
+                let result = scan(node, layout, pattern, prefix, batch, locks, bar).await;
                 (node.index, node.addr.clone(), result)
             }
         });
@@ -125,6 +136,7 @@ struct Lock {
 /// Walks node `node`, merging every lock found into `locks`.
 async fn scan(
     node: &mut DirectNode,
+    layout: Layout,
     pattern: &str,
     prefix: &str,
     batch: usize,
@@ -141,23 +153,30 @@ async fn scan(
             .arg("COUNT")
             .arg(batch);
         let ((next, keys),): ((u64, Vec<Vec<u8>>),) = node.query(&pipe).await?;
-        let names: Vec<String> = keys
+        // Each lock's name, lock key and queue key, as the layout names
+        // them (a name no lock can have is someone else's key).
+        let found: Vec<(String, String, String)> = keys
             .into_iter()
             .filter_map(|k| String::from_utf8(k).ok())
-            .filter_map(|k| name_of(&k, prefix).map(str::to_owned))
+            .filter_map(|k| {
+                let name = name_of(&k, prefix)?;
+                let key = layout.lock_key(prefix, name).ok()?;
+                let (queue, _) = layout.queue_keys(prefix, name).ok()?;
+                Some((name.to_owned(), key, queue))
+            })
             .collect();
-        if !names.is_empty() {
+        if !found.is_empty() {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for name in &names {
-                let key = format!("{prefix}{{{name}}}");
+            for (_, key, queue) in &found {
                 pipe.cmd("HGETALL")
-                    .arg(&key)
+                    .arg(key)
                     .cmd("PTTL")
-                    .arg(&key)
+                    .arg(key)
                     .cmd("ZCARD")
-                    .arg(format!("{key}:queue"));
+                    .arg(queue);
             }
+            let names = found.into_iter().map(|(name, _, _)| name).collect();
             let replies: Vec<redis::Value> = node.query(&pipe).await?;
             merge(&mut locks.borrow_mut(), node.index, names, replies)?;
         }
