@@ -144,6 +144,51 @@ pub fn fence_counter_key(prefix: &str, name: &str) -> Result<String, Error> {
     Ok(fence_key(prefix, slot_of(name.as_bytes())))
 }
 
+/// Key names for tools and operators that read the nodes directly.
+impl Layout {
+    /// The key of the lock `name` on every node, under the key prefix
+    /// `prefix` (the builder's
+    /// [`key_prefix`](crate::LockManagerBuilder::key_prefix), `quorumlock:`
+    /// by default): the hash `<prefix>{<name>}` in [`Layout::Quorumlock`],
+    /// the name itself in [`Layout::Redisson`] (where the prefix plays no
+    /// part). For tools and operators that read the nodes directly.
+    ///
+    /// ```
+    /// use quorumlock::Layout;
+    /// assert_eq!(Layout::Quorumlock.lock_key("ql:", "orders")?, "ql:{orders}");
+    /// assert_eq!(Layout::Redisson.lock_key("ql:", "orders")?, "orders");
+    /// # Ok::<(), quorumlock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a name a
+    /// lock could not have (empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), or with a brace or a control
+    /// character), or a prefix the builder refuses (with a brace).
+    pub fn lock_key(self, prefix: &str, name: &str) -> Result<String, Error> {
+        check_prefix_and_name(prefix, name)?;
+        Ok(self.key_at(&format!("{prefix}{{{name}}}"), name))
+    }
+
+    /// The two sorted sets of the waiters queued for the lock `name`, in
+    /// every layout quorumlock's own keys under `prefix`, in the lock's
+    /// hash slot: `<prefix>{<name>}:queue` (waiter id -> ticket) and
+    /// `<prefix>{<name>}:timeouts` (waiter id -> the node time in ms after
+    /// which the nodes skip it). They exist only while someone waits, and
+    /// only quorumlock's waiters are in them (Redisson's waiters wait on
+    /// their channel alone).
+    ///
+    /// # Errors
+    ///
+    /// As [`Layout::lock_key`].
+    pub fn queue_keys(self, prefix: &str, name: &str) -> Result<(String, String), Error> {
+        check_prefix_and_name(prefix, name)?;
+        let base = format!("{prefix}{{{name}}}");
+        Ok((format!("{base}:queue"), format!("{base}:timeouts")))
+    }
+}
+
 /// Checks a key prefix as the builder does (no brace) and a lock name as
 /// [`check_name`] does.
 pub(crate) fn check_prefix_and_name(prefix: &str, name: &str) -> Result<(), Error> {

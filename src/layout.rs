@@ -5,9 +5,6 @@
 //! read the nodes directly (the CLI's `status` and `top`) ask it for the
 //! key names too: [`Layout::lock_key`], [`Layout::queue_keys`].
 
-use crate::error::Error;
-use crate::keys::check_prefix_and_name;
-
 /// The channel prefix of Redisson's `RLock`: its waiters listen on
 /// `redisson_lock__channel:{<name>}`.
 const REDISSON_CHANNEL: &str = "redisson_lock__channel:";
@@ -44,48 +41,6 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// The key of the lock `name` on every node, under the key prefix
-    /// `prefix` (the builder's
-    /// [`key_prefix`](crate::LockManagerBuilder::key_prefix), `quorumlock:`
-    /// by default): the hash `<prefix>{<name>}` in [`Layout::Quorumlock`],
-    /// the name itself in [`Layout::Redisson`] (where the prefix plays no
-    /// part). For tools and operators that read the nodes directly.
-    ///
-    /// ```
-    /// use quorumlock::Layout;
-    /// assert_eq!(Layout::Quorumlock.lock_key("ql:", "orders")?, "ql:{orders}");
-    /// assert_eq!(Layout::Redisson.lock_key("ql:", "orders")?, "orders");
-    /// # Ok::<(), quorumlock::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a name a
-    /// lock could not have (empty, longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), or with a brace or a control
-    /// character), or a prefix the builder refuses (with a brace).
-    pub fn lock_key(self, prefix: &str, name: &str) -> Result<String, Error> {
-        check_prefix_and_name(prefix, name)?;
-        Ok(self.key_at(&format!("{prefix}{{{name}}}"), name))
-    }
-
-    /// The two sorted sets of the waiters queued for the lock `name`, in
-    /// every layout quorumlock's own keys under `prefix`, in the lock's
-    /// hash slot: `<prefix>{<name>}:queue` (waiter id -> ticket) and
-    /// `<prefix>{<name>}:timeouts` (waiter id -> the node time in ms after
-    /// which the nodes skip it). They exist only while someone waits, and
-    /// only quorumlock's waiters are in them (Redisson's waiters wait on
-    /// their channel alone).
-    ///
-    /// # Errors
-    ///
-    /// As [`Layout::lock_key`].
-    pub fn queue_keys(self, prefix: &str, name: &str) -> Result<(String, String), Error> {
-        check_prefix_and_name(prefix, name)?;
-        let base = format!("{prefix}{{{name}}}");
-        Ok((format!("{base}:queue"), format!("{base}:timeouts")))
-    }
-
     /// Whether the lock keys of this layout can be told from other keys by
     /// their name alone, so that a `SCAN` with a pattern finds every lock:
     /// true for [`Layout::Quorumlock`] (`<prefix>{*}`), false for
