@@ -126,6 +126,11 @@ enum Report {
 /// Subscribes to `keys`' events on every node that has a release feed, and
 /// returns once a quorum of them confirmed.
 pub(crate) async fn subscribe(nodes: &Nodes, keys: &Keys) -> Result<LockEvents, Error> {
+    let span = tracing::debug_span!("quorumlock.events", lock = %keys.name);
+    tracing::Instrument::instrument(subscribe_in_span(nodes, keys), span).await
+}
+
+async fn subscribe_in_span(nodes: &Nodes, keys: &Keys) -> Result<LockEvents, Error> {
     let (n, required) = (nodes.len(), nodes.required());
     let config = &nodes.config;
     let (reports, mut from_nodes) = mpsc::unbounded_channel();
