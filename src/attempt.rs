@@ -219,7 +219,7 @@ fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, ela
     );
     for (i, r) in replies.iter().enumerate() {
         match r {
-            Some(Ok(Grant::Granted(t))) => debug!(node = i, fence = t, "granted"),
+            Some(Ok(Grant::Granted(t))) => debug!(node = i, token = t, "granted"),
             Some(Ok(Grant::Taken(p, t))) => debug!(node = i, pttl = ?p, ticket = t, "taken"),
             Some(Ok(Grant::Missing)) => debug!(node = i, "missing"),
             Some(Err(e)) => debug!(node = i, kind = %e.kind, error = %e.message, "failed"),

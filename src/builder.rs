@@ -321,6 +321,15 @@ impl LockManagerBuilder {
     ///
     /// Cancel safe: dropping it closes the connections made so far.
     pub async fn build(self) -> Result<LockManager, Error> {
+        let span = tracing::info_span!(
+            "quorumlock.build",
+            nodes = self.urls.len() + self.clients.len() + self.clusters.len()
+        );
+        tracing::Instrument::instrument(self.connect(), span).await
+    }
+
+    /// [`LockManagerBuilder::build`], in its span.
+    async fn connect(self) -> Result<LockManager, Error> {
         #[cfg(feature = "tls-rustls")]
         install_crypto_provider();
         let specs = self.specs()?;

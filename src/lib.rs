@@ -33,6 +33,7 @@ mod status;
 
 mod nodes;
 
+mod events;
 mod hold;
 mod queue;
 mod slots;
@@ -63,6 +64,7 @@ mod sim;
 pub use crate::builder::LockManagerBuilder;
 pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
+pub use crate::events::{LockEvent, LockEvents};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
 pub use crate::keys::lock_slot;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::acquire::Acquisition;
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
+use crate::events::{self, LockEvents};
 use crate::hold::OnDrop;
 use crate::keys::Keys;
 use crate::node::NodeOps;
@@ -175,6 +176,69 @@ impl LockManager {
             required: nodes.required(),
             nodes: nodes.status(&keys).await,
         })
+    }
+
+    /// The events of `name` as the nodes tell them: releases, forced
+    /// unlocks, and, where the nodes send keyspace notifications, expiries
+    /// and deletions by anything else; what Redisson's `addListener` on a
+    /// lock gives Java users.
+    ///
+    /// Returns once a quorum of nodes confirmed the subscriptions; events
+    /// from then on are delivered, each once (when a quorum of nodes told
+    /// it, see [`LockEvent`](crate::LockEvent)). Each stream has one subscriber connection
+    /// per node of its own.
+    ///
+    /// # What is seen where
+    ///
+    /// - [`LockEvent::Released`](crate::LockEvent::Released) and [`LockEvent::Forced`](crate::LockEvent::Forced) come from the
+    ///   messages the release and force scripts publish on the lock's
+    ///   channel, whatever the nodes' settings (a user without rights on
+    ///   the channel publishes nothing, and its releases are not seen).
+    /// - [`LockEvent::Expired`](crate::LockEvent::Expired) and [`LockEvent::Deleted`](crate::LockEvent::Deleted) come from
+    ///   keyspace notifications (`__keyspace@<db>__:<key>`), which need
+    ///   `notify-keyspace-events` to include `K` and `g` (`del`) and `x`
+    ///   (`expired`) on the nodes, e.g. `CONFIG SET notify-keyspace-events
+    ///   Kgx`. Where they are off (Redis's default), an expiry publishes
+    ///   nothing and is **not seen**, nor is a `DEL`, an eviction or a
+    ///   Redisson client's unlock of the key; a released or forced lock is
+    ///   seen either way. A node with keyspace notifications sends a `del`
+    ///   with each release too; it is paired with the release message and
+    ///   not counted again (a `del` with no release message within 100 ms
+    ///   counts as [`LockEvent::Deleted`](crate::LockEvent::Deleted)).
+    /// - A cluster member publishes nothing yet (no release feed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name; [`Error::Unavailable`] when
+    /// fewer than a quorum of nodes confirmed the subscriptions within the
+    /// connect timeout plus the node timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future or the stream closes its connections (which
+    /// unsubscribes them).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// use quorumlock::{LockEvent, LockManager};
+    ///
+    /// # async fn demo(locks: LockManager) -> Result<(), quorumlock::Error> {
+    /// let mut events = locks.events("orders:42").await?;
+    /// while let Some(event) = events.next().await {
+    ///     if let LockEvent::Released { holder, .. } = event {
+    ///         println!("released by {holder}");
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    pub async fn events(&self, name: &str) -> Result<LockEvents, Error> {
+        let nodes = &self.inner.nodes;
+        let keys = Keys::checked(nodes.config.layout, &nodes.config.key_prefix, name)?;
+        events::subscribe(nodes, &keys).await
     }
 
     /// Waits until the background work started so far has finished: releases

@@ -97,6 +97,119 @@ async fn an_acl_user_locks_and_its_password_is_never_shown() {
     assert!(!format!("{e:?}").contains(PASSWORD));
 }
 
+/// Everything a tracing subscriber is given, as text.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// Every span and event at every level, while a manager is built over
+/// `redis://:PASSWORD@..` URLs (one with a wrong password), locks, waits,
+/// listens, releases and breaks a lock: the password never appears, the
+/// spans are named by the scheme of the README's "Tracing" section.
+#[tokio::test]
+async fn the_password_never_appears_in_tracing_output() {
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    let nodes = LocalNodes::start_with(
+        3,
+        Extra {
+            args: vec!["--requirepass".to_owned(), PASSWORD.to_owned()],
+            tls: false,
+        },
+    )
+    .expect("start 3 masters with a password");
+    let wrong = "wrong-pa55word";
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(FmtSpan::FULL)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The process's subscriber (a scoped one misses callsites whose
+    // interest other tests' threads cached meanwhile): it also captures
+    // the other tests of this binary, whose passwords must not show either.
+    tracing::subscriber::set_global_default(subscriber).expect("the one subscriber");
+
+    let urls = |pass: &str| -> Vec<String> {
+        (0..nodes.len())
+            .map(|i| format!("redis://:{pass}@127.0.0.1:{}", nodes.port(i)))
+            .collect()
+    };
+    let mut some_wrong = urls(PASSWORD);
+    some_wrong[2] = format!("redis://:{wrong}@127.0.0.1:{}", nodes.port(2));
+    let refused = LockManager::builder()
+        .nodes(some_wrong)
+        .allow_unreachable(true)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    drop(refused);
+    let m = LockManager::builder()
+        .nodes(urls(PASSWORD))
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connects with the password");
+    let name = unique("traced");
+    let events = m.events(&name).await.expect("events");
+    let guard = m.lock(&name).await.expect("lock");
+    let busy = m
+        .request(name.as_str())
+        .owner(&m.new_owner())
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .expect_err("held");
+    assert!(busy.is_contended(), "{busy}");
+    guard.release().await.expect("release");
+    let again = m.lock(&name).await.expect("lock again");
+    assert_eq!(m.force_unlock(&name).await.expect("force"), 3);
+    drop(again);
+    drop(events);
+    m.flush().await;
+
+    let text = captured.text();
+    for span in [
+        "quorumlock.build",
+        "quorumlock.acquire",
+        "quorumlock.release",
+        "quorumlock.events",
+    ] {
+        assert!(text.contains(span), "no {span} span in:\n{text}");
+    }
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", nodes.port(2))),
+        "the refused node is named:\n{text}"
+    );
+    assert!(!text.contains(PASSWORD), "the password appears:\n{text}");
+    assert!(!text.contains(wrong), "the wrong password appears:\n{text}");
+}
+
 #[tokio::test]
 async fn a_user_without_channel_rights_releases() {
     let nodes = acl_nodes(&["~*", "resetchannels", "+@all"]);

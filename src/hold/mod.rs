@@ -251,16 +251,22 @@ impl Hold {
     }
 
     /// Sends this hold's release of all but `left` levels to every node;
-    /// hands back the calls still in flight at the quorum's decision.
+    /// hands back the calls still in flight at the quorum's decision. In
+    /// the span `quorumlock.release` (see the README's "Tracing").
     async fn release_quorum(&self, left: u32) -> (ReleaseTally, Stragglers<Released>) {
+        let span = tracing::debug_span!(
+            "quorumlock.release",
+            lock = %self.keys.name,
+            holder = %self.holder_id,
+            count = left,
+        );
         let claim = Claim {
             holder: Arc::clone(&self.holder_id),
             lease: self.lease,
             count: left,
         };
-        self.nodes
-            .release_quorum(&self.keys, &claim, self.token)
-            .await
+        let release = self.nodes.release_quorum(&self.keys, &claim, self.token);
+        tracing::Instrument::instrument(release, span).await
     }
 
     /// Releases all but `left` levels on every node as background work,

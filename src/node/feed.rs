@@ -27,6 +27,13 @@ pub(crate) struct FeedMessage {
 pub(crate) trait Feed: Send + Sync + 'static {
     /// Opens one subscriber connection. The caller bounds the time it takes.
     fn open(&self) -> BoxFuture<'static, Result<FeedConn, NodeError>>;
+
+    /// The keyspace notification channel of `key` on this node
+    /// (`__keyspace@<db>__:<key>`), if the node can send them.
+    fn keyspace_channel(&self, key: &str) -> Option<Arc<str>> {
+        let _ = key;
+        None
+    }
 }
 
 /// Sends a subscriber connection's (un)subscriptions; the answer says the
@@ -76,6 +83,11 @@ impl Feed for RedisFeed {
                 messages,
             })
         })
+    }
+
+    fn keyspace_channel(&self, key: &str) -> Option<Arc<str>> {
+        let db = self.client.get_connection_info().redis_settings().db();
+        Some(format!("__keyspace@{db}__:{key}").into())
     }
 }
 

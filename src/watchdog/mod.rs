@@ -218,7 +218,7 @@ fn lose(wd: &Watchdog, hold: &Arc<Hold>, cause: Cause, why: &str) {
         return;
     }
     add(&wd.counters.losses, 1);
-    warn!(lock = %hold.keys.name, why, "lock lost");
+    warn!(lock = %hold.keys.name, cause = why, "lock lost");
     let _ = hold.release_in_background(0);
 }
 
