@@ -12,12 +12,12 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use quorumlock::{Error, HoldState, LockGuard, Owner};
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{ExecArgs, Global};
 use crate::cluster::{human, join, Cluster, Need};
 use crate::exit::{self, warn, Failure};
 use crate::progress::Progress;
+use crate::signals::Signals;
 
 /// Runs `quorumlock exec`; returns the exit status.
 pub async fn run(global: &Global, args: ExecArgs) -> Result<u8, Failure> {
@@ -438,41 +438,6 @@ fn from_terminal(sig: Signal) -> bool {
         .ok()
         .and_then(|tty| nix::unistd::tcgetpgrp(&tty).ok())
         .is_some_and(|fg| fg == nix::unistd::getpgrp())
-}
-
-/// The signals `exec` catches: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    quit: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Self, Failure> {
-        let listen = |kind: SignalKind| {
-            signal(kind)
-                .map_err(|e| Failure::new(exit::FAILURE, format!("cannot listen for signals: {e}")))
-        };
-        Ok(Self {
-            int: listen(SignalKind::interrupt())?,
-            term: listen(SignalKind::terminate())?,
-            hup: listen(SignalKind::hangup())?,
-            quit: listen(SignalKind::quit())?,
-        })
-    }
-
-    /// The next signal received.
-    ///
-    /// Cancel safe: a signal that arrives meanwhile is kept for the next call.
-    async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.int.recv() => Signal::SIGINT,
-            _ = self.term.recv() => Signal::SIGTERM,
-            _ = self.hup.recv() => Signal::SIGHUP,
-            _ = self.quit.recv() => Signal::SIGQUIT,
-        }
-    }
 }
 
 /// The exit status a shell would report for `status`.

@@ -12,6 +12,7 @@ mod exit;
 mod help;
 mod progress;
 mod queue;
+mod signals;
 mod status;
 mod table;
 mod top;

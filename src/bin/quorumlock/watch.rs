@@ -4,11 +4,11 @@
 use std::io::{ErrorKind, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::cluster::human;
 use crate::exit::{self, Failure};
+use crate::signals::Signals;
 
 /// Something `--watch` redraws.
 pub trait View {
@@ -35,7 +35,7 @@ pub async fn run(view: &mut impl View, interval: Duration) -> Result<u8, Failure
         let started = Instant::now();
         let frame = tokio::select! {
             frame = view.frame() => frame?,
-            code = signals.next() => return Ok(code),
+            code = ended(&mut signals) => return Ok(code),
         };
         let header = format!(
             "-- {title}, every {}, at {}",
@@ -49,7 +49,7 @@ pub async fn run(view: &mut impl View, interval: Duration) -> Result<u8, Failure
         let next = started.checked_add(interval);
         tokio::select! {
             () = sleep_until(next) => {}
-            code = signals.next() => return Ok(code),
+            code = ended(&mut signals) => return Ok(code),
         }
     }
 }
@@ -61,34 +61,12 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// The signals that end a watch.
-struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Self, Failure> {
-        let on = |kind: SignalKind| {
-            signal(kind)
-                .map_err(|e| Failure::new(exit::FAILURE, format!("cannot handle signals: {e}")))
-        };
-        Ok(Self {
-            int: on(SignalKind::interrupt())?,
-            term: on(SignalKind::terminate())?,
-            hup: on(SignalKind::hangup())?,
-        })
-    }
-
-    /// Waits for one; returns the exit status it means: Ctrl-C is the way
-    /// to end a watch (0), SIGTERM and SIGHUP are 128+N as usual.
-    async fn next(&mut self) -> u8 {
-        tokio::select! {
-            _ = self.int.recv() => 0,
-            _ = self.term.recv() => exit::signaled(SignalKind::terminate().as_raw_value()),
-            _ = self.hup.recv() => exit::signaled(SignalKind::hangup().as_raw_value()),
-        }
+/// Waits for a signal; returns the exit status it means: Ctrl-C is the way
+/// to end a watch (0), the others 128+N as usual.
+async fn ended(signals: &mut Signals) -> u8 {
+    match signals.recv().await {
+        nix::sys::signal::Signal::SIGINT => 0,
+        other => exit::signaled(other as i32),
     }
 }
 
