@@ -1,7 +1,9 @@
 //! A quorum member that is a whole Redis Cluster (three local masters),
 //! beside two standalone masters: lock, re-entry, release, renewal,
-//! fencing, mutual exclusion, `lock_all`'s refusal, bad input at build, and
-//! the rule that a script call that may have run is never sent again.
+//! fencing, mutual exclusion, `lock_all`'s refusal, bad input at build, the
+//! rule that a script call that may have run is never sent again, and (on a
+//! second cluster) a held or waited-for lock's slot migrated to another
+//! shard.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -10,7 +12,9 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, Quorum};
-use support::local_cluster::{cluster, LocalCluster};
+use support::local_cluster::{
+    cluster, kill_shard_subscribers, raw_at, reshard_cluster, LocalCluster, Migration,
+};
 use support::{nodes, unique};
 
 /// Members: standalone 0, standalone 1, the cluster (member 2).
@@ -409,4 +413,351 @@ async fn a_release_on_each_shard_wakes_its_waiter() {
         // Without messages it woke by polling, about 51 ms after the release.
         assert!(p < 20.0, "shard {port}: p50 {p:.2} ms: {lat:?}");
     }
+}
+
+// ---- Resharding: a lock's slot moved to another shard while held ----
+//
+// On a cluster of its own (`reshard_cluster`), so that the shared
+// cluster's slot map never changes under the other tests; one test at a
+// time, and every test moves its slot back at the end.
+
+/// One resharding test at a time.
+async fn reshard_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
+/// A port of the resharding cluster other than `port`.
+fn other_shard(port: u16) -> u16 {
+    let c = reshard_cluster();
+    (0..c.nodes.len())
+        .map(|i| c.nodes.port(i))
+        .find(|&p| p != port)
+        .unwrap()
+}
+
+/// Members: standalone 0, standalone 1, the resharding cluster (member 2).
+fn mixed_resharded(lease: Duration) -> LockManagerBuilder {
+    let urls = nodes().urls();
+    LockManager::builder()
+        .node(urls[0].clone())
+        .node(urls[1].clone())
+        .cluster(reshard_cluster().urls())
+        .quorum(Quorum::All)
+        .lease(lease)
+        .node_timeout(Duration::from_millis(500))
+}
+
+/// The resharding cluster alone (one member: it alone decides).
+fn resharded_only() -> LockManagerBuilder {
+    LockManager::builder()
+        .cluster(reshard_cluster().urls())
+        .node_timeout(Duration::from_millis(500))
+}
+
+/// The cluster member's state of `name` as `m` (member `i`) reads it.
+async fn cluster_state(m: &LockManager, i: usize, name: &str) -> quorumlock::NodeLockState {
+    let s = m.status(name).await.expect("status");
+    match &s.nodes[i].state {
+        Ok(state) => state.clone(),
+        Err(e) => panic!("the cluster answers status of {name}: {e:?}"),
+    }
+}
+
+/// A lock held while its slot migrates (the standard manual steps: the
+/// slot `IMPORTING`/`MIGRATING`, its keys `MIGRATE`d, `SETSLOT NODE` on
+/// every master) stays held and renewed past several leases, is served by
+/// the new shard, re-enters and releases there; a second manager over the
+/// cluster alone never gets it during or after the migration, and its
+/// token after the release is larger (the slot's fence counter moved with
+/// the slot).
+#[tokio::test]
+async fn a_lock_held_while_its_slot_migrates_stays_held_renewed_and_exclusive() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(600);
+    let a = build(mixed_resharded(lease)).await;
+    let b = build(resharded_only()).await;
+    let name = unique("reshard");
+    let slot = lock_slot(&name).unwrap();
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+
+    let owner = a.new_owner();
+    let g = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("lock");
+    let token = g.fencing_token();
+    assert_eq!(
+        cluster_state(&a, 2, &name).await.shard,
+        Some(format!("127.0.0.1:{from}"))
+    );
+
+    // A second manager tries all along.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contender = {
+        let (b, name, stop) = (b.clone(), name.clone(), std::sync::Arc::clone(&stop));
+        tokio::spawn(async move {
+            let (mut tries, mut taken) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                tries += 1;
+                if let Ok(g) = b.try_lock(&name, Duration::ZERO).await {
+                    taken += 1;
+                    g.release().await.ok();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (tries, taken)
+        })
+    };
+
+    let before = a.watchdog_stats().extended;
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    tokio::time::sleep(lease).await; // renewed while MIGRATING, keys still on the source
+    let moved = m.move_keys().await;
+    let counter = quorumlock::fence_counter_key("quorumlock:", &name).unwrap();
+    assert!(
+        moved.contains(&counter),
+        "the fence counter moved: {moved:?}"
+    );
+    assert!(
+        moved.iter().any(|k| k.contains(&name)),
+        "the lock moved: {moved:?}"
+    );
+    m.finish().await;
+    tokio::time::sleep(lease * 4).await;
+
+    assert!(!g.is_lost(), "kept across the migration");
+    assert!(g.is_held());
+    let state = cluster_state(&a, 2, &name).await;
+    assert_eq!(
+        state.shard,
+        Some(format!("127.0.0.1:{to}")),
+        "served by the new shard"
+    );
+    assert_eq!(state.hold_count, 1);
+    assert!(state.holder.is_some() && state.pttl.is_some(), "{state:?}");
+    let extended = a.watchdog_stats().extended - before;
+    assert!(extended >= 3 * 4, "renewed on every member: {extended}");
+
+    // Re-entry and release of the inner level on the new shard.
+    let inner = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("re-enter after the migration");
+    assert_eq!(inner.fencing_token(), token);
+    assert_eq!(cluster_state(&a, 2, &name).await.hold_count, 2);
+    inner.release().await.expect("release the inner level");
+    assert_eq!(cluster_state(&a, 2, &name).await.hold_count, 1);
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (tries, taken) = contender.await.unwrap();
+    assert!(tries > 10, "the contender tried: {tries}");
+    assert_eq!(taken, 0, "never two holders ({tries} tries)");
+
+    g.release().await.expect("release after the migration");
+    let state = cluster_state(&a, 2, &name).await;
+    assert!(state.holder.is_none(), "{state:?}");
+    let next = b
+        .try_lock(&name, Duration::from_secs(2))
+        .await
+        .expect("the next holder");
+    assert!(
+        next.fencing_token() > token,
+        "{} > {token}",
+        next.fencing_token()
+    );
+    next.release().await.expect("release");
+    Migration::run(reshard_cluster(), slot, from).await;
+}
+
+/// The fence counter `key` on the node on `port`, which imports its slot
+/// (read after `ASKING`).
+async fn counter_on_importing(port: u16, key: &str) -> u64 {
+    let (_, v): ((), u64) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("GET")
+        .arg(key)
+        .query_async(&mut raw_at(port).await)
+        .await
+        .unwrap();
+    v
+}
+
+/// Mid-migration (the slot `MIGRATING` on its source, `IMPORTING` on the
+/// target, its keys moved already) every call on the source meets `ASK`
+/// and is sent again to the target after `ASKING`: a re-entry counts once,
+/// status answers from the target, the watchdog keeps the hold past
+/// several leases and converges its count. Calls that name a key the
+/// target lacks (a release names its channel and queue; an acquire of a
+/// new name its lock) meet `TRYAGAIN` there, proven not run, and are sent
+/// again after a pause: they run once the slot has moved, exactly once.
+#[tokio::test]
+async fn calls_that_meet_ask_mid_migration_run_exactly_once() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(600);
+    let a = build(mixed_resharded(lease)).await;
+    let b = build(resharded_only()).await;
+    let name = unique("ask");
+    let other = twin(&name);
+    let slot = lock_slot(&name).unwrap();
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+    let owner = a.new_owner();
+    let g = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("lock");
+
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    m.move_keys().await;
+    let inner = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("re-enter mid-migration");
+    assert_eq!(inner.fencing_token(), g.fencing_token());
+    let state = cluster_state(&a, 2, &name).await;
+    assert_eq!(state.hold_count, 2, "the re-entry ran once: {state:?}");
+    assert_eq!(
+        state.shard,
+        Some(format!("127.0.0.1:{to}")),
+        "answered by the target"
+    );
+
+    // A new name of the slot: its acquire creates a key the target does
+    // not have yet, which Redis refuses mid-migration (`TRYAGAIN`, proven
+    // not run); it is sent again and grants once the slot has moved.
+    let counter = quorumlock::fence_counter_key("quorumlock:", &name).unwrap();
+    let before = counter_on_importing(to, &counter).await;
+    let fresh = {
+        let (b, other) = (b.clone(), other.clone());
+        tokio::spawn(async move { b.try_lock(&other, Duration::from_secs(10)).await })
+    };
+
+    tokio::time::sleep(lease * 4).await;
+    assert!(!g.is_lost(), "renewed mid-migration");
+    assert!(!fresh.is_finished(), "no new key mid-migration");
+    assert!(
+        m.keys_left().await.is_empty(),
+        "nothing written back on the source"
+    );
+    // Releasing the inner level names keys the target does not have (the
+    // channel, the queue): `TRYAGAIN` until the slot has moved, so the
+    // watchdog's next renewal (after `ASK`) lowers the count instead.
+    inner
+        .release()
+        .await
+        .expect("release the inner level mid-migration");
+    let deadline = std::time::Instant::now() + lease * 3;
+    while cluster_state(&a, 2, &name).await.hold_count != 1 {
+        assert!(std::time::Instant::now() < deadline, "the count converges");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The last release, sent mid-migration, is sent again after each
+    // `TRYAGAIN` and runs once the slot has moved; so does the acquire.
+    let release = tokio::spawn(g.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    m.finish().await;
+    release
+        .await
+        .unwrap()
+        .expect("released after the slot moved");
+    let fresh = fresh.await.unwrap().expect("granted after the slot moved");
+    let mut c = raw_at(to).await;
+    let after: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(after, before + 1, "the acquire ran once");
+    assert_eq!(fresh.fencing_token(), after);
+    assert_eq!(cluster_state(&b, 0, &other).await.hold_count, 1);
+    fresh.release().await.expect("release");
+    assert!(cluster_state(&a, 2, &name).await.holder.is_none());
+    Migration::run(reshard_cluster(), slot, from).await;
+}
+
+/// Milliseconds from `a`'s release of `held` to `waiter` returning its
+/// guard (which it must not have before the release).
+async fn woken_after(
+    held: quorumlock::LockGuard,
+    waiter: tokio::task::JoinHandle<(std::time::Instant, quorumlock::LockGuard)>,
+) -> f64 {
+    assert!(!waiter.is_finished(), "the waiter waits until the release");
+    let t0 = std::time::Instant::now();
+    held.release().await.expect("release");
+    let (t1, g) = waiter.await.unwrap();
+    g.release().await.expect("the waiter releases");
+    t1.duration_since(t0).as_secs_f64() * 1000.0
+}
+
+fn wait_for(
+    m: &LockManager,
+    name: &str,
+) -> tokio::task::JoinHandle<(std::time::Instant, quorumlock::LockGuard)> {
+    let (m, name) = (m.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let g = m.lock(&name).await.expect("the waiter locks");
+        (std::time::Instant::now(), g)
+    })
+}
+
+/// A waiter that waits while its lock's slot migrates is woken by the
+/// release on the new shard within a few ms (the feed subscribes again
+/// when the old shard unsubscribes the channel), not at its backoff; so
+/// is one whose shard dropped the feed's connection (the feed reconnects
+/// and subscribes again).
+#[tokio::test]
+async fn a_waiter_is_woken_by_a_release_after_its_slot_moved_or_its_feed_dropped() {
+    let _serial = reshard_serial().await;
+    // Lease and backoff far above what a release message takes.
+    let slow = |b: LockManagerBuilder| {
+        let backoff = quorumlock::Backoff::new(Duration::from_secs(5), Duration::from_secs(6));
+        b.lease(Duration::from_secs(30))
+            .backoff(backoff.expect("backoff"))
+    };
+    let a = build(slow(resharded_only())).await;
+    let b = build(slow(resharded_only())).await;
+    let name = unique("moved-wake");
+    let slot = lock_slot(&name).unwrap();
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+
+    // Waiting (subscribed on `from`) while the slot moves to `to`.
+    let held = a.lock(&name).await.expect("a locks");
+    let waiter = wait_for(&b, &name);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Migration::run(reshard_cluster(), slot, to).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let moved = woken_after(held, waiter).await;
+    eprintln!("woken {moved:.2} ms after a release on the slot's new shard");
+    assert!(
+        moved < 100.0,
+        "woken by the message, not the backoff: {moved:.2} ms"
+    );
+
+    // Waiting (subscribed on `to`) when `to` drops the feed's connection.
+    let held = a.lock(&name).await.expect("a locks again");
+    let waiter = wait_for(&b, &name);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = kill_shard_subscribers(to).await;
+    assert!(killed >= 1, "the waiter's feed was subscribed on {to}");
+    tokio::time::sleep(Duration::from_millis(500)).await; // reconnect, subscribe again
+    let dropped = woken_after(held, waiter).await;
+    eprintln!("woken {dropped:.2} ms after a release following a dropped feed connection");
+    assert!(
+        dropped < 100.0,
+        "woken by the message, not the backoff: {dropped:.2} ms"
+    );
+
+    Migration::run(reshard_cluster(), slot, from).await;
 }

@@ -23,11 +23,19 @@
 //! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
 //! batches, which a release waits for, as on a standalone member.
 //!
+//! **Resharding.** Mid-migration the source answers `ASK` for the keys it
+//! moved: a script call, a renewal batch's calls of that slot and a status
+//! read are sent to the target after `ASKING`; a call that names a key the
+//! target lacks yet (a release names its channel and queue keys) gets
+//! `TRYAGAIN` there and is asked there again after a pause, until the slot
+//! has moved (`MOVED` is followed too).
+//!
 //! Release messages: the scripts publish with `SPUBLISH` on a cluster
 //! member (sharded pub/sub, in the lock's slot), and its feed
 //! (`cluster_feed`) subscribes on the shard that serves the slot. `build()`
 //! refuses a seed older than Redis 7.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +61,9 @@ use super::script_call::{broken, map_err, no_script, Resend};
 use super::script_keys;
 use super::spec::NodeSpec;
 use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
+
+/// A node's host and port, as a redirect names it.
+type Addr = (String, u16);
 
 /// The status pipeline's reply: the hash, its PTTL, the counter, the id of
 /// the node that answered.
@@ -220,15 +231,23 @@ impl Server for ClusterNode {
         let seed_host = self.seed_host.clone();
         Box::pin(async move {
             let [lock, fence] = script_keys::status(&keys);
-            let mut pipe = redis::pipe();
-            pipe.cmd("HGETALL").arg(lock).cmd("PTTL").arg(lock);
-            pipe.cmd("GET").arg(fence).cmd("CLUSTER").arg("MYID");
             let slot = keys.slot();
             let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-            let values = conn
-                .route_pipeline(pipe, 0, 4, route)
-                .await
-                .map_err(|e| map_err(&e))?;
+            let mut values = status_values(&mut conn, lock, fence, route, false).await;
+            // A slot that moved (`MOVED`: read it where it is now) or is
+            // moving (`ASK`: the source moved the keys; read them on the
+            // target, each command after `ASKING`). Reads, sent again freely.
+            for _ in 0..MAX_TRIES {
+                let Err(e) = &values else { break };
+                let (host, port, asking) = match next(e) {
+                    Next::Again(Redirect::Moved(host, port)) => (host, port, false),
+                    Next::Again(Redirect::Ask(host, port)) => (host, port, true),
+                    _ => break,
+                };
+                let to = SingleNodeRoutingInfo::ByAddress { host, port };
+                values = status_values(&mut conn, lock, fence, to, asking).await;
+            }
+            let values = values.map_err(|e| map_err(&e))?;
             let parsed: redis::RedisResult<StatusReply> =
                 redis::from_redis_value(Value::Array(values)).map_err(RedisError::from);
             let (fields, pttl, fence, id) = parsed.map_err(|e| map_err(&e))?;
@@ -289,7 +308,12 @@ impl Server for ClusterNode {
                         route = to;
                     }
                     Next::Pause => {
-                        route = Redirect::BySlot;
+                        // `TRYAGAIN` after `ASK`: the target imports the
+                        // slot still; ask it again (it answers `MOVED` if
+                        // the migration was undone). Else by the slot.
+                        if !matches!(route, Redirect::Ask(..)) {
+                            route = Redirect::BySlot;
+                        }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(200));
                     }
@@ -317,50 +341,89 @@ impl Server for ClusterNode {
             let groups = slot_groups(&batch.items);
             let mut codes: Vec<i64> = vec![0; batch.items.len()];
             let mut pending: Vec<usize> = (0..groups.len()).collect();
+            // Per group, the address an `ASK` named: its slot is migrating
+            // and its keys are on that node, which runs the call after
+            // `ASKING`.
+            let mut asks: Vec<Option<Addr>> = vec![None; groups.len()];
             let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
             for round in 0..3 {
                 let mut c = conn.clone();
                 if round > 0 || locked(&map).shards.is_empty() {
                     Self::refresh(&mut c, &map, &seed_host).await;
                 }
-                let by_shard = by_shard(&locked(&map), &groups, &pending);
-                let sent = futures::future::join_all(by_shard.into_iter().map(|part| {
+                let (asked, plain): (Vec<usize>, Vec<usize>) =
+                    pending.iter().partition(|&&g| asks[g].is_some());
+                let mut parts: Vec<(Vec<usize>, Option<Addr>)> =
+                    by_shard(&locked(&map), &groups, &plain)
+                        .into_iter()
+                        .map(|part| (part, None))
+                        .collect();
+                let mut by_addr: BTreeMap<Addr, Vec<usize>> = BTreeMap::new();
+                for g in asked {
+                    if let Some(to) = asks[g].take() {
+                        by_addr.entry(to).or_default().push(g);
+                    }
+                }
+                parts.extend(by_addr.into_iter().map(|(to, part)| (part, Some(to))));
+                let sent = futures::future::join_all(parts.into_iter().map(|(part, ask)| {
                     let mut c = conn.clone();
                     let batch = Arc::clone(&batch);
                     let groups = &groups;
                     async move {
-                        let r = send_part(&mut c, &batch, groups, &part).await;
+                        let r = send_part(&mut c, &batch, groups, &part, ask.as_ref()).await;
                         (part, r)
                     }
                 }))
                 .await;
                 pending.clear();
+                let mut load = false;
                 for (part, r) in sent {
-                    match r {
-                        Ok(replies) => {
-                            for (&g, reply) in part.iter().zip(replies) {
-                                let items = &groups[g].1;
-                                if reply.len() != items.len() {
-                                    last = NodeError::protocol("renew");
-                                    pending.push(g);
-                                    continue;
+                    let replies = match r {
+                        Ok(replies) => replies,
+                        Err(e) => {
+                            // redis-rs fails the whole pipeline with its
+                            // first error: an `ASK` names its slot.
+                            if let (Next::Again(Redirect::Ask(host, port)), Some((_, slot))) =
+                                (next(&e), e.redirect_node())
+                            {
+                                for &g in part.iter().filter(|&&g| groups[g].0 == slot) {
+                                    asks[g] = Some((host.clone(), port));
                                 }
+                            }
+                            last = map_err(&e);
+                            load |= no_script(&e);
+                            pending.extend(part);
+                            continue;
+                        }
+                    };
+                    for (&g, reply) in part.iter().zip(replies) {
+                        let items = &groups[g].1;
+                        match reply {
+                            Ok(reply) if reply.len() == items.len() => {
                                 for (&i, code) in items.iter().zip(reply) {
                                     codes[i] = code;
                                 }
                             }
-                        }
-                        Err(e) => {
-                            last = map_err(&e);
-                            if no_script(&e) {
-                                // SCRIPT LOAD goes to every master.
-                                let mut c = conn.clone();
-                                let load = batch.script().prepare_invoke();
-                                let _ = load.load_async(&mut c).await;
+                            Ok(_) => {
+                                last = NodeError::protocol("renew");
+                                pending.push(g);
                             }
-                            pending.extend(part);
+                            Err(e) => {
+                                last = map_err(&e);
+                                load |= no_script(&e);
+                                if let Next::Again(Redirect::Ask(host, port)) = next(&e) {
+                                    asks[g] = Some((host, port));
+                                }
+                                pending.push(g);
+                            }
                         }
                     }
+                }
+                if load {
+                    // SCRIPT LOAD goes to every master.
+                    let mut c = conn.clone();
+                    let load = batch.script().prepare_invoke();
+                    let _ = load.load_async(&mut c).await;
                 }
                 if pending.is_empty() {
                     return reply::renewed(codes, batch.items.len());
@@ -369,6 +432,40 @@ impl Server for ClusterNode {
             Err(last)
         })
     }
+}
+
+/// The status pipeline's four replies from `route`, each read command
+/// after `ASKING` when `asking` (the flag holds for one command only).
+async fn status_values(
+    conn: &mut ClusterConnection,
+    lock: &str,
+    fence: &str,
+    route: SingleNodeRoutingInfo,
+    asking: bool,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut pipe = redis::pipe();
+    let reads = [("HGETALL", lock), ("PTTL", lock), ("GET", fence)];
+    for (cmd, key) in reads {
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.cmd(cmd).arg(key);
+    }
+    pipe.cmd("CLUSTER").arg("MYID");
+    let count = if asking { 7 } else { 4 };
+    let values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let values: Vec<Value> = if asking {
+        // Drop the three `ASKING` replies.
+        values
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !matches!(i, 0 | 2 | 4))
+            .map(|(_, v)| v)
+            .collect()
+    } else {
+        values
+    };
+    values.into_iter().map(Value::extract_error).collect()
 }
 
 /// What a seed says: its slot map, or `None` for a standalone server; its

@@ -70,24 +70,43 @@ pub(super) fn next(e: &RedisError) -> Next {
 }
 
 /// Sends the script calls of `part` (indices into `groups`) as one
-/// pipeline, routed to the master of the first call's slot.
+/// pipeline, routed to the master of the first call's slot, or to `ask`'s
+/// address with `ASKING` before each call (the flag holds for one command).
+/// One result per call: a call's error (`ASK`, `NOSCRIPT`, ...) is its own.
 pub(super) async fn send_part(
     conn: &mut ClusterConnection,
     batch: &RenewBatch,
     groups: &[(u16, Vec<usize>)],
     part: &[usize],
-) -> redis::RedisResult<Vec<Vec<i64>>> {
-    let mut pipe = redis::Pipeline::with_capacity(part.len());
+    ask: Option<&(String, u16)>,
+) -> redis::RedisResult<Vec<redis::RedisResult<Vec<i64>>>> {
+    let per_call = if ask.is_some() { 2 } else { 1 };
+    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call);
     for &g in part {
+        if ask.is_some() {
+            pipe.cmd("ASKING");
+        }
         batch.add_call(&mut pipe, groups[g].1.iter().map(|&i| &batch.items[i]));
     }
-    let slot = part.first().map_or(0, |&g| groups[g].0);
-    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-    let values = conn.route_pipeline(pipe, 0, part.len(), route).await?;
-    values
+    let route = match ask {
+        Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port: *port,
+        },
+        None => {
+            let slot = part.first().map_or(0, |&g| groups[g].0);
+            SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master))
+        }
+    };
+    let values = conn
+        .route_pipeline(pipe, 0, part.len() * per_call, route)
+        .await?;
+    Ok(values
         .into_iter()
+        .skip(per_call - 1)
+        .step_by(per_call)
         .map(|v| redis::from_redis_value::<Vec<i64>>(v.extract_error()?).map_err(RedisError::from))
-        .collect()
+        .collect())
 }
 
 /// Sends one command by its first key's slot, to a redirect's address, or
