@@ -51,10 +51,11 @@ use crate::keys::Keys;
 use crate::sync::locked;
 
 use super::cluster_feed::{check_version, ClusterFeed};
-use super::cluster_map::{check_seeds, info_field, SlotMap};
+use super::cluster_map::{check_seeds, SlotMap};
 use super::cluster_route::{
-    by_shard, next, send, send_part, slot_groups, Next, Redirect, MAX_TRIES,
+    by_shard, next, send, send_part, slot_groups, status_values, Next, Redirect, MAX_TRIES,
 };
+use super::cluster_seed::read_seed;
 use super::member::{Call, Server};
 use super::reply;
 use super::script_call::{broken, map_err, no_script, Resend};
@@ -431,116 +432,6 @@ impl Server for ClusterNode {
             }
             Err(last)
         })
-    }
-}
-
-/// The status pipeline's four replies from `route`, each read command
-/// after `ASKING` when `asking` (the flag holds for one command only).
-async fn status_values(
-    conn: &mut ClusterConnection,
-    lock: &str,
-    fence: &str,
-    route: SingleNodeRoutingInfo,
-    asking: bool,
-) -> redis::RedisResult<Vec<Value>> {
-    let mut pipe = redis::pipe();
-    let reads = [("HGETALL", lock), ("PTTL", lock), ("GET", fence)];
-    for (cmd, key) in reads {
-        if asking {
-            pipe.cmd("ASKING");
-        }
-        pipe.cmd(cmd).arg(key);
-    }
-    pipe.cmd("CLUSTER").arg("MYID");
-    let count = if asking { 7 } else { 4 };
-    let values = conn.route_pipeline(pipe, 0, count, route).await?;
-    let values: Vec<Value> = if asking {
-        // Drop the three `ASKING` replies.
-        values
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !matches!(i, 0 | 2 | 4))
-            .map(|(_, v)| v)
-            .collect()
-    } else {
-        values
-    };
-    values.into_iter().map(Value::extract_error).collect()
-}
-
-/// What a seed says: its slot map, or `None` for a standalone server; its
-/// `maxmemory-policy`; its `INFO server` (for its version).
-struct Seed {
-    map: Option<Result<SlotMap, String>>,
-    policy: Option<String>,
-    server: String,
-}
-
-async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
-    let mut c = spec.client.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("cluster")
-        .query_async(&mut c)
-        .await?;
-    let policy = crate::admission::maxmemory_policy(&mut c)
-        .await
-        .ok()
-        .flatten();
-    if info_field(&info, "cluster_enabled") != Some("1") {
-        return Ok(Seed {
-            map: None,
-            policy,
-            server: String::new(),
-        });
-    }
-    let server: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
-    let slots: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut c)
-        .await?;
-    let host = match spec.client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
-            h.clone()
-        }
-        _ => String::new(),
-    };
-    Ok(Seed {
-        map: Some(SlotMap::parse(&slots, &host)),
-        policy,
-        server,
-    })
-}
-
-/// Refuses a node given as a standalone master that is one shard of a
-/// Redis Cluster of several (`CLUSTER INFO`: `cluster_size` above 1): a
-/// standalone connection would meet `MOVED` for every lock of another
-/// shard. A cluster node that serves every slot alone works as a master.
-/// A node that will not answer `INFO cluster` in time is let through.
-pub(crate) async fn refuse_shard_of_cluster<C: redis::aio::ConnectionLike>(
-    conn: &mut C,
-    index: usize,
-    addr: &str,
-    timeout: Duration,
-) -> Result<(), Error> {
-    let mut info = redis::cmd("INFO");
-    let info = info.arg("cluster").query_async::<String>(conn);
-    let Ok(Ok(info)) = tokio::time::timeout(timeout, info).await else {
-        return Ok(());
-    };
-    if info_field(&info, "cluster_enabled") != Some("1") {
-        return Ok(());
-    }
-    let mut size = redis::cmd("CLUSTER");
-    let size = size.arg("INFO").query_async::<String>(conn);
-    let Ok(Ok(size)) = tokio::time::timeout(timeout, size).await else {
-        return Ok(());
-    };
-    match info_field(&size, "cluster_size").and_then(|n| n.parse::<u32>().ok()) {
-        Some(n) if n > 1 => Err(Error::Config(format!(
-            "node {index} ({addr}) is one shard of a Redis Cluster of {n} shards; add the \
-             cluster as one member with `cluster(seed_urls)`, not its nodes with `node(url)`"
-        ))),
-        _ => Ok(()),
     }
 }
 

@@ -176,6 +176,40 @@ pub(super) fn by_shard(
     parts.into_values().chain(alone).collect()
 }
 
+/// The status pipeline's four replies from `route`, each read command
+/// after `ASKING` when `asking` (the flag holds for one command only).
+pub(super) async fn status_values(
+    conn: &mut ClusterConnection,
+    lock: &str,
+    fence: &str,
+    route: SingleNodeRoutingInfo,
+    asking: bool,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut pipe = redis::pipe();
+    let reads = [("HGETALL", lock), ("PTTL", lock), ("GET", fence)];
+    for (cmd, key) in reads {
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.cmd(cmd).arg(key);
+    }
+    pipe.cmd("CLUSTER").arg("MYID");
+    let count = if asking { 7 } else { 4 };
+    let values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let values: Vec<Value> = if asking {
+        // Drop the three `ASKING` replies.
+        values
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !matches!(i, 0 | 2 | 4))
+            .map(|(_, v)| v)
+            .collect()
+    } else {
+        values
+    };
+    values.into_iter().map(Value::extract_error).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

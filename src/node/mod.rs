@@ -25,6 +25,7 @@ mod cluster_feed;
 mod cluster_map;
 pub(crate) mod cluster_node;
 mod cluster_route;
+mod cluster_seed;
 mod feed;
 pub(crate) mod member;
 pub(crate) mod redis_node;

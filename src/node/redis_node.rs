@@ -93,7 +93,7 @@ impl RedisNode {
                 role,
             });
         }
-        super::cluster_node::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
+        super::cluster_seed::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
             .await?;
         let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {
