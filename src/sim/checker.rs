@@ -52,6 +52,9 @@ pub(crate) enum Invariant {
     /// Node calls went round without virtual time passing (a spin: on a
     /// real network, a hot loop of round trips).
     Spin,
+    /// A node held a lock at a key other than the one the run's key layout
+    /// gives its name (see `liveness`, which samples the keys).
+    Layout,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through

@@ -141,15 +141,15 @@ pub(crate) struct Watch {
     pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
     /// Each process's own link (cut while it is stalled or dead).
     pub(crate) procs: Vec<Arc<LinkCtl>>,
-    /// Lock names, by lock number.
-    pub(crate) locks: Vec<String>,
+    /// The locks' keys on the nodes (in the run's layout), by lock number.
+    pub(crate) keys: Vec<String>,
     pub(crate) bound: Bound,
 }
 
 impl Watch {
     /// Whether `lock` is free on a quorum of the nodes process `p` reaches.
     fn free_for(&self, p: usize, lock: usize) -> bool {
-        let tag = format!("{{{}}}", self.locks[lock]);
+        let key = &self.keys[lock];
         let free = self
             .nodes
             .iter()
@@ -158,20 +158,44 @@ impl Watch {
                 n.health() == Health::Up
                     && n.slow().is_zero()
                     && self.links[p][*i].cut() == Cut::None
-                    && !n.fake.lock_keys().iter().any(|k| k.ends_with(&tag))
+                    && !n.fake.lock_keys().contains(key)
             })
             .count();
         free > self.nodes.len() / 2
     }
 
+    /// Flags, once, a lock held at a key the run's layout does not give
+    /// any lock name ([`Invariant::Layout`]); returns whether it did.
+    fn stray_key(&self) -> bool {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let keys = n.fake.lock_keys();
+            if let Some(k) = keys.iter().find(|k| !self.keys.contains(k)) {
+                self.log.push(
+                    WORLD,
+                    Ev::Violation(
+                        Invariant::Layout,
+                        format!(
+                            "node {i} holds a lock at {k:?}, not at one of {:?}",
+                            self.keys
+                        ),
+                    ),
+                );
+                return true;
+            }
+        }
+        false
+    }
+
     /// Samples until `end`, flagging every waiter that saw its lock free
-    /// for longer than the bound.
+    /// for longer than the bound, and a lock at a stray key.
     pub(crate) async fn run(self, end: Instant) {
         // Since when each waiting request (by serial) has seen its lock free.
         let mut since: HashMap<u64, Instant> = HashMap::new();
+        let mut strayed = false;
         while Instant::now() < end {
             tokio::time::sleep(SAMPLE).await;
             let now = Instant::now();
+            strayed = strayed || self.stray_key();
             let wants: Vec<((usize, usize), Want)> = {
                 let w = locked(&self.wants.now);
                 let mut v: Vec<_> = w.0.iter().map(|(k, v)| (*k, *v)).collect();

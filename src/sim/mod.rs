@@ -13,9 +13,11 @@
 //!   clock (for a process paused at `valid_until()`, at its wake-up plus
 //!   5 ms; suspended, at its resume plus the resume watcher's poll period,
 //!   10 ms, plus 5 ms), no lock key after quiescence and `flush()`, bounded
-//!   `try_lock`, no hang or panic, no spin;
+//!   `try_lock`, no hang or panic, no spin, and no lock at a key other than
+//!   the one the run's key layout gives its name;
 //! - `params`: the shape of a run: its [`Mode`], the [`Params`] drawn from
-//!   its seed, and the clients' queue timeout and longest backoff;
+//!   its seed, the key layout (see "Layouts" below), and the clients' queue
+//!   timeout and longest backoff;
 //! - `net`: the switches the faults flip and the calls go through: each
 //!   node's health, slowness and restarts (`NodeCtl`), each client↔node
 //!   link's cuts, in-order wire and pub/sub faults (`LinkCtl`, `FeedCtl`);
@@ -36,7 +38,9 @@
 //!   its rollback, a lost split vote, timer jitter and quorum grace, and
 //!   sampling slack; one queue timeout more for a fair waiter, which may
 //!   have to outwait a head that never claims its turn). Any key showing
-//!   up, or any request of the lock ending, restarts the clock;
+//!   up, or any request of the lock ending, restarts the clock. The same
+//!   samples flag a lock held at a key the layout does not give
+//!   ([`checker::Invariant::Layout`]);
 //! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
 //!   through the link's switches (`net`):
 //!   fail fast, black hole, slow links (requests and replies jittered,
@@ -69,15 +73,35 @@
 //!
 //! Running it:
 //!
-//! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds, the
-//!   unsafe modes and the mutations;
+//! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds,
+//!   500 each of the pause-heavy, sets and fair modes, 500 safe-mode and
+//!   200 each of sets- and fair-mode seeds in Redisson's layout, the unsafe
+//!   modes and the mutations (two of them in Redisson's layout too);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
+//!   `QUORUMLOCK_SIM_{PAUSE,SETS,FAIR}_SEEDS` and
+//!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` set the other sweeps;
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
+//!   [QUORUMLOCK_SIM_LAYOUT=redisson]
 //!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
+//!
+//! Layouts: a run builds every manager in one key layout
+//! ([`crate::Layout`], default `Quorumlock`; the `sweeps!` rows marked
+//! `in Redisson` use `Layout::Redisson`). A seed draws the same parameters
+//! and faults in either layout; the histories part where the layouts do:
+//! in Redisson's the fakes keep each lock at its bare name (`a`, not
+//! `quorumlock:{a}`; the fence counters and queues stay quorumlock's keys),
+//! and every full release and forced release also publishes `0` on
+//! `redisson_lock__channel:{<name>}` after its own message, as
+//! `release.lua` and `force_release.lua` do, which the waiters listen to
+//! too and drop as the echo of their node's own message (the feed's loss,
+//! duplication and delay faults apply to both). The checks find the locks
+//! at the keys the layout gives (`params::lock_key`). Every manager of a
+//! run shares the layout: no Redisson client takes part (a foreign holder
+//! is covered by the node case table and `tests/redisson.rs`).
 //!
 //! Suspends: a real machine's `CLOCK_MONOTONIC` (tokio's clock) stops while
 //! it sleeps, and its `CLOCK_BOOTTIME` does not; validity is kept on the
@@ -131,9 +155,9 @@ use self::checker::{Ev, Invariant, Log, LOCKS, WORLD};
 use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
-use self::params::{Mode, Params, BACKOFF_MAX, QUEUE_TIMEOUT};
+use self::params::{lock_key, Mode, Params, BACKOFF_MAX, PREFIX, QUEUE_TIMEOUT};
 use crate::node::NodeOps;
-use crate::{Backoff, LockManager, Quorum};
+use crate::{Backoff, Layout, LockManager, Quorum};
 
 /// What a run produced.
 pub(crate) struct Outcome {
@@ -141,13 +165,14 @@ pub(crate) struct Outcome {
     pub(crate) violations: Vec<(Invariant, String)>,
 }
 
-/// Runs seed `seed` in `mode` on a fresh paused runtime.
-pub(crate) fn run(seed: u64, mode: Mode) -> Outcome {
-    run_traced(seed, mode, false)
+/// Runs seed `seed` in `mode`, every manager in `layout`, on a fresh
+/// paused runtime.
+pub(crate) fn run(seed: u64, mode: Mode, layout: Layout) -> Outcome {
+    run_traced(seed, mode, layout, false)
 }
 
 /// Runs a seed; `trace` also logs every node call.
-pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
+pub(crate) fn run_traced(seed: u64, mode: Mode, layout: Layout, trace: bool) -> Outcome {
     count_panics();
     PANICS.with(|p| p.set(0));
     let _rng = crate::rng::seed(seed);
@@ -156,7 +181,7 @@ pub(crate) fn run_traced(seed: u64, mode: Mode, trace: bool) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let mut out = rt.block_on(world(mode, trace));
+    let mut out = rt.block_on(world(mode, layout, trace));
     drop(rt);
     crate::hooks::pause::clear();
     // Tasks of the crate that panicked (tokio swallows those panics).
@@ -186,11 +211,12 @@ fn count_panics() {
     });
 }
 
-async fn world(mode: Mode, trace: bool) -> Outcome {
+async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
     let log = Log::new();
     let mut params = Params::draw(Instant::now());
     params.sets = mode == Mode::Sets;
     params.fair = mode == Mode::Fair;
+    params.layout = layout;
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     let mut procs = Vec::new();
     let mut links = Vec::new();
@@ -214,6 +240,8 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             })
             .collect();
         let manager = LockManager::builder()
+            .layout(layout)
+            .key_prefix(PREFIX)
             .quorum(Quorum::Majority)
             .lease(params.lease)
             .node_timeout(params.node_timeout)
@@ -241,13 +269,14 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
     log.push(
         WORLD,
         Ev::Fault(format!(
-            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms",
+            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms, {:?} layout",
             params.nodes,
             params.procs,
             params.tasks,
             params.lease,
             params.node_timeout,
-            params.fault_gap_ms + 10
+            params.fault_gap_ms + 10,
+            params.layout
         )),
     );
     let ctx = Arc::new(Ctx::new(log.clone(), params.clone(), procs, nodes, links));
@@ -257,7 +286,7 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
         nodes: ctx.nodes.clone(),
         links: ctx.links.clone(),
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
-        locks: LOCKS.iter().map(|l| (*l).to_owned()).collect(),
+        keys: LOCKS.iter().map(|l| lock_key(layout, l)).collect(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
     };
     let monitor = tokio::spawn(watch.run(params.client_end));
@@ -306,12 +335,10 @@ async fn world(mode: Mode, trace: bool) -> Outcome {
             );
         }
     }
+    let lock_keys: Vec<String> = LOCKS.iter().map(|l| lock_key(layout, l)).collect();
     for (i, n) in ctx.nodes.iter().enumerate() {
         let keys = n.fake.lock_keys();
-        let ours: Vec<&String> = keys
-            .iter()
-            .filter(|k| LOCKS.iter().any(|l| k.ends_with(&format!("{{{l}}}"))))
-            .collect();
+        let ours: Vec<&String> = keys.iter().filter(|k| lock_keys.contains(k)).collect();
         if !ours.is_empty() {
             log.push(
                 WORLD,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::layout::Layout;
 use crate::rng::up_to;
 
 /// Which faults a run may inject.
@@ -46,6 +47,9 @@ pub(crate) struct Params {
     pub(crate) sets: bool,
     /// Half the clients' waits are fair requests (set from the mode).
     pub(crate) fair: bool,
+    /// The key layout of every manager (set from the run, not drawn: a
+    /// seed draws the same history up to where the layouts differ).
+    pub(crate) layout: Layout,
 }
 
 impl Params {
@@ -73,8 +77,20 @@ impl Params {
             client_end: fault_end + 2 * longest + Duration::from_millis(300),
             sets: false,
             fair: false,
+            layout: Layout::Quorumlock,
         }
     }
+}
+
+/// The managers' key prefix (the builder's default, named so that the
+/// checks can find the lock keys in either layout: [`lock_key`]).
+pub(crate) const PREFIX: &str = "quorumlock:";
+
+/// The key of lock `name` on the nodes in `layout`.
+pub(crate) fn lock_key(layout: Layout, name: &str) -> String {
+    layout
+        .lock_key(PREFIX, name)
+        .expect("the simulator's lock names are valid")
 }
 
 /// The clients' queue timeout: short, so that waiters cut off by faults

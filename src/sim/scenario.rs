@@ -14,7 +14,7 @@ use super::liveness::{Bound, Wants, Watch};
 use super::net::{Cut, LinkCtl, NodeCtl};
 use super::node::{SimNode, Spin};
 use crate::node::NodeOps;
-use crate::{Backoff, LockManager, Quorum};
+use crate::{Backoff, Layout, LockManager, Quorum};
 
 const LEASE: Duration = Duration::from_secs(8);
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -108,7 +108,7 @@ async fn world(scenario: Scenario) -> (Vec<(Invariant, String)>, String) {
         nodes: nodes.clone(),
         links,
         procs: procs.iter().map(|p| Arc::clone(&p.link)).collect(),
-        locks: vec!["x".to_owned()],
+        keys: vec![super::params::lock_key(Layout::Quorumlock, "x")],
         bound: Bound::new(QUEUE_TIMEOUT, NODE_TIMEOUT, BACKOFF_MAX),
     };
     let monitor = tokio::spawn(watch.run(start + RUN));

@@ -9,6 +9,7 @@ use super::params::Mode;
 use super::scenario::{self, Scenario};
 use super::{run, run_traced};
 use crate::hooks::mutation::{self, Mutation};
+use crate::Layout;
 
 /// Safe-mode seeds per `cargo test`.
 const CI_SEEDS: u64 = 2_000;
@@ -21,6 +22,12 @@ const SETS_SEEDS: u64 = 500;
 
 /// Seeds of the fair mode (fair requests among the clients) per `cargo test`.
 const FAIR_SEEDS: u64 = 500;
+
+/// Seeds of safe mode in Redisson's key layout per `cargo test`.
+const REDISSON_SEEDS: u64 = 500;
+
+/// Seeds of the sets and fair modes in Redisson's key layout per `cargo test`.
+const REDISSON_SETS_FAIR_SEEDS: u64 = 200;
 
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
@@ -57,6 +64,13 @@ fn mode_name(mode: Mode) -> &'static str {
     }
 }
 
+fn layout_name(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Redisson => "redisson",
+        _ => "quorumlock",
+    }
+}
+
 fn mutation_name(m: Mutation) -> &'static str {
     match m {
         Mutation::NoRollback => "no-rollback",
@@ -70,10 +84,13 @@ fn mutation_name(m: Mutation) -> &'static str {
     }
 }
 
-fn replay_command(seed: u64, mode: Mode, m: Option<Mutation>) -> String {
+fn replay_command(seed: u64, mode: Mode, layout: Layout, m: Option<Mutation>) -> String {
     let mut env = format!("QUORUMLOCK_SIM_SEED={seed}");
     if mode != Mode::Safe {
         env += &format!(" QUORUMLOCK_SIM_MODE={}", mode_name(mode));
+    }
+    if layout != Layout::Quorumlock {
+        env += &format!(" QUORUMLOCK_SIM_LAYOUT={}", layout_name(layout));
     }
     if let Some(m) = m {
         env += &format!(" QUORUMLOCK_SIM_MUTATION={}", mutation_name(m));
@@ -88,9 +105,10 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Sees one seed's violations; returns whether to stop.
 type SeedCheck<'a> = dyn Fn(u64, &[(Invariant, String)]) -> bool + Sync + 'a;
 
-/// Runs seeds `0..seeds` on two threads; `f` sees each seed's violations and
-/// returns whether to stop early. Returns the number of seeds run.
-fn sweep(seeds: u64, mode: Mode, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 {
+/// Runs seeds `0..seeds` in `layout` on two threads; `f` sees each seed's
+/// violations and returns whether to stop early. Returns the number of
+/// seeds run.
+fn sweep(seeds: u64, mode: Mode, layout: Layout, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 {
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -103,7 +121,7 @@ fn sweep(seeds: u64, mode: Mode, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 
                     if seed >= seeds {
                         return;
                     }
-                    let out = run(seed, mode);
+                    let out = run(seed, mode, layout);
                     done.fetch_add(1, Ordering::Relaxed);
                     if f(seed, &out.violations) {
                         stop.store(true, Ordering::Relaxed);
@@ -116,9 +134,14 @@ fn sweep(seeds: u64, mode: Mode, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 
 }
 
 /// The first seed (smallest) whose history violates `want`, and the seeds it took.
-fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u64, String)> {
+fn first_catch(
+    mode: Mode,
+    layout: Layout,
+    m: Option<Mutation>,
+    want: &[Invariant],
+) -> Option<(u64, String)> {
     let found = std::sync::Mutex::new(None::<(u64, String)>);
-    sweep(CATCH_BUDGET, mode, m, &|seed, v| {
+    sweep(CATCH_BUDGET, mode, layout, m, &|seed, v| {
         let hit = v.iter().find(|(i, _)| want.contains(i));
         if let Some((i, what)) = hit {
             let mut f = crate::sync::locked(&found);
@@ -132,14 +155,15 @@ fn first_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) -> Option<(u
     found.into_inner().ok().flatten()
 }
 
-/// Runs as many seeds of `mode` as the variable `seeds_var` says (`seeds`
-/// when unset): no invariant but the known-failing ones may break.
-fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
+/// Runs as many seeds of `mode` in `layout` as the variable `seeds_var`
+/// says (`seeds` when unset): no invariant but the known-failing ones may
+/// break.
+fn keeps_every_invariant(mode: Mode, layout: Layout, seeds_var: &str, seeds: u64) {
     let seeds = env_u64(seeds_var).unwrap_or(seeds);
     let failures = std::sync::Mutex::new(Vec::new());
     let known = std::sync::Mutex::new(std::collections::BTreeMap::<String, (u64, u64)>::new());
     let started = WallClock::now();
-    let ran = sweep(seeds, mode, None, &|seed, v| {
+    let ran = sweep(seeds, mode, layout, None, &|seed, v| {
         for (i, what) in v {
             if KNOWN_FAILING.contains(i) {
                 let mut k = crate::sync::locked(&known);
@@ -154,8 +178,9 @@ fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
     });
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "sim: {ran} {}-mode seeds in {secs:.1}s ({:.0} seeds/s)",
+        "sim: {ran} {}-mode seeds ({} layout) in {secs:.1}s ({:.0} seeds/s)",
         mode_name(mode),
+        layout_name(layout),
         ran as f64 / secs
     );
     for (inv, (seed, n)) in known.into_inner().unwrap_or_default() {
@@ -175,7 +200,7 @@ fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
         panic!(
             "{} violations in {ran} seeds; first: seed {seed}: {inv:?}: {what}\nreplay: {}",
             failures.len(),
-            replay_command(*seed, mode, None)
+            replay_command(*seed, mode, layout, None)
         );
     }
 }
@@ -183,12 +208,15 @@ fn keeps_every_invariant(mode: Mode, seeds_var: &str, seeds: u64) {
 #[test]
 fn same_seed_same_history() {
     let seeds = env_u64("QUORUMLOCK_SIM_DET_SEEDS").unwrap_or(8);
-    for seed in 0..seeds {
-        let a = run_traced(seed, Mode::Safe, true);
-        let b = run_traced(seed, Mode::Safe, true);
+    let runs = (0..seeds)
+        .map(|seed| (seed, Layout::Quorumlock))
+        .chain((0..seeds / 2).map(|seed| (seed, Layout::Redisson)));
+    for (seed, layout) in runs {
+        let a = run_traced(seed, Mode::Safe, layout, true);
+        let b = run_traced(seed, Mode::Safe, layout, true);
         assert!(
             a.log == b.log,
-            "seed {seed} diverged:\n{}\n---\n{}",
+            "seed {seed} ({layout:?}) diverged:\n{}\n---\n{}",
             a.log,
             b.log
         );
@@ -196,47 +224,54 @@ fn same_seed_same_history() {
     }
 }
 
-fn must_catch(mode: Mode, m: Option<Mutation>, want: &[Invariant]) {
+fn must_catch(mode: Mode, layout: Layout, m: Option<Mutation>, want: &[Invariant]) {
     let started = WallClock::now();
-    let Some((seed, what)) = first_catch(mode, m, want) else {
+    let Some((seed, what)) = first_catch(mode, layout, m, want) else {
         panic!(
-            "{} {:?} found no {want:?} violation in {CATCH_BUDGET} seeds",
+            "{} ({} layout) {:?} found no {want:?} violation in {CATCH_BUDGET} seeds",
             mode_name(mode),
+            layout_name(layout),
             m.map(mutation_name)
         );
     };
     eprintln!(
-        "sim: {} {}: caught at seed {seed} ({} seeds, {:.1}s): {what}\n  replay: {}",
+        "sim: {} ({} layout) {}: caught at seed {seed} ({} seeds, {:.1}s): {what}\n  replay: {}",
         mode_name(mode),
+        layout_name(layout),
         m.map_or("", mutation_name),
         seed + 1,
         started.elapsed().as_secs_f64(),
-        replay_command(seed, mode, m)
+        replay_command(seed, mode, layout, m)
     );
 }
 
-/// The sweeps, one test a row: `name: Mode [with Mutation] => verdict`,
-/// where the verdict is `keeps(VAR or SEEDS)` (as many seeds as the
+/// The sweeps, one test a row: `name: Mode [in Layout] [with Mutation] =>
+/// verdict`, every manager in `Layout` (by default `Quorumlock`), where the
+/// verdict is `keeps(VAR or SEEDS)` (as many seeds as the
 /// variable `VAR` says, `SEEDS` when unset, and no invariant but the
 /// known-failing ones breaks; no mutation) or `breaks[invariants]` (some
 /// seed within [`CATCH_BUDGET`], with the mutation switched on, breaks one
 /// of them).
 macro_rules! sweeps {
-    ($($(#[$doc:meta])* $name:ident: $mode:ident $(with $m:ident)? => $verdict:ident $args:tt;)+) => {$(
+    ($($(#[$doc:meta])* $name:ident: $mode:ident $(in $layout:ident)? $(with $m:ident)?
+        => $verdict:ident $args:tt;)+) => {$(
         $(#[$doc])*
         #[test]
         fn $name() {
-            sweeps!(@$verdict Mode::$mode, [$($m)?], $args);
+            let layout = sweeps!(@layout $($layout)?);
+            sweeps!(@$verdict Mode::$mode, layout, [$($m)?], $args);
         }
     )+};
-    (@keeps $mode:expr, [], ($var:literal or $seeds:ident)) => {
-        keeps_every_invariant($mode, $var, $seeds)
+    (@layout) => { Layout::Quorumlock };
+    (@layout $layout:ident) => { Layout::$layout };
+    (@keeps $mode:expr, $layout:expr, [], ($var:literal or $seeds:ident)) => {
+        keeps_every_invariant($mode, $layout, $var, $seeds)
     };
-    (@breaks $mode:expr, [], [$($want:ident),+]) => {
-        must_catch($mode, None, &[$(Invariant::$want),+])
+    (@breaks $mode:expr, $layout:expr, [], [$($want:ident),+]) => {
+        must_catch($mode, $layout, None, &[$(Invariant::$want),+])
     };
-    (@breaks $mode:expr, [$m:ident], [$($want:ident),+]) => {
-        must_catch($mode, Some(Mutation::$m), &[$(Invariant::$want),+])
+    (@breaks $mode:expr, $layout:expr, [$m:ident], [$($want:ident),+]) => {
+        must_catch($mode, $layout, Some(Mutation::$m), &[$(Invariant::$want),+])
     };
 }
 
@@ -247,14 +282,35 @@ sweeps! {
     pause_heavy_mode_keeps_every_invariant:
         Pauses => keeps("QUORUMLOCK_SIM_PAUSE_SEEDS" or PAUSES_SEEDS);
 
+    /// The same safe mix with every manager in Redisson's key layout: the
+    /// lock at the bare name, each release (and forced release) also
+    /// publishing `0` on Redisson's channel, which the waiters hear as a
+    /// release they cannot identify unless it echoes one of their own
+    /// node's messages.
+    redisson_layout_keeps_every_invariant:
+        Safe in Redisson => keeps("QUORUMLOCK_SIM_REDISSON_SEEDS" or REDISSON_SEEDS);
+    redisson_layout_sets_mode_keeps_every_invariant:
+        Sets in Redisson => keeps("QUORUMLOCK_SIM_REDISSON_SETS_SEEDS" or REDISSON_SETS_FAIR_SEEDS);
+    redisson_layout_fair_mode_keeps_every_invariant:
+        Fair in Redisson => keeps("QUORUMLOCK_SIM_REDISSON_FAIR_SEEDS" or REDISSON_SETS_FAIR_SEEDS);
+
     unsafe_restart_breaks_mutual_exclusion: UnsafeRestart => breaks[MutualExclusion];
     unsafe_clock_jump_breaks_mutual_exclusion: UnsafeClock => breaks[MutualExclusion];
     mutation_no_rollback_is_caught: Safe with NoRollback => breaks[Quiescence, MutualExclusion];
+    /// In Redisson's layout the locks left behind are the bare names
+    /// (first caught at seed 1: `["a", "b", "c"]` still held after flush).
+    mutation_no_rollback_is_caught_in_redisson_layout:
+        Safe in Redisson with NoRollback => breaks[Quiescence, MutualExclusion];
 
     /// Counting rings instead of nodes as a quorum of release messages spins:
     /// with two of three nodes down, three managers' rollbacks on the live node
     /// ring each other into new attempts without virtual time passing.
     mutation_ring_quorum_is_caught: Safe with RingQuorum => breaks[Spin];
+    /// The same in Redisson's layout, where each release also publishes
+    /// `0` on Redisson's channel and the waiters drop it as the echo of
+    /// the node's own message (first caught at seed 13).
+    mutation_ring_quorum_is_caught_in_redisson_layout:
+        Safe in Redisson with RingQuorum => breaks[Spin];
 
     /// Ignoring the validity deadline shows as a loss signalled past
     /// `valid_until`, or a lapsed hold believed valid again. (It once showed
@@ -303,6 +359,10 @@ fn replay() {
         Ok("fair") => Mode::Fair,
         _ => Mode::Safe,
     };
+    let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {
+        Ok("redisson") => Layout::Redisson,
+        _ => Layout::Quorumlock,
+    };
     let m = match std::env::var("QUORUMLOCK_SIM_MUTATION").as_deref() {
         Ok("no-rollback") => Some(Mutation::NoRollback),
         Ok("renew-lapsed") => Some(Mutation::RenewLapsed),
@@ -316,7 +376,7 @@ fn replay() {
     };
     let _m = m.map(mutation::enable);
     let trace = std::env::var("QUORUMLOCK_SIM_TRACE").is_ok();
-    let out = run_traced(seed, mode, trace);
+    let out = run_traced(seed, mode, layout, trace);
     println!("{}", out.log);
     for (i, what) in &out.violations {
         println!("VIOLATION {i:?}: {what}");
@@ -330,11 +390,11 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
         if KNOWN_FAILING.contains(&inv) {
             continue;
         }
-        let out = run(seed, Mode::Safe);
+        let out = run(seed, Mode::Safe, Layout::Quorumlock);
         if let Some((_, what)) = out.violations.iter().find(|(i, _)| *i == inv) {
             panic!(
                 "seed {seed}: {inv:?}: {what}\nreplay: {}",
-                replay_command(seed, Mode::Safe, None)
+                replay_command(seed, Mode::Safe, Layout::Quorumlock, None)
             );
         }
     }
