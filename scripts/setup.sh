@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what quorumlock's demo, tests and benchmark need on a fresh
 # Debian/Ubuntu machine: redis-server (the nodes of the demo and the tests)
-# and tmux (tests/cli.rs runs `status --watch` in a real terminal).
+# with redis-cli (tests/cluster.rs joins local clusters with it), and tmux
+# (tests/cli.rs runs `status --watch` in a real terminal).
 # Docker is needed only by the chaos tests (tests/chaos.rs); no registry is
 # used: docker/build-image.sh builds the image from the local redis-server.
 set -euo pipefail
@@ -10,6 +11,8 @@ set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+# redis-cli joins the local Redis Clusters of tests/cluster.rs.
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
