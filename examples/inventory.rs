@@ -109,19 +109,7 @@ async fn run(urls: &[String], with_lock: bool) -> Result<Outcome, Box<dyn std::e
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let configured = std::env::var("QUORUMLOCK_NODES")
-        .ok()
-        .filter(|v| !v.trim().is_empty());
-    let (_local, urls) = match configured {
-        Some(list) => (None, list.split(',').map(|u| u.trim().to_owned()).collect()),
-        None => {
-            println!("QUORUMLOCK_NODES is not set: starting 5 local redis-server masters");
-            let nodes = local::LocalNodes::start(5)?;
-            let urls = nodes.urls();
-            (Some(nodes), urls)
-        }
-    };
-    let urls: Vec<String> = urls;
+    let (_local, urls) = local::env_or_local(5)?;
     println!("nodes: {}", urls.join(", "));
     println!(
         "{INSTANCES} service instances, {ATTEMPTS_PER_INSTANCE} sale attempts each, {STOCK} units in stock\n"

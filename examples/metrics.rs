@@ -165,19 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: u64 = std::env::var("QUORUMLOCK_METRICS_SECS")
         .unwrap_or_else(|_| "60".to_owned())
         .parse()?;
-    let configured = std::env::var("QUORUMLOCK_NODES")
-        .ok()
-        .filter(|v| !v.trim().is_empty());
-    let (_local, urls) = match configured {
-        Some(list) => (None, list.split(',').map(|u| u.trim().to_owned()).collect()),
-        None => {
-            println!("QUORUMLOCK_NODES is not set: starting 5 local redis-server masters");
-            let nodes = local::LocalNodes::start(5)?;
-            let urls = nodes.urls();
-            (Some(nodes), urls)
-        }
-    };
-    let urls: Vec<String> = urls;
+    let (_local, urls) = local::env_or_local(5)?;
     install(addr)?;
     println!("nodes: {}", urls.join(", "));
     println!("serving http://{addr}/metrics for {secs} s");

@@ -436,6 +436,50 @@ fn other_shard(port: u16) -> u16 {
         .unwrap()
 }
 
+/// A lock named after `stem`, held with a 600 ms lease by an owner of
+/// manager `a` (two masters and the resharded cluster); `b` is a manager of
+/// the resharded cluster alone; the lock's slot is served by `from`, and
+/// `to` is another shard.
+struct Held {
+    lease: Duration,
+    a: LockManager,
+    b: LockManager,
+    name: String,
+    slot: u16,
+    from: u16,
+    to: u16,
+    owner: quorumlock::Owner,
+    g: quorumlock::LockGuard,
+}
+
+async fn held_on_the_resharded_cluster(stem: &str) -> Held {
+    let lease = Duration::from_millis(600);
+    let a = build(mixed_resharded(lease)).await;
+    let b = build(resharded_only()).await;
+    let name = unique(stem);
+    let slot = lock_slot(&name).expect("a valid name");
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+    let owner = a.new_owner();
+    let g = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("lock");
+    Held {
+        lease,
+        a,
+        b,
+        name,
+        slot,
+        from,
+        to,
+        owner,
+        g,
+    }
+}
+
 /// Members: standalone 0, standalone 1, the resharding cluster (member 2).
 fn mixed_resharded(lease: Duration) -> LockManagerBuilder {
     let urls = nodes().urls();
@@ -474,21 +518,17 @@ async fn cluster_state(m: &LockManager, i: usize, name: &str) -> quorumlock::Nod
 #[tokio::test]
 async fn a_lock_held_while_its_slot_migrates_stays_held_renewed_and_exclusive() {
     let _serial = reshard_serial().await;
-    let lease = Duration::from_millis(600);
-    let a = build(mixed_resharded(lease)).await;
-    let b = build(resharded_only()).await;
-    let name = unique("reshard");
-    let slot = lock_slot(&name).unwrap();
-    let from = reshard_cluster().port_of_slot(slot);
-    let to = other_shard(from);
-
-    let owner = a.new_owner();
-    let g = a
-        .request(&name)
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("lock");
+    let Held {
+        lease,
+        a,
+        b,
+        name,
+        slot,
+        from,
+        to,
+        owner,
+        g,
+    } = held_on_the_resharded_cluster("reshard").await;
     let token = g.fencing_token();
     assert_eq!(
         cluster_state(&a, 2, &name).await.shard,
@@ -599,21 +639,18 @@ async fn counter_on_importing(port: u16, key: &str) -> u64 {
 #[tokio::test]
 async fn calls_that_meet_ask_mid_migration_run_exactly_once() {
     let _serial = reshard_serial().await;
-    let lease = Duration::from_millis(600);
-    let a = build(mixed_resharded(lease)).await;
-    let b = build(resharded_only()).await;
-    let name = unique("ask");
+    let Held {
+        lease,
+        a,
+        b,
+        name,
+        slot,
+        from,
+        to,
+        owner,
+        g,
+    } = held_on_the_resharded_cluster("ask").await;
     let other = twin(&name);
-    let slot = lock_slot(&name).unwrap();
-    let from = reshard_cluster().port_of_slot(slot);
-    let to = other_shard(from);
-    let owner = a.new_owner();
-    let g = a
-        .request(&name)
-        .owner(&owner)
-        .acquire()
-        .await
-        .expect("lock");
 
     let m = Migration::begin(reshard_cluster(), slot, to).await;
     m.move_keys().await;

@@ -525,32 +525,27 @@ async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("connect")
 }
 
-/// The hash at `key` on the node at `url` (field -> value).
-async fn hash_at(url: &str, key: &str) -> std::collections::BTreeMap<String, String> {
+/// `cmd key` on the node at `url`, read as `T`.
+async fn read_at<T: redis::FromRedisValue>(url: &str, cmd: &str, key: &str) -> T {
     let mut c = raw_conn(url).await;
-    redis::cmd("HGETALL")
+    redis::cmd(cmd)
         .arg(key)
         .query_async(&mut c)
         .await
-        .expect("HGETALL")
+        .expect("a read of the node")
+}
+
+/// The hash at `key` on the node at `url` (field -> value).
+async fn hash_at(url: &str, key: &str) -> std::collections::BTreeMap<String, String> {
+    read_at(url, "HGETALL", key).await
 }
 
 async fn pttl_at(url: &str, key: &str) -> i64 {
-    let mut c = raw_conn(url).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .expect("PTTL")
+    read_at(url, "PTTL", key).await
 }
 
 async fn exists_at(url: &str, key: &str) -> bool {
-    let mut c = raw_conn(url).await;
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .expect("EXISTS")
+    read_at(url, "EXISTS", key).await
 }
 
 /// `{holder: count}`, the hash every node must hold for one holder.

@@ -70,6 +70,22 @@ fn answer(port: u16, timeout: Duration) -> Option<[u8; 7]> {
     Some(buf)
 }
 
+/// The nodes an example runs against: the comma-separated URLs of
+/// `QUORUMLOCK_NODES` when it is set, else `n` local masters started here
+/// (kept alive by the returned value).
+pub fn env_or_local(n: usize) -> std::io::Result<(Option<LocalNodes>, Vec<String>)> {
+    let configured = std::env::var("QUORUMLOCK_NODES")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    if let Some(list) = configured {
+        return Ok((None, list.split(',').map(|u| u.trim().to_owned()).collect()));
+    }
+    println!("QUORUMLOCK_NODES is not set: starting {n} local redis-server masters");
+    let nodes = LocalNodes::start(n)?;
+    let urls = nodes.urls();
+    Ok((Some(nodes), urls))
+}
+
 impl LocalNodes {
     /// Starts `n` masters on free loopback ports and waits until each answers PING.
     ///
