@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Built with `--features metrics`, it installs a Prometheus recorder
-//! first, so the count includes recording every metric.
+//! first (with the histogram buckets of `examples/metrics.rs`), so the
+//! count includes recording every metric.
 //!
 //! Run it once with `CYCLE_COST_CYCLES=0` and subtract, to leave out the
 //! connecting and the runtime's start. `CYCLE_COST_MODE=throughput` runs
@@ -26,6 +27,11 @@ use quorumlock::LockManager;
 use redis::aio::MultiplexedConnection;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `examples/metrics.rs`: its recorder's histogram buckets.
+#[cfg(feature = "metrics")]
+#[path = "metrics.rs"]
+mod example;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -106,12 +112,13 @@ async fn run() -> Result<(), BoxError> {
     .map(str::to_owned)
     .collect();
     // With the `metrics` feature, a real recorder before the manager is
-    // built (Prometheus's, its upkeep on a thread, rendered by nobody): the
+    // built (Prometheus's, with the example's histogram buckets, as the
+    // dashboard needs; its upkeep on a thread, rendered by nobody): the
     // cost measured is the recording's, not a no-op's.
     #[cfg(feature = "metrics")]
     {
-        let prometheus =
-            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+        let prometheus = example::with_buckets(builder)?.install_recorder()?;
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_secs(5));
             prometheus.run_upkeep();

@@ -48,14 +48,23 @@ const ATTEMPTS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0];
 ///
 /// When the listener cannot be set up or a recorder is installed already.
 pub fn install(addr: SocketAddr) -> Result<(), BuildError> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+    with_buckets(PrometheusBuilder::new().with_http_listener(addr))?.install()
+}
+
+/// `builder` with the buckets of every histogram the dashboard reads
+/// (without them the exporter renders summaries, which
+/// `histogram_quantile` cannot read).
+///
+/// # Errors
+///
+/// Never with these buckets (the builder refuses an empty list).
+pub fn with_buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
+    builder
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)?
         .set_buckets_for_metric(
             Matcher::Full("quorumlock_acquire_attempts".into()),
             ATTEMPTS,
-        )?
-        .install()
+        )
 }
 
 /// What the workload did.

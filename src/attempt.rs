@@ -16,7 +16,7 @@ use crate::keys::Target;
 use crate::node::{Answer, Claim, Grant, Place};
 use crate::nodes::Nodes;
 use crate::queue::Spot;
-use crate::quorum::{self, Decision, FanOut, Tally};
+use crate::quorum::{self, Decision, Tally};
 use crate::rollback::{LateGrants, Rollback};
 
 /// What one fan-out asks of the nodes: which locks, for whom and on what
@@ -46,12 +46,12 @@ impl Ask<'_> {
     /// `place`), its re-entry mode, or the set's.
     fn call(&self, i: usize, place: Option<&Place>) -> Answer<Grant> {
         let keys = self.target.first();
-        let limit = self.nodes.call_timeout(self.claim.lease);
-        self.nodes.call(i, limit, |node| match self.kind {
+        let node = self.nodes.node(i);
+        match self.kind {
             Kind::Fresh if self.target.set => node.acquire_all(&self.target.keys, &self.claim),
             Kind::Fresh => node.acquire(keys, &self.claim, place),
             Kind::Reenter => node.reenter(keys, &self.claim),
-        })
+        }
     }
 
     /// The count a rollback restores: none for a fresh acquisition, the
@@ -113,9 +113,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     let mut rollback = Rollback::new(nodes, target, restore);
     let mut spot = spot;
     let place = spot.as_deref_mut().map(Spot::place);
-    let mut fan = FanOut::start(nodes.len(), nodes.call_timeout(lease), |i| {
-        ask.call(i, place.as_ref())
-    });
+    let mut fan = nodes.fan_out(nodes.call_timeout(lease), |i| ask.call(i, place.as_ref()));
     fan.until_quorum(required, |g| matches!(g, Grant::Granted(_)))
         .await;
     let elapsed = clock::now().saturating_duration_since(start);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::Admission;
-use crate::config::{Backoff, Config, Quorum};
+use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::manager::LockManager;
@@ -19,7 +19,8 @@ use crate::node::{redact, NodeOps, NodeSpec};
 ///
 /// Defaults: `Quorum::Majority`, lease 30 s renewed every 10 s, per-node
 /// timeout 200 ms, connect timeout 2 s, drift factor 0.01, backoff 10–200 ms,
-/// key prefix `quorumlock:`, no `max_hold`, queue timeout 5 s.
+/// key prefix `quorumlock:`, no `max_hold`, queue timeout 5 s, events buffer
+/// 1,024.
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct LockManagerBuilder {
@@ -38,8 +39,11 @@ pub struct LockManagerBuilder {
     layout: Layout,
     max_hold: Option<Duration>,
     queue_timeout: Duration,
+    events_buffer: usize,
     allow_unreachable: bool,
     require_noeviction: bool,
+    /// `(replicas, timeout)`, checked by `build()`.
+    replica_wait: Option<(u32, Duration)>,
 }
 
 impl std::fmt::Debug for LockManagerBuilder {
@@ -65,8 +69,10 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("layout", &self.layout)
             .field("max_hold", &self.max_hold)
             .field("queue_timeout", &self.queue_timeout)
+            .field("events_buffer", &self.events_buffer)
             .field("allow_unreachable", &self.allow_unreachable)
             .field("require_noeviction", &self.require_noeviction)
+            .field("replica_wait", &self.replica_wait)
             .finish_non_exhaustive()
     }
 }
@@ -95,8 +101,10 @@ impl Default for LockManagerBuilder {
             layout: Layout::Quorumlock,
             max_hold: None,
             queue_timeout: Duration::from_secs(5),
+            events_buffer: 1024,
             allow_unreachable: false,
             require_noeviction: false,
+            replica_wait: None,
         }
     }
 }
@@ -164,6 +172,37 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Counts a cluster member's write only once its shard's replicas have
+    /// it (default: off). After each script call whose answer a quorum
+    /// counts (an acquire, a re-entry, a fence raise) and each renewal or
+    /// repair pipeline, the shard is sent `WAIT replicas timeout` on the
+    /// same connection (in the same pipeline: no extra round trip); a
+    /// write acknowledged by fewer than `replicas` replicas within
+    /// `timeout` does not count: the call fails with
+    /// [`NodeErrorKind::NotReplicated`](crate::NodeErrorKind::NotReplicated)
+    /// (a grant is rolled back with the attempt, a renewal is not counted
+    /// towards the hold's quorum). Releases and queue exits do not wait.
+    ///
+    /// Without it, a grant that the shard's master answered but had not yet
+    /// sent to its replicas is lost when a replica is promoted in its place
+    /// (the member then no longer holds the key, as after an empty restart);
+    /// with it, a grant counts only once `replicas` replicas have it, so a
+    /// promoted replica that acknowledged it keeps it. The cost: one
+    /// replica round trip per counted call and per renewal pipeline, the
+    /// shard's connection blocked meanwhile, and, while a shard has fewer
+    /// than `replicas` replicas in sync (after a failover, until the old
+    /// master is back as a replica), no grant or renewal counts there and
+    /// each waits `timeout`. See the README's section on cluster members.
+    ///
+    /// `build()` checks: `replicas` at least 1, `timeout` above zero and
+    /// below [`node_timeout`](Self::node_timeout) (else
+    /// [`Error::InvalidInput`]); at least one cluster member, each of whose
+    /// shards has `replicas` replicas (else [`Error::Config`]).
+    pub fn replica_wait(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_wait = Some((replicas, timeout));
+        self
+    }
+
     setters! {
         /// The quorum policy.
         quorum(quorum: Quorum);
@@ -197,6 +236,13 @@ impl LockManagerBuilder {
         drift_factor(factor: f64);
         /// The delays between attempts while waiting.
         backoff(backoff: Backoff);
+        /// How many events a [`LockEvents`](crate::LockEvents) stream keeps
+        /// for its reader (default 1,024; at least 1, at most
+        /// [`MAX_EVENTS_BUFFER`](crate::MAX_EVENTS_BUFFER); `build()`
+        /// checks). A reader that falls further behind misses the newer
+        /// events and gets one [`LockEvent::Lagged`](crate::LockEvent::Lagged)
+        /// saying how many.
+        events_buffer(events: usize);
     }
 
     /// The prefix of every key (default `quorumlock:`).
@@ -283,6 +329,10 @@ impl LockManagerBuilder {
             layout: self.layout,
             max_hold: self.max_hold,
             queue_timeout: self.queue_timeout,
+            replica_wait: self
+                .replica_wait
+                .map(|(replicas, timeout)| ReplicaWait { replicas, timeout }),
+            events_buffer: self.events_buffer,
         }
         .validate(nodes)
     }
@@ -298,7 +348,9 @@ impl LockManagerBuilder {
     /// - [`Error::InvalidInput`] for a malformed URL or a bad duration: a
     ///   zero one, a lease above [`MAX_LEASE`](crate::MAX_LEASE), a timeout
     ///   above [`MAX_TIMEOUT`](crate::MAX_TIMEOUT), a renew interval not below
-    ///   the lease, a drift factor outside [0, 1);
+    ///   the lease, a drift factor outside [0, 1), a
+    ///   [`replica_wait`](Self::replica_wait) of 0 replicas or with a
+    ///   timeout of zero or not below the node timeout;
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
     ///   or two URLs that reach the same server: same `run_id`), a quorum of
     ///   0 or above the node count, or, with
@@ -311,8 +363,10 @@ impl LockManagerBuilder {
     /// - for a member given with [`cluster`](Self::cluster):
     ///   [`Error::InvalidInput`] for no seed or a malformed seed URL,
     ///   [`Error::Config`] for a seed that is a standalone server, seeds that
-    ///   disagree on the topology or do not cover every slot, or the same
-    ///   cluster as another member; [`Error::Connect`] if it cannot be
+    ///   disagree on the topology or do not cover every slot, the same
+    ///   cluster as another member, or, with
+    ///   [`replica_wait`](Self::replica_wait), a shard with fewer replicas
+    ///   than it asks (or no cluster member at all); [`Error::Connect`] if it cannot be
     ///   reached (even with `allow_unreachable`). A node given with
     ///   [`node`](Self::node) that belongs to a cluster of several shards is
     ///   [`Error::Config`] too: add its cluster with `cluster`.
@@ -334,6 +388,13 @@ impl LockManagerBuilder {
         install_crypto_provider();
         let specs = self.specs()?;
         let config = self.config(specs.len() + self.clusters.len())?;
+        if config.replica_wait.is_some() && self.clusters.is_empty() {
+            return Err(Error::Config(
+                "replica_wait applies to cluster members, and none was given: add one with \
+                 `cluster(seed_urls)`, or drop replica_wait"
+                    .into(),
+            ));
+        }
         let connect_timeout = config.connect_timeout;
         let prefix = config.key_prefix.as_str();
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
@@ -377,7 +438,7 @@ impl LockManagerBuilder {
             self.clusters
                 .iter()
                 .enumerate()
-                .map(|(k, seeds)| ClusterNode::connect(specs.len() + k, seeds, connect_timeout)),
+                .map(|(k, seeds)| ClusterNode::connect(specs.len() + k, seeds, &config)),
         )
         .await;
         for (k, r) in clusters.into_iter().enumerate() {

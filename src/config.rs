@@ -153,6 +153,22 @@ impl Default for Backoff {
     }
 }
 
+/// How a cluster member's writes that a quorum counts are confirmed on its
+/// replicas (see
+/// [`LockManagerBuilder::replica_wait`](crate::LockManagerBuilder::replica_wait)):
+/// after each such script call, `WAIT replicas timeout` on the same shard
+/// connection, and the write counts only if at least `replicas` replicas
+/// acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaWait {
+    /// Replicas of the shard that must acknowledge the write (at least 1).
+    pub replicas: u32,
+    /// How long the shard waits for them (`WAIT`'s timeout; above zero
+    /// and below the node timeout).
+    pub timeout: Duration,
+}
+
 /// The validated settings of a manager. Read them with [`crate::LockManager::config`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -184,7 +200,19 @@ pub struct Config {
     /// the lock's queue skips it (a waiter whose process died). Live
     /// waiters refresh their place every third of it.
     pub queue_timeout: Duration,
+    /// On cluster members, a grant, a re-entry, a renewal, a repair or a
+    /// fence raise counts only once `WAIT` confirms it on this many
+    /// replicas; `None` (the default): as soon as the shard's master
+    /// answers.
+    pub replica_wait: Option<ReplicaWait>,
+    /// Events a [`LockEvents`](crate::LockEvents) stream keeps for its
+    /// reader before it drops newer ones (and tells how many).
+    pub events_buffer: usize,
 }
+
+/// Largest [`events_buffer`](crate::LockManagerBuilder::events_buffer)
+/// accepted: `build()` refuses a larger one with [`Error::InvalidInput`].
+pub const MAX_EVENTS_BUFFER: usize = 1 << 20;
 
 /// Fixed part of the drift: 2 ms, as in the RedLock spec.
 pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
@@ -221,7 +249,9 @@ impl Config {
     /// [`Error::InvalidInput`] for a drift factor outside [0, 1), a lease
     /// [`check_lease`] refuses, a renew interval of zero or not below the
     /// lease, a zero timeout or one above [`MAX_TIMEOUT`], a key prefix with
-    /// a brace, or a zero `max_hold`.
+    /// a brace, a zero `max_hold`, a [`ReplicaWait`] of no replica, or
+    /// whose timeout is zero or not below the node timeout, or an events
+    /// buffer of 0 or above [`MAX_EVENTS_BUFFER`].
     pub(crate) fn validate(mut self, nodes: usize) -> Result<Self, Error> {
         self.required = self.quorum.required(nodes)?;
         let factor = self.drift_factor;
@@ -255,6 +285,13 @@ impl Config {
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(Error::invalid("max hold", "must be above zero"));
         }
+        if let Some(wait) = self.replica_wait {
+            check_replica_wait(wait, self.node_timeout)?;
+        }
+        if !(1..=MAX_EVENTS_BUFFER).contains(&self.events_buffer) {
+            let reason = format!("{} is not in 1..={MAX_EVENTS_BUFFER}", self.events_buffer);
+            return Err(Error::invalid("events buffer", reason));
+        }
         Ok(self)
     }
 }
@@ -269,6 +306,26 @@ pub(crate) fn drift(lease: Duration, factor: f64) -> Duration {
         Duration::ZERO
     });
     scaled.saturating_add(DRIFT_FLOOR)
+}
+
+/// A `WAIT` of at least one replica, for a time above zero (`WAIT`'s 0
+/// blocks for ever) and below the node timeout: the grant and its `WAIT`
+/// are answered within one call.
+fn check_replica_wait(wait: ReplicaWait, node_timeout: Duration) -> Result<(), Error> {
+    let timeout = wait.timeout;
+    let reason = if wait.replicas == 0 {
+        "confirms nothing with 0 replicas: ask for at least 1".to_owned()
+    } else if timeout.is_zero() {
+        "a timeout of zero would block the shard's connection for ever".to_owned()
+    } else if timeout >= node_timeout {
+        format!(
+            "its timeout {timeout:?} must be below the node timeout {node_timeout:?}, which \
+             bounds the grant and its WAIT together"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("replica wait", reason))
 }
 
 pub(crate) fn check_lease(lease: Duration, factor: f64) -> Result<(), Error> {
@@ -340,6 +397,35 @@ mod tests {
         assert!(check_lease(Duration::from_secs(10), 0.99).is_ok());
         assert!(check_lease(Duration::from_secs(10), 1.0).is_err());
         assert!(check_lease(MAX_LEASE + Duration::from_secs(1), 0.01).is_err());
+    }
+
+    #[test]
+    fn replica_wait_checks() {
+        let node = Duration::from_millis(200);
+        let wait = |replicas, ms| ReplicaWait {
+            replicas,
+            timeout: Duration::from_millis(ms),
+        };
+        assert!(check_replica_wait(wait(1, 50), node).is_ok());
+        assert!(check_replica_wait(wait(u32::MAX, 199), node).is_ok());
+        for bad in [wait(0, 50), wait(1, 0), wait(1, 200), wait(2, 1_000)] {
+            let err = check_replica_wait(bad, node).expect_err("refused");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "replica wait",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        let forever = ReplicaWait {
+            replicas: 1,
+            timeout: Duration::MAX,
+        };
+        assert!(check_replica_wait(forever, node).is_err());
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub enum NodeErrorKind {
     Refused,
     /// Any other error reply, or a reply that could not be understood.
     Server,
+    /// A cluster member's write ran on the shard's master, but `WAIT`
+    /// confirmed it on fewer replicas than
+    /// [`replica_wait`](crate::LockManagerBuilder::replica_wait) asks, so
+    /// it does not count (a grant is rolled back with the attempt).
+    NotReplicated,
 }
 
 impl fmt::Display for NodeErrorKind {
@@ -32,6 +37,7 @@ impl fmt::Display for NodeErrorKind {
             Self::NotMaster => "not a master",
             Self::Refused => "refused",
             Self::Server => "server error",
+            Self::NotReplicated => "not replicated",
         })
     }
 }

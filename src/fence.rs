@@ -12,7 +12,7 @@ use crate::error::{NodeError, NodeFailure};
 use crate::keys::Target;
 use crate::node::Grant;
 use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut};
+use crate::quorum::{self, Slot};
 
 /// Hands out `token` (of one lock, or of a set, whose names share one
 /// counter per node) only once a quorum of nodes is known to have a fence
@@ -42,16 +42,18 @@ pub(crate) async fn fence_quorum(
     }
     #[cfg(test)]
     if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
-        let calls: Vec<_> = (0..nodes.len())
-            .filter(|i| matches!(replies[*i], Some(Ok(Grant::Granted(t))) if t < token))
-            .map(|i| nodes.call(i, lease, |n| n.raise_fence(&target.keys, token)))
-            .collect();
-        nodes.metrics.fence_raised(calls.len());
-        nodes.spawn(async move {
-            for call in calls {
-                let _ = call.await;
+        let below = |i: usize| matches!(replies[i], Some(Ok(Grant::Granted(t))) if t < token);
+        nodes
+            .metrics
+            .fence_raised((0..nodes.len()).filter(|i| below(*i)).count());
+        let mut fan = nodes.fan_out(lease, |i| {
+            if below(i) {
+                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
+            } else {
+                Slot::Known(Ok(0))
             }
         });
+        nodes.spawn(async move { fan.until(|_| false).await });
         return Ok(());
     }
     // First the nodes that granted below the token, or have not answered
@@ -88,14 +90,14 @@ pub(crate) async fn fence_quorum(
         nodes
             .metrics
             .fence_raised(targets.iter().filter(|t| **t).count());
-        let mut fan = FanOut::start(nodes.len(), round, |i| {
+        let mut fan = nodes.fan_out(round, |i| {
             if at[i] {
-                Box::pin(std::future::ready(Ok(token)))
+                Slot::Known(Ok(token))
             } else if targets[i] {
-                nodes.call(i, round, |n| n.raise_fence(&target.keys, token))
+                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
             } else {
                 // Not asked in this round: neither raised nor pending.
-                Box::pin(std::future::ready(Ok(0)))
+                Slot::Known(Ok(0))
             }
         });
         let done = fan.until_quorum(required, |c| *c >= token).await;

@@ -33,7 +33,9 @@ pub enum Layout {
     /// the name itself (no prefix, no braces), whose fields are holder ids
     /// (quorumlock's own, or Redisson's `<uuid>:<thread id>`: held by
     /// someone else). A release also publishes `0` on Redisson's channel
-    /// `redisson_lock__channel:{<name>}` (what Redisson's waiters wait for),
+    /// `redisson_lock__channel:{<name>}` (what Redisson's waiters wait for;
+    /// with `SPUBLISH` on a Redis Cluster member, as Redisson on a Redis 7
+    /// cluster),
     /// and quorumlock's waiters listen there too, so a Redisson unlock wakes
     /// them. See the README's section on Redisson for which quorums exclude
     /// which.

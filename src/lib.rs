@@ -62,7 +62,9 @@ mod tests;
 mod sim;
 
 pub use crate::builder::LockManagerBuilder;
-pub use crate::config::{Backoff, Config, Quorum, MAX_LEASE, MAX_TIMEOUT};
+pub use crate::config::{
+    Backoff, Config, Quorum, ReplicaWait, MAX_EVENTS_BUFFER, MAX_LEASE, MAX_TIMEOUT,
+};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::events::{LockEvent, LockEvents};
 pub use crate::guard::{LockGuard, LossSignal};

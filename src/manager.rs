@@ -199,12 +199,17 @@ impl LockManager {
     ///   `notify-keyspace-events` to include `K` and `g` (`del`) and `x`
     ///   (`expired`) on the nodes, e.g. `CONFIG SET notify-keyspace-events
     ///   Kgx`. Where they are off (Redis's default), an expiry publishes
-    ///   nothing and is **not seen**, nor is a `DEL`, an eviction or a
-    ///   Redisson client's unlock of the key; a released or forced lock is
-    ///   seen either way. A node with keyspace notifications sends a `del`
+    ///   nothing and is **not seen**, nor is a `DEL`, an eviction or (in
+    ///   the default layout) a Redisson client's unlock of the key; a
+    ///   released or forced lock is seen either way. A node with keyspace notifications sends a `del`
     ///   with each release too; it is paired with the release message and
     ///   not counted again (a `del` with no release message within 100 ms
     ///   counts as [`LockEvent::Deleted`](crate::LockEvent::Deleted)).
+    /// - In [`Layout::Redisson`](crate::Layout::Redisson),
+    ///   [`LockEvent::ForeignReleased`](crate::LockEvent::ForeignReleased)
+    ///   comes from Redisson's channel `redisson_lock__channel:{<name>}`:
+    ///   a Redisson client's unlock (or forced unlock), whatever the nodes'
+    ///   settings. The `0` our own releases also publish there is dropped.
     /// - A cluster member publishes nothing yet (no release feed).
     ///
     /// # Errors

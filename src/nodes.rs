@@ -4,6 +4,7 @@
 //! this, never the manager.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ use tracing::debug;
 use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
-use crate::node::{Answer, Claim, NodeOps, Released};
-use crate::quorum::{deadline_after, FanOut, Stragglers};
+use crate::node::{Claim, NodeOps, Released};
+use crate::quorum::{deadline_after, FanOut, Slot, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
@@ -31,6 +32,10 @@ pub(crate) struct Nodes {
     resume: Arc<Resume>,
     /// What the manager records (`telemetry`).
     pub(crate) metrics: Metrics,
+    /// Renewed holds lost, whatever noticed it ([`WatchdogStats::losses`]).
+    ///
+    /// [`WatchdogStats::losses`]: crate::WatchdogStats::losses
+    pub(crate) lost_holds: AtomicU64,
 }
 
 impl Nodes {
@@ -47,6 +52,7 @@ impl Nodes {
             background: Arc::default(),
             resume: Resume::new(),
             metrics,
+            lost_holds: AtomicU64::new(0),
         }
     }
 
@@ -60,25 +66,25 @@ impl Nodes {
     }
 
     /// Node `i`, in the builder's order: its address, its settings. Its
-    /// calls go through [`Nodes::call`].
+    /// calls go through [`Nodes::fan_out`].
     pub(crate) fn node(&self, i: usize) -> &dyn NodeOps {
         &*self.list[i]
     }
 
-    /// Makes `call` to node `i`, whose answer the caller waits for
-    /// `limit` at most. Every call to a node goes through here (or
-    /// [`Nodes::after_pause`], which sends it again after a pause), so that
-    /// each is metered in one place, fakes and real masters alike: latency,
-    /// errors by kind, a timeout when it is left unanswered after `limit`,
-    /// whether the node answers (`telemetry`; nothing without the
-    /// `metrics` feature).
-    pub(crate) fn call<T: Send + 'static>(
-        &self,
-        i: usize,
-        limit: Duration,
-        call: impl FnOnce(&dyn NodeOps) -> Answer<T>,
-    ) -> Answer<T> {
-        self.metrics.node_call(i, limit, call(&*self.list[i]))
+    /// Starts a fan-out: `each` says what to do with node `i` (a call, or
+    /// a reply known without asking), and every call has `timeout` to
+    /// answer. Every call to a node goes through a fan-out (or
+    /// [`Nodes::after_pause`]'s resend), so that each is metered in one
+    /// place, fakes and real masters alike: latency, errors by kind, a
+    /// timeout when it is left unanswered after `timeout`, whether the node
+    /// answers (`telemetry`; nothing without the `metrics` feature).
+    pub(crate) fn fan_out<T, S>(&self, timeout: Duration, each: impl FnMut(usize) -> S) -> FanOut<T>
+    where
+        T: Send + 'static,
+        S: Into<Slot<T>>,
+    {
+        let now = Instant::now();
+        FanOut::start(self.len(), now, timeout, self.metrics.meter(now), each)
     }
 
     pub(crate) fn all(&self) -> &[Arc<dyn NodeOps>] {
@@ -129,16 +135,14 @@ impl Nodes {
     /// the caller drains them (as background work), so every node gets the
     /// release.
     pub(crate) async fn release_quorum(
-        &self,
+        self: &Arc<Self>,
         keys: &Arc<Keys>,
         claim: &Claim,
         token: u64,
     ) -> (ReleaseTally, Stragglers<Released>) {
         let required = self.required();
         let timeout = self.call_timeout(claim.lease);
-        let mut fan = FanOut::start(self.len(), timeout, |i| {
-            self.release_call(i, keys, claim, token)
-        });
+        let mut fan = self.fan_out(timeout, |i| self.release_call(i, keys, claim, token));
         fan.until_quorum(required, |r| {
             matches!(r, Released::Deleted | Released::Lowered)
         })
@@ -163,29 +167,34 @@ impl Nodes {
     /// [`Nodes::after_pause`]), so that a node back with its data (it was
     /// persisted) does not keep the key for the rest of the lease.
     pub(crate) fn release_call(
-        &self,
+        self: &Arc<Self>,
         i: usize,
         keys: &Arc<Keys>,
         claim: &Claim,
         token: u64,
     ) -> BoxFuture<'static, Result<Released, NodeError>> {
         let (keys, claim) = (Arc::clone(keys), claim.clone());
-        let (lease, limit) = (claim.lease, self.call_timeout(claim.lease));
-        self.after_pause(i, lease, limit, move |n| n.release(&keys, &claim, token))
+        self.after_pause(i, claim.lease, move |n| n.release(&keys, &claim, token))
     }
 
-    /// Node `i`'s `leave` of `waiter` from the queue of `keys`; as
-    /// [`Nodes::release_call`], sent when the pause ends if it met one.
-    pub(crate) fn leave_call(
-        &self,
-        i: usize,
+    /// Takes `waiter` out of the queue of `keys` on every node `on` names
+    /// (the others answer `false` unasked), each with the node timeout to
+    /// answer; as [`Nodes::release_call`], a call that met a node's pause
+    /// is sent when the pause ends.
+    pub(crate) fn leave(
+        self: &Arc<Self>,
         keys: &Arc<Keys>,
         waiter: &Arc<str>,
-    ) -> BoxFuture<'static, Result<bool, NodeError>> {
-        let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        let limit = self.config.node_timeout;
-        self.after_pause(i, self.config.queue_timeout, limit, move |n| {
-            n.leave(&keys, &waiter)
+        on: impl Fn(usize) -> bool,
+    ) -> FanOut<bool> {
+        self.fan_out(self.config.node_timeout, |i| {
+            if !on(i) {
+                return Slot::Known(Ok(false));
+            }
+            let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
+            Slot::Call(self.after_pause(i, self.config.queue_timeout, move |n| {
+                n.leave(&keys, &waiter)
+            }))
         })
     }
 
@@ -199,24 +208,21 @@ impl Nodes {
     /// reused; a `leave` removes one waiter), and only within `life`, the
     /// longest the state they undo can last on the node (the lease, the
     /// queue timeout); each try waits for its answer for the node timeout.
-    /// The first try is metered as waited for `limit` at most.
+    /// The first try is metered by the fan-out it is sent in, each resend
+    /// here.
     fn after_pause<T, C>(
-        &self,
+        self: &Arc<Self>,
         i: usize,
         life: Duration,
-        limit: Duration,
         call: C,
     ) -> BoxFuture<'static, Result<T, NodeError>>
     where
         T: Send + 'static,
         C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>> + Send + Sync + 'static,
     {
-        let node = Arc::clone(&self.list[i]);
-        let first = self.metrics.node_call(i, limit, call(&*node));
-        let background = Arc::clone(&self.background);
+        let first = call(&*self.list[i]);
+        let nodes = Arc::clone(self);
         let end = deadline_after(Instant::now(), life);
-        let timeout = self.config.node_timeout;
-        let metrics = self.metrics.clone();
         Box::pin(async move {
             let r = first.await;
             if let Err(NodeError {
@@ -224,8 +230,8 @@ impl Nodes {
                 ..
             }) = &r
             {
-                let call = move |n: &dyn NodeOps| metrics.node_call(i, timeout, call(n));
-                background.spawn(send_after_pause(node, i, call, *at, end, timeout));
+                let again = send_after_pause(Arc::clone(&nodes), i, call, *at, end);
+                nodes.spawn(again);
             }
             r
         })
@@ -234,8 +240,8 @@ impl Nodes {
     /// Deletes the lock on every node, whoever holds it; returns on how many
     /// it was deleted.
     pub(crate) async fn force_release(&self, keys: &Arc<Keys>) -> Result<usize, Error> {
-        let mut fan = FanOut::start(self.len(), self.config.node_timeout, |i| {
-            self.call(i, self.config.node_timeout, |n| n.force_release(keys))
+        let mut fan = self.fan_out(self.config.node_timeout, |i| {
+            self.list[i].force_release(keys)
         });
         fan.until(|_| false).await;
         let mut deleted = 0;
@@ -261,9 +267,7 @@ impl Nodes {
 
     /// What every node holds for the lock.
     pub(crate) async fn status(&self, keys: &Arc<Keys>) -> Vec<NodeStatus> {
-        let mut fan = FanOut::start(self.len(), self.config.node_timeout, |i| {
-            self.call(i, self.config.node_timeout, |n| n.status(keys))
-        });
+        let mut fan = self.fan_out(self.config.node_timeout, |i| self.list[i].status(keys));
         fan.until(|_| false).await;
         let (replies, _) = fan.into_parts();
         replies
@@ -297,20 +301,21 @@ pub(crate) struct ReleaseTally {
 
 /// Sends `call` to node `i` once its pause ends (`at`), and again each time
 /// it meets a pause unsent, as long as that ends before `end`; each try has
-/// `timeout` to answer.
-async fn send_after_pause<T, C>(
-    node: Arc<dyn NodeOps>,
-    i: usize,
-    call: C,
-    mut at: Instant,
-    end: Instant,
-    timeout: Duration,
-) where
+/// the node timeout to answer, and is metered.
+async fn send_after_pause<T, C>(nodes: Arc<Nodes>, i: usize, call: C, mut at: Instant, end: Instant)
+where
     C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>>,
 {
+    let timeout = nodes.config.node_timeout;
     while at < end {
         tokio::time::sleep_until(at).await;
-        match tokio::time::timeout(timeout, call(&*node)).await {
+        let meter = nodes.metrics.meter(Instant::now());
+        let answer = tokio::time::timeout(timeout, call(&*nodes.list[i])).await;
+        match &answer {
+            Ok(r) => meter.answered(i, r, &mut None),
+            Err(_) => meter.unanswered(i),
+        }
+        match answer {
             Ok(Err(NodeError {
                 unsent_until: Some(next),
                 ..

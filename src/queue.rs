@@ -26,8 +26,6 @@
 
 use std::sync::Arc;
 
-use futures::future::join_all;
-
 use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::node::{Grant, Place};
@@ -132,16 +130,10 @@ impl Drop for Spot {
         if !self.queued.contains(&true) {
             return;
         }
-        let calls: Vec<_> = self
-            .queued
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| **q)
-            .map(|(i, _)| self.nodes.leave_call(i, &self.keys, &self.place.waiter))
-            .collect();
-        let timeout = self.nodes.config.node_timeout;
-        self.nodes.spawn(async move {
-            let _ = tokio::time::timeout(timeout, join_all(calls)).await;
-        });
+        let queued = &self.queued;
+        let on = |i: usize| queued.get(i).copied().unwrap_or(false);
+        let mut leaves = self.nodes.leave(&self.keys, &self.place.waiter, on);
+        self.nodes
+            .spawn(async move { leaves.until(|_| false).await });
     }
 }

@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 
 use crate::error::NodeError;
 use crate::node::Grant;
+use crate::telemetry::Meter;
 
 /// What is left of a lease after `elapsed` and the drift allowance, if anything.
 ///
@@ -50,9 +51,16 @@ pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
 /// Calls still in flight, by node index. There are few (one per node), so
 /// a wake-up polls each pending call in turn: no task allocated per call,
 /// as `FuturesUnordered` would.
+///
+/// Every call is metered here (`telemetry`), where its reply lands: its
+/// latency from the fan-out's start, its error; a call still unanswered
+/// when it is dropped after the deadline counts a timeout, one dropped
+/// sooner (the outcome was decided without it) nothing.
 struct Pending<T> {
     calls: Vec<Option<BoxFuture<'static, Result<T, NodeError>>>>,
     left: usize,
+    deadline: Instant,
+    meter: Meter,
 }
 
 impl<T> Pending<T> {
@@ -76,6 +84,7 @@ impl<T> Pending<T> {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
                     *slot = None;
                     self.left -= 1;
+                    self.meter.answered(i, &r, &mut None);
                     return Poll::Ready(Some((i, r)));
                 }
             }
@@ -95,11 +104,15 @@ impl<T> Pending<T> {
             return Poll::Ready(());
         }
         let mut landed = false;
-        for (slot, reply) in self.calls.iter_mut().zip(replies.iter_mut()) {
+        // Replies seen in one pass landed by the same instant: one clock
+        // read for all of them.
+        let mut now = None;
+        for (i, (slot, reply)) in self.calls.iter_mut().zip(replies.iter_mut()).enumerate() {
             if let Some(call) = slot {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
                     *slot = None;
                     self.left -= 1;
+                    self.meter.answered(i, &r, &mut now);
                     *reply = Some(r);
                     landed = true;
                 }
@@ -113,28 +126,74 @@ impl<T> Pending<T> {
     }
 }
 
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if self.left > 0 {
+            let unanswered = self.calls.iter().enumerate().filter(|(_, c)| c.is_some());
+            self.meter
+                .given_up(self.deadline, unanswered.map(|(i, _)| i));
+        }
+    }
+}
+
+/// What a fan-out does with one node: a call to send, or a reply known
+/// without asking (a node left out of this round).
+pub(crate) enum Slot<T> {
+    Call(BoxFuture<'static, Result<T, NodeError>>),
+    Known(Result<T, NodeError>),
+}
+
+impl<T> From<BoxFuture<'static, Result<T, NodeError>>> for Slot<T> {
+    fn from(call: BoxFuture<'static, Result<T, NodeError>>) -> Self {
+        Self::Call(call)
+    }
+}
+
 /// Calls in flight to several nodes, read as they complete, under one
 /// deadline for the whole fan-out (one timer, not one per node).
 pub(crate) struct FanOut<T> {
     pending: Pending<T>,
     replies: Replies<T>,
-    deadline: Instant,
 }
 
 impl<T: Send + 'static> FanOut<T> {
-    /// Starts one call per node; each has until `timeout` from now.
-    pub(crate) fn start<F>(nodes: usize, timeout: Duration, mut call: F) -> Self
+    /// Starts one call per node (`each` says what to do with node `i`);
+    /// each has until `timeout` from now. `meter` (made from the same
+    /// start) times and counts them.
+    pub(crate) fn start<F, S>(
+        nodes: usize,
+        start: Instant,
+        timeout: Duration,
+        meter: Meter,
+        mut each: F,
+    ) -> Self
     where
-        F: FnMut(usize) -> BoxFuture<'static, Result<T, NodeError>>,
+        F: FnMut(usize) -> S,
+        S: Into<Slot<T>>,
     {
-        let pending = Pending {
-            calls: (0..nodes).map(|i| Some(call(i))).collect(),
-            left: nodes,
-        };
+        let mut calls = Vec::with_capacity(nodes);
+        let mut replies = Vec::with_capacity(nodes);
+        for i in 0..nodes {
+            match each(i).into() {
+                Slot::Call(call) => {
+                    calls.push(Some(call));
+                    replies.push(None);
+                }
+                Slot::Known(reply) => {
+                    calls.push(None);
+                    replies.push(Some(reply));
+                }
+            }
+        }
+        let left = calls.iter().filter(|c| c.is_some()).count();
         Self {
-            pending,
-            replies: (0..nodes).map(|_| None).collect(),
-            deadline: deadline_after(Instant::now(), timeout),
+            pending: Pending {
+                calls,
+                left,
+                deadline: deadline_after(start, timeout),
+                meter,
+            },
+            replies,
         }
     }
 
@@ -142,7 +201,7 @@ impl<T: Send + 'static> FanOut<T> {
     /// or the deadline passed (the calls still pending then count as timed
     /// out).
     pub(crate) async fn until(&mut self, mut decided: impl FnMut(&Self) -> bool) {
-        let deadline = tokio::time::sleep_until(self.deadline);
+        let deadline = tokio::time::sleep_until(self.pending.deadline);
         tokio::pin!(deadline);
         // Every reply already in is counted before each decision.
         while !decided(self) {
@@ -204,7 +263,6 @@ impl<T: Send + 'static> FanOut<T> {
             self.replies,
             Stragglers {
                 pending: self.pending,
-                deadline: self.deadline,
             },
         )
     }
@@ -214,7 +272,6 @@ impl<T: Send + 'static> FanOut<T> {
 /// fan-out's deadline.
 pub(crate) struct Stragglers<T> {
     pending: Pending<T>,
-    deadline: Instant,
 }
 
 impl<T> Stragglers<T> {
@@ -224,12 +281,13 @@ impl<T> Stragglers<T> {
 
     /// Feeds each reply that lands before the deadline to `f`.
     pub(crate) async fn for_each(mut self, mut f: impl FnMut(usize, Result<T, NodeError>)) {
+        let deadline = self.pending.deadline;
         let drain = async {
             while let Some((i, r)) = self.pending.next().await {
                 f(i, r);
             }
         };
-        let _ = tokio::time::timeout_at(self.deadline, drain).await;
+        let _ = tokio::time::timeout_at(deadline, drain).await;
     }
 }
 
@@ -365,9 +423,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fan_out_takes_any_timeout() {
-        let mut f: FanOut<u8> = FanOut::start(2, Duration::MAX, |i| {
-            Box::pin(async move { Ok(u8::try_from(i).unwrap_or(0)) })
-        });
+        let mut f: FanOut<u8> =
+            FanOut::start(2, Instant::now(), Duration::MAX, Meter::default(), |i| {
+                Box::pin(async move { Ok(u8::try_from(i).unwrap_or(0)) }) as BoxFuture<'static, _>
+            });
         f.until(|_| false).await;
         assert!(matches!(f.replies(), [Some(Ok(0)), Some(Ok(1))]));
         let now = Instant::now();
@@ -377,13 +436,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fan_out_times_out_each_node() {
-        let mut f: FanOut<u8> = FanOut::start(3, 50 * MS, |i| {
+        let mut f: FanOut<u8> = FanOut::start(3, Instant::now(), 50 * MS, Meter::default(), |i| {
             Box::pin(async move {
                 if i == 1 {
                     futures::future::pending::<()>().await;
                 }
                 Ok(i as u8)
-            })
+            }) as BoxFuture<'static, _>
         });
         f.until(|_| false).await;
         assert!(matches!(f.replies()[0], Some(Ok(0))));

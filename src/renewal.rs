@@ -66,9 +66,13 @@ pub(crate) struct Times {
 }
 
 impl RenewalTally {
-    /// Counts `answers`, one per node in node order.
+    /// Counts `answers`, one per node in node order; a node that answered
+    /// [`Renewed::Failed`] for this hold did not answer.
     pub(crate) fn of(answers: impl IntoIterator<Item = Option<Renewed>>) -> Self {
-        let answers: Vec<_> = answers.into_iter().collect();
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.filter(|r| *r != Renewed::Failed))
+            .collect();
         let held = || answers.iter().map(|a| held(*a));
         let renewed = held().filter(|h| *h == Some(true)).count();
         let absent = held().filter(|h| *h == Some(false)).count();
@@ -121,6 +125,7 @@ fn held(answer: Option<Renewed>) -> Option<bool> {
     match answer? {
         Renewed::Extended | Renewed::Repaired => Some(true),
         Renewed::Missing | Renewed::Conflict | Renewed::WrongType => Some(false),
+        Renewed::Failed => None,
     }
 }
 
@@ -193,6 +198,9 @@ mod tests {
         }
     }
 
+    /// A node that did not answer, and one whose batch part carrying the
+    /// hold failed (`Renewed::Failed`: a cluster member's shard), count
+    /// alike: no vote either way.
     #[test]
     fn every_subset_renewed_the_rest_silent() {
         let now = Instant::now();
@@ -207,6 +215,8 @@ mod tests {
             for required in policies(n) {
                 for mask in 0u32..1 << n {
                     let tally = RenewalTally::of(subset(n, mask, None));
+                    let failed = RenewalTally::of(subset(n, mask, Some(Renewed::Failed)));
+                    assert_eq!(failed, tally, "a failed part of a batch is silence");
                     let renewed = mask.count_ones() as usize;
                     assert_eq!((tally.renewed, tally.absent), (renewed, 0));
                     assert_eq!(tally.empty().count(), 0, "a silent node is not repaired");

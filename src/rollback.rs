@@ -2,9 +2,7 @@
 //! it did not keep, and the grants that land after it was decided.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
 use crate::error::NodeError;
@@ -12,7 +10,7 @@ use crate::hold::Hold;
 use crate::keys::{Keys, Target};
 use crate::node::{Claim, Grant, Released};
 use crate::nodes::Nodes;
-use crate::quorum::Stragglers;
+use crate::quorum::{FanOut, Slot, Stragglers};
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -56,11 +54,8 @@ impl LateGrants {
             })
             .await;
             let Some(waiter) = waiter else { return };
-            let leaves = queued
-                .into_iter()
-                .map(|i| nodes.leave_call(i, &keys, &waiter));
-            let timeout = nodes.config.node_timeout;
-            let _ = tokio::time::timeout(timeout, futures::future::join_all(leaves)).await;
+            let mut leaves = nodes.leave(&keys, &waiter, |i| queued.contains(&i));
+            leaves.until(|_| false).await;
         });
     }
 }
@@ -86,8 +81,6 @@ pub(crate) struct Rollback {
     counted: bool,
 }
 
-type Call = (usize, BoxFuture<'static, Result<Released, NodeError>>);
-
 impl Rollback {
     pub(crate) fn new(nodes: &Arc<Nodes>, target: &Target, restore: Claim) -> Self {
         Self {
@@ -105,15 +98,21 @@ impl Rollback {
         self.armed = false;
     }
 
-    /// A release per name, to every node not in `skip`.
-    fn calls(&self, skip: &[bool]) -> Vec<Call> {
-        let claim = &self.restore;
-        (0..self.nodes.len())
-            .filter(|i| !skip.get(*i).copied().unwrap_or(false))
-            .flat_map(|i| {
-                self.keys
-                    .iter()
-                    .map(move |keys| (i, self.nodes.release_call(i, keys, claim, 0)))
+    /// A release per name (one fan-out each), to every node not in
+    /// `skip`, each with the node timeout to answer.
+    fn calls(&self, skip: &[bool]) -> Vec<FanOut<Released>> {
+        let (nodes, claim) = (&self.nodes, &self.restore);
+        let timeout = nodes.config.node_timeout;
+        self.keys
+            .iter()
+            .map(|keys| {
+                nodes.fan_out(timeout, |i| {
+                    if skip.get(i).copied().unwrap_or(false) {
+                        Slot::Known(Ok(Released::Missing))
+                    } else {
+                        Slot::Call(nodes.release_call(i, keys, claim, 0))
+                    }
+                })
             })
             .collect()
     }
@@ -141,11 +140,10 @@ impl Rollback {
                 _ => false,
             })
             .collect();
-        let calls = self.calls(&skip);
-        if !calls.is_empty() {
+        if skip.contains(&false) {
             self.count();
+            send_all(self.calls(&skip)).await;
         }
-        send_all(calls, self.nodes.config.node_timeout).await;
         self.armed = false;
     }
 
@@ -165,10 +163,9 @@ impl Rollback {
         }
         let calls = self.calls(&[]);
         self.count();
-        let timeout = self.nodes.config.node_timeout;
         let label = Arc::clone(&self.label);
         let spawned = self.nodes.spawn(async move {
-            send_all(calls, timeout).await;
+            send_all(calls).await;
             debug!(lock = %label, "rolled back a cancelled acquisition");
         });
         if !spawned {
@@ -177,19 +174,15 @@ impl Rollback {
     }
 }
 
-/// Runs the calls in parallel, each under `timeout`; failures are traced.
-async fn send_all(calls: Vec<Call>, timeout: Duration) {
-    let results = futures::future::join_all(
-        calls
-            .into_iter()
-            .map(|(i, c)| async move { (i, tokio::time::timeout(timeout, c).await) }),
-    )
-    .await;
-    for (i, r) in results {
-        match r {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => debug!(node = i, error = %e.message, "rollback failed"),
-            Err(_) => debug!(node = i, "rollback timed out"),
+/// Runs the fan-outs in parallel until every call answered or timed out;
+/// failures are traced.
+async fn send_all(mut calls: Vec<FanOut<Released>>) {
+    futures::future::join_all(calls.iter_mut().map(|f| f.until(|_| false))).await;
+    for fan in &calls {
+        for (i, r) in fan.replies().iter().enumerate() {
+            if let Some(Err(e)) = r {
+                debug!(node = i, error = %e.message, "rollback failed");
+            }
         }
     }
 }

@@ -1,5 +1,8 @@
-//! The `quorumlock` binary, run as a real process against local masters.
+//! The `quorumlock` binary, run as a real process against local masters
+//! (and the shared local Redis Cluster, in `cli/cluster.rs`).
 
+#[path = "cli/cluster.rs"]
+mod cluster;
 #[path = "cli/observe.rs"]
 mod observe;
 #[path = "cli/redisson.rs"]

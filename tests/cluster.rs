@@ -217,8 +217,9 @@ async fn bad_cluster_input_is_a_typed_error_at_build() {
 }
 
 /// A proxy in front of one server: forwards both ways until armed; armed,
-/// it drops the connection at the server's next reply instead of passing
-/// it on (the command ran; its reply is lost).
+/// it drops the connection that carries the next request naming a `cut-`
+/// key at that connection's next reply, instead of passing the reply on
+/// (the command ran; its reply is lost).
 async fn cutting_proxy(to: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,19 +234,32 @@ async fn cutting_proxy(to: u16) -> (u16, std::sync::Arc<std::sync::atomic::Atomi
             };
             let (mut cr, mut cw) = client.into_split();
             let (mut sr, mut sw) = server.into_split();
+            // Armed, the first request naming a `cut-` key marks its own
+            // connection, and that connection is cut at its next reply:
+            // another connection's traffic (a topology refresh, a feed)
+            // never takes the cut meant for the acquire.
+            let marked = std::sync::Arc::new(AtomicBool::new(false));
+            let (armed, mark) = (std::sync::Arc::clone(&flag), std::sync::Arc::clone(&marked));
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 while let Ok(n) = cr.read(&mut buf).await {
-                    if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[..n].windows(4).any(|w| w == b"cut-")
+                        && armed.swap(false, Ordering::SeqCst)
+                    {
+                        mark.store(true, Ordering::SeqCst);
+                    }
+                    if sw.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
                 }
             });
-            let flag = std::sync::Arc::clone(&flag);
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 while let Ok(n) = sr.read(&mut buf).await {
-                    if n == 0 || flag.swap(false, Ordering::SeqCst) {
+                    if n == 0 || marked.load(Ordering::SeqCst) {
                         break; // drops both halves: the connection is cut
                     }
                     if cw.write_all(&buf[..n]).await.is_err() {
@@ -796,5 +810,50 @@ async fn a_waiter_is_woken_by_a_release_after_its_slot_moved_or_its_feed_dropped
         "woken by the message, not the backoff: {dropped:.2} ms"
     );
 
+    Migration::run(reshard_cluster(), slot, from).await;
+}
+
+/// A release and a new name's acquire that meet a migration left half-done
+/// (keys moved, slot not yet reassigned) for 1.2 s get `TRYAGAIN` from the
+/// target, proof that they did not run, and are sent again with a backoff
+/// until the migration ends, within their own timeout (the node timeout,
+/// 3 s here): both then run, once. (They used to give up after 8 tries,
+/// about 0.5 s.)
+#[tokio::test]
+async fn calls_wait_out_a_half_done_migration_within_their_timeout() {
+    let _serial = reshard_serial().await;
+    let patient = || resharded_only().node_timeout(Duration::from_secs(3));
+    let (a, b) = (build(patient()).await, build(patient()).await);
+    let name = unique("half-done");
+    let other = twin(&name);
+    let slot = lock_slot(&name).unwrap();
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+    let g = a.lock(&name).await.expect("lock");
+
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    m.move_keys().await;
+    let release = tokio::spawn(g.release());
+    let fresh = {
+        let (b, other) = (b.clone(), other.clone());
+        tokio::spawn(async move { b.try_lock(&other, Duration::ZERO).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        !release.is_finished(),
+        "the release waits for the migration"
+    );
+    assert!(!fresh.is_finished(), "so does the acquire");
+    m.finish().await;
+    release
+        .await
+        .unwrap()
+        .expect("released once the slot moved");
+    let fresh = fresh.await.unwrap().expect("granted once the slot moved");
+    assert!(cluster_state(&a, 0, &name).await.holder.is_none());
+    let state = cluster_state(&b, 0, &other).await;
+    assert_eq!(state.hold_count, 1, "the acquire ran once: {state:?}");
+    assert_eq!(state.shard, Some(format!("127.0.0.1:{to}")));
+    fresh.release().await.expect("release");
     Migration::run(reshard_cluster(), slot, from).await;
 }

@@ -36,6 +36,12 @@ use serde_json::Value;
 mod cases;
 mod charts;
 mod contenders;
+/// `examples/metrics.rs`: its recorder's histogram buckets (its own copy
+/// of `tests/support/local.rs` is unused here).
+#[cfg(feature = "metrics")]
+#[allow(clippy::duplicate_mod)]
+#[path = "../../examples/metrics.rs"]
+mod example;
 mod faults;
 #[path = "../../tests/support/local.rs"]
 mod local;
@@ -252,13 +258,15 @@ fn main() -> Result<(), BoxError> {
     }
     let s = Settings::from_env(args.iter().any(|a| a == "--quick"))?;
     // With the `metrics` feature, every manager records into a real
-    // recorder (Prometheus's, its upkeep on a thread, rendered by nobody),
-    // installed before any manager is built: `docs/BENCHMARKS.md`,
-    // "Metrics cost", compares a run with it and one without.
+    // recorder (Prometheus's, with the histogram buckets of
+    // `examples/metrics.rs` that the dashboard reads; its upkeep on a
+    // thread, rendered by nobody), installed before any manager is built:
+    // `docs/BENCHMARKS.md`, "Metrics cost", compares a run with it and one
+    // without.
     #[cfg(feature = "metrics")]
     {
-        let prometheus =
-            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+        let prometheus = example::with_buckets(builder)?.install_recorder()?;
         std::thread::spawn(move || loop {
             std::thread::sleep(std::time::Duration::from_secs(5));
             prometheus.run_upkeep();

@@ -22,6 +22,9 @@ pub(super) enum Seen {
     Released(String),
     /// `force_release.lua`: an empty message.
     Forced,
+    /// Another client's release, on the layout's foreign channel: `0`
+    /// (Redisson's unlock or forced unlock), not an echo of ours.
+    ForeignReleased,
     /// Keyspace notification `del` (also `UNLINK`) or `evicted`.
     Del,
     /// Keyspace notification `expired`.
@@ -46,6 +49,16 @@ impl Seen {
         }
     }
 
+    /// A message on the layout's foreign channel that is not the echo of
+    /// one of our releases.
+    pub(super) fn foreign_message(payload: &[u8]) -> Self {
+        if payload == crate::layout::REDISSON_UNLOCK.as_bytes() {
+            Self::ForeignReleased
+        } else {
+            Self::Other
+        }
+    }
+
     /// A keyspace notification about the lock's key.
     pub(super) fn keyspace(payload: &[u8]) -> Self {
         match payload {
@@ -61,6 +74,7 @@ impl Seen {
 enum Key {
     Released(String),
     Forced,
+    ForeignReleased,
     Deleted,
     Expired,
 }
@@ -72,6 +86,7 @@ impl Key {
                 holder: holder.clone(),
             },
             Self::Forced => LockEvent::Forced,
+            Self::ForeignReleased => LockEvent::ForeignReleased,
             Self::Deleted => LockEvent::Deleted,
             Self::Expired => LockEvent::Expired,
         }
@@ -121,6 +136,7 @@ impl Tally {
         let key = match seen {
             Seen::Released(holder) => Key::Released(holder),
             Seen::Forced => Key::Forced,
+            Seen::ForeignReleased => Key::ForeignReleased,
             Seen::Expired => Key::Expired,
             Seen::Other => return None,
             Seen::Del => {
@@ -131,7 +147,7 @@ impl Tally {
                 return None;
             }
         };
-        if matches!(key, Key::Released(_) | Key::Forced) {
+        if matches!(key, Key::Released(_) | Key::Forced | Key::ForeignReleased) {
             if pair.del_until.take().is_some_and(|t| now <= t) {
                 pair.message_until = None;
             } else {
@@ -262,6 +278,20 @@ mod tests {
         assert!(t.due(now).is_empty());
         assert_eq!(t.due(now + PAIR_GRACE), vec![LockEvent::Deleted]);
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_foreign_release_pairs_with_its_del() {
+        let (mut t, now) = tally();
+        assert_eq!(Seen::foreign_message(b"0"), Seen::ForeignReleased);
+        assert_eq!(Seen::foreign_message(b"1"), Seen::Other);
+        for node in 0..2 {
+            assert_eq!(t.seen(node, Seen::Del, now), None);
+        }
+        assert_eq!(t.seen(0, Seen::ForeignReleased, now), None);
+        let ev = t.seen(1, Seen::ForeignReleased, now);
+        assert_eq!(ev, Some(LockEvent::ForeignReleased));
+        assert!(t.due(now + PAIR_GRACE * 2).is_empty(), "no deletion too");
     }
 
     #[test]

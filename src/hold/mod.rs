@@ -189,11 +189,19 @@ impl Hold {
     }
 
     /// Moves from a live phase to [`HoldState::Lost`] for `cause` (counted
-    /// once); returns whether it moved.
+    /// once, whoever noticed it: the watchdog, a re-entry, a reader of the
+    /// phase past the validity); returns whether it moved. A renewed hold's
+    /// loss (any cause but the end of a lease that was not, or no longer,
+    /// renewed) counts in [`WatchdogStats::losses`] too.
+    ///
+    /// [`WatchdogStats::losses`]: crate::WatchdogStats::losses
     pub(crate) fn lose(&self, cause: Cause) -> bool {
         let moved = self.transition(HoldState::Lost);
         if moved {
             self.nodes.metrics.lost(cause);
+            if cause != Cause::LeaseEnded {
+                self.nodes.lost_holds.fetch_add(1, Ordering::Relaxed);
+            }
         }
         moved
     }

@@ -4,6 +4,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::keys::Keys;
 use crate::scripts::{self, ms};
 
@@ -28,6 +30,10 @@ pub(crate) struct RenewBatch {
     repair: bool,
     /// The pipeline, built once per tick by the first node that needs it.
     pipeline: OnceLock<redis::Pipeline>,
+    /// When the watchdog stops waiting for the answers, if it does: a
+    /// member that sends the batch in parts (a cluster's shards) answers
+    /// with the parts that made it before then.
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl RenewBatch {
@@ -36,6 +42,7 @@ impl RenewBatch {
             items,
             repair: false,
             pipeline: OnceLock::new(),
+            deadline: None,
         }
     }
 
@@ -45,7 +52,15 @@ impl RenewBatch {
             items,
             repair: true,
             pipeline: OnceLock::new(),
+            deadline: None,
         }
+    }
+
+    /// The same batch, its answers waited for until `deadline`.
+    #[must_use]
+    pub(crate) fn answered_by(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Builds the pipeline now, so its cost is counted as the watchdog's work.

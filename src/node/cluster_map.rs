@@ -12,6 +12,9 @@ pub(crate) struct Shard {
     pub(crate) port: u16,
     /// The master's node id (`CLUSTER MYID`); empty when not told.
     pub(crate) id: String,
+    /// How many replicas `CLUSTER NODES` lists for it, not failing (see
+    /// [`SlotMap::count_replicas`]; 0 until counted).
+    pub(crate) replicas: usize,
 }
 
 impl Shard {
@@ -70,7 +73,12 @@ impl SlotMap {
                 Some(Value::SimpleString(s)) => s.clone(),
                 _ => String::new(),
             };
-            let shard = Shard { host, port, id };
+            let shard = Shard {
+                host,
+                port,
+                id,
+                replicas: 0,
+            };
             let index = match map.shards.iter().position(|s| *s == shard) {
                 Some(i) => i,
                 None => {
@@ -109,6 +117,28 @@ impl SlotMap {
             .join(",")
     }
 
+    /// Counts each shard's replicas in a `CLUSTER NODES` reply: the nodes
+    /// flagged `slave` (not `fail`, `fail?` or `noaddr`) that name its
+    /// master's id. (`CLUSTER SLOTS` does not do: it leaves out replicas
+    /// whose replication offset is still 0, those of a cluster that has
+    /// had no write yet.)
+    pub(crate) fn count_replicas(&mut self, nodes: &str) {
+        for shard in &mut self.shards {
+            shard.replicas = nodes
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .filter(|f| {
+                    let flags = f.get(2).map_or(Vec::new(), |f| f.split(',').collect());
+                    flags.contains(&"slave")
+                        && !flags
+                            .iter()
+                            .any(|g| matches!(*g, "fail" | "fail?" | "noaddr"))
+                        && f.get(3) == Some(&shard.id.as_str())
+                })
+                .count();
+        }
+    }
+
     /// One identity per cluster (its masters' ids, sorted), so that the
     /// same cluster given as two members is refused as one server twice.
     pub(crate) fn identity(&self) -> String {
@@ -133,6 +163,21 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .strip_prefix(field)
             .and_then(|rest| rest.strip_prefix(':'))
     })
+}
+
+/// Why a member cannot confirm writes on `replicas` replicas: a shard that
+/// has fewer (see [`crate::LockManagerBuilder::replica_wait`]).
+pub(crate) fn check_replicas(map: &SlotMap, replicas: u32) -> Result<(), String> {
+    let want = usize::try_from(replicas).unwrap_or(usize::MAX);
+    match map.shards.iter().find(|s| s.replicas < want) {
+        Some(s) => Err(format!(
+            "replica_wait asks for {want} replica(s), but shard {} has {}: its grants could \
+             never count (WAIT would time out on each); add replicas or lower replica_wait",
+            s.addr(),
+            s.replicas
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Why the seeds of one cluster member cannot make one member: they tell
@@ -216,6 +261,31 @@ mod tests {
         assert!(check_seeds(&[]).is_err());
         assert!(SlotMap::parse(&Value::Int(3), "h").is_err());
         assert!(SlotMap::parse(&Value::Array(vec![Value::Int(1)]), "h").is_err());
+    }
+
+    #[test]
+    fn replica_wait_needs_as_many_replicas_on_every_shard() {
+        let mut map = SlotMap::parse(&three(), "h").expect("parses");
+        assert!(map.shards.iter().all(|s| s.replicas == 0));
+        assert!(check_replicas(&map, 1).is_err());
+        let nodes = "\
+a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922
+c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383
+r1 127.0.0.1:8001@18001 slave a 0 0 1 connected
+r2 127.0.0.1:8002@18002 slave b 0 0 2 connected
+r3 127.0.0.1:8003@18003 slave c 0 0 3 connected
+r4 127.0.0.1:8004@18004 slave a 0 0 1 connected
+r5 127.0.0.1:8005@18005 slave,fail b 0 0 2 connected
+";
+        map.count_replicas(nodes);
+        let counts: Vec<usize> = map.shards.iter().map(|s| s.replicas).collect();
+        // In the order of their first range: b (5461), a (0), c (10923).
+        assert_eq!(counts, [1, 2, 1]);
+        assert!(check_replicas(&map, 1).is_ok());
+        let why = check_replicas(&map, 2).expect_err("too few");
+        assert!(why.contains("127.0.0.1:7002 has 1"), "{why}");
+        assert!(check_replicas(&map, u32::MAX).is_err());
     }
 
     #[test]

@@ -17,8 +17,9 @@
 //! after an answer that proves the script did not run: `MOVED` (sent again
 //! to the address named), `ASK` (sent again there after `ASKING`),
 //! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` (after a
-//! pause), `NOSCRIPT` (sent again as `EVAL`), a refused connection, or no
-//! connection to the slot's node yet. After a broken connection a call is
+//! pause, 5 ms doubling up to 100 ms, for as long as the caller waits, at
+//! most the node timeout), `NOSCRIPT` (sent again as `EVAL`), a refused
+//! connection, or no connection to the slot's node yet. After a broken connection a call is
 //! sent again only where a standalone member would send it again (release,
 //! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
 //! batches, which a release waits for, as on a standalone member.
@@ -28,60 +29,62 @@
 //! read are sent to the target after `ASKING`; a call that names a key the
 //! target lacks yet (a release names its channel and queue keys) gets
 //! `TRYAGAIN` there and is asked there again after a pause, until the slot
-//! has moved (`MOVED` is followed too).
+//! has moved (`MOVED` is followed too) or the caller stops waiting.
 //!
 //! Release messages: the scripts publish with `SPUBLISH` on a cluster
 //! member (sharded pub/sub, in the lock's slot), and its feed
 //! (`cluster_feed`) subscribes on the shard that serves the slot. `build()`
 //! refuses a seed older than Redis 7.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Value};
 
 use crate::admission::ServerInfo;
+use crate::config::{Config, ReplicaWait};
 use crate::error::{Error, NodeError, NodeErrorKind};
-use crate::keys::Keys;
-
+use crate::keys::{key_slot, Keys};
 use crate::sync::locked;
 
+use super::cluster_batch::send_batch;
 use super::cluster_feed::{check_version, ClusterFeed};
-use super::cluster_map::{check_seeds, SlotMap};
+use super::cluster_map::{check_replicas, check_seeds, SlotMap};
 use super::cluster_route::{
-    by_shard, next, send, send_part, slot_groups, status_values, Next, Redirect, MAX_TRIES,
+    by_shard, confirmed, next, send, slot_groups, status_values, Next, Redirect, Shards, MAX_TRIES,
 };
 use super::cluster_seed::read_seed;
-use super::member::{Call, Server};
+use super::member::{Call, Confirm, Server};
 use super::reply;
 use super::script_call::{broken, map_err, no_script, Resend};
 use super::script_keys;
 use super::spec::NodeSpec;
 use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
 
-/// A node's host and port, as a redirect names it.
-type Addr = (String, u16);
-
 /// The status pipeline's reply: the hash, its PTTL, the counter, the id of
 /// the node that answered.
 type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
+
+/// The first and the longest pause before a call proven not run is sent
+/// again.
+const PAUSE_MIN: Duration = Duration::from_millis(5);
+const PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A quorum member that is a Redis Cluster.
 pub(crate) struct ClusterNode {
     /// `cluster(<seed>,...)`, without credentials.
     addr: String,
-    conn: ClusterConnection,
-    /// Which shard serves which slot, as last read (`CLUSTER SLOTS`);
-    /// refreshed after a redirect. Used to group a batch per shard and to
-    /// name the shard a status answer came from.
-    map: Arc<Mutex<SlotMap>>,
-    /// The host of the first seed: the address of a node that does not
-    /// know its own.
-    seed_host: String,
+    shards: Shards,
+    /// `WAIT` after each write a quorum counts (`replica_wait`).
+    wait: Option<ReplicaWait>,
+    /// How long a call is sent again after answers proving it did not run
+    /// (`TRYAGAIN`, `CLUSTERDOWN`, ...), at most: the node timeout, which
+    /// bounds every caller's wait.
+    patience: Duration,
     info: ServerInfo,
     /// Its release messages, over sharded pub/sub.
     feed: Arc<ClusterFeed>,
@@ -89,12 +92,14 @@ pub(crate) struct ClusterNode {
 
 impl ClusterNode {
     /// Checks the seeds (each a cluster node, all telling one complete
-    /// topology) and connects.
+    /// topology, each shard with the replicas `replica_wait` asks for) and
+    /// connects.
     pub(crate) async fn connect(
         index: usize,
         seeds: &[String],
-        connect_timeout: Duration,
+        config: &Config,
     ) -> Result<Self, Error> {
+        let connect_timeout = config.connect_timeout;
         if seeds.is_empty() {
             return Err(Error::invalid(
                 "cluster seeds",
@@ -142,6 +147,10 @@ impl ClusterNode {
         }
         check_seeds(&maps).map_err(|why| Error::Config(format!("member {index}: {why}")))?;
         let map = maps.swap_remove(0).1;
+        if let Some(wait) = config.replica_wait {
+            check_replicas(&map, wait.replicas)
+                .map_err(|why| Error::Config(format!("member {index} ({addr}): {why}")))?;
+        }
         let infos: Vec<_> = specs
             .iter()
             .map(|s| s.client.get_connection_info().clone())
@@ -172,9 +181,13 @@ impl ClusterNode {
         };
         Ok(Self {
             addr,
-            conn,
-            map: Arc::new(Mutex::new(map)),
-            seed_host,
+            shards: Shards {
+                conn,
+                map: Arc::new(Mutex::new(map)),
+                seed_host,
+            },
+            wait: config.replica_wait,
+            patience: config.node_timeout,
             info,
             feed,
         })
@@ -184,18 +197,6 @@ impl ClusterNode {
     /// and a seed's `maxmemory-policy`.
     pub(crate) fn info(&self) -> ServerInfo {
         self.info.clone()
-    }
-
-    /// Re-reads the slot map (`CLUSTER SLOTS` from any node).
-    async fn refresh(conn: &mut ClusterConnection, map: &Mutex<SlotMap>, seed_host: &str) {
-        let reply: redis::RedisResult<Value> =
-            redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await;
-        if let Ok(fresh) = reply
-            .map_err(|e| e.to_string())
-            .and_then(|v| SlotMap::parse(&v, seed_host))
-        {
-            *locked(map) = fresh;
-        }
     }
 }
 
@@ -214,7 +215,7 @@ impl Server for ClusterNode {
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
         let groups = slot_groups(&batch.items);
-        let map = locked(&self.map);
+        let map = locked(&self.shards.map);
         let all: Vec<usize> = (0..groups.len()).collect();
         BatchCost {
             round_trips: by_shard(&map, &groups, &all).len() as u64,
@@ -226,15 +227,14 @@ impl Server for ClusterNode {
     /// goes to the lock's slot with `CLUSTER MYID`, whose id the slot map
     /// turns into the shard's address.
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
-        let mut conn = self.conn.clone();
+        let mut shards = self.shards.clone();
         let keys = Arc::clone(keys);
-        let map = Arc::clone(&self.map);
-        let seed_host = self.seed_host.clone();
         Box::pin(async move {
+            let conn = &mut shards.conn;
             let [lock, fence] = script_keys::status(&keys);
             let slot = keys.slot();
             let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-            let mut values = status_values(&mut conn, lock, fence, route, false).await;
+            let mut values = status_values(conn, lock, fence, route, false).await;
             // A slot that moved (`MOVED`: read it where it is now) or is
             // moving (`ASK`: the source moved the keys; read them on the
             // target, each command after `ASKING`). Reads, sent again freely.
@@ -246,7 +246,7 @@ impl Server for ClusterNode {
                     _ => break,
                 };
                 let to = SingleNodeRoutingInfo::ByAddress { host, port };
-                values = status_values(&mut conn, lock, fence, to, asking).await;
+                values = status_values(conn, lock, fence, to, asking).await;
             }
             let values = values.map_err(|e| map_err(&e))?;
             let parsed: redis::RedisResult<StatusReply> =
@@ -254,10 +254,10 @@ impl Server for ClusterNode {
             let (fields, pttl, fence, id) = parsed.map_err(|e| map_err(&e))?;
             let mut state = reply::lock_state(fields, pttl, fence)?;
             let find = |m: &SlotMap| m.shards.iter().find(|s| s.id == id).map(|s| s.addr());
-            let mut shard = find(&locked(&map));
+            let mut shard = find(&locked(&shards.map));
             if shard.is_none() {
-                Self::refresh(&mut conn, &map, &seed_host).await;
-                shard = find(&locked(&map));
+                shards.refresh().await;
+                shard = find(&locked(&shards.map));
             }
             state.shard = Some(shard.unwrap_or_else(|| format!("node id {id}")));
             Ok(state)
@@ -276,47 +276,61 @@ impl Server for ClusterNode {
     ) -> Answer<R> {
         let (script, resend, args) = (call.script, call.resend, call.args);
         let (keys, read) = (call.keys, call.read);
-        let mut conn = self.conn.clone();
-        let map = Arc::clone(&self.map);
+        let wait = self.wait.filter(|_| call.confirm == Confirm::Replicas);
+        let patience = self.patience;
+        let mut conn = self.shards.conn.clone();
+        let map = Arc::clone(&self.shards.map);
         Box::pin(async move {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let slot = keys.first().map_or(0, |k| key_slot(k));
             let mut send_body = false;
             let mut route = Redirect::BySlot;
             let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);
-            let mut pause = Duration::from_millis(5);
-            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
-            for _ in 0..MAX_TRIES {
+            let (started, mut pause, mut redirects) = (Instant::now(), PAUSE_MIN, 0);
+            loop {
                 let mut cmd = script.call(send_body, &keys);
                 args(&mut cmd);
-                let e = match send(&mut conn, cmd, &route).await {
-                    Ok(v) => {
+                let e = match send(&mut conn, cmd, (&route, slot), wait).await {
+                    Ok((v, acks)) => {
+                        // Ran: counted only once the replicas have it.
+                        confirmed(wait, acks)?;
                         let v = redis::from_redis_value::<T>(v)
                             .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
                         return read(v);
                     }
                     Err(e) => e,
                 };
-                last = map_err(&e);
+                let last = map_err(&e);
                 if no_script(&e) && !send_body {
                     send_body = true;
                     continue;
                 }
                 match next(&e) {
                     Next::Again(to) => {
+                        redirects += 1;
+                        if redirects > MAX_TRIES {
+                            return Err(last);
+                        }
                         if matches!(to, Redirect::Moved(..)) {
                             locked(&map).shards.clear();
                         }
                         route = to;
                     }
                     Next::Pause => {
-                        // `TRYAGAIN` after `ASK`: the target imports the
-                        // slot still; ask it again (it answers `MOVED` if
-                        // the migration was undone). Else by the slot.
+                        // Proven not run: again after a pause, for as long
+                        // as the caller waits (its timeout drops this
+                        // future), at most the node timeout. `TRYAGAIN`
+                        // after `ASK`: the target imports the slot still;
+                        // ask it again (it answers `MOVED` if the migration
+                        // was undone). Else by the slot.
+                        if started.elapsed().saturating_add(pause) >= patience {
+                            return Err(last);
+                        }
                         if !matches!(route, Redirect::Ask(..)) {
                             route = Redirect::BySlot;
                         }
                         tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_millis(200));
+                        pause = (pause * 2).min(PAUSE_MAX);
                     }
                     Next::MayHaveRun if broken(&e) && after_break > 0 => {
                         after_break -= 1;
@@ -325,113 +339,12 @@ impl Server for ClusterNode {
                     Next::MayHaveRun => return Err(last),
                 }
             }
-            Err(last)
         })
     }
 
-    /// A renew or repair batch: one script call per slot (and per
-    /// [`RENEW_CHUNK`] locks of it), one pipeline per shard, all shards at
-    /// once. A shard that fails or redirects is sent its part again (a
-    /// renewal may be: a release waits for it) after the map is re-read,
-    /// up to three rounds; the member fails the wave if a part still fails.
+    /// A renew or repair batch (see `cluster_batch`).
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let conn = self.conn.clone();
-        let map = Arc::clone(&self.map);
-        let seed_host = self.seed_host.clone();
-        Box::pin(async move {
-            let groups = slot_groups(&batch.items);
-            let mut codes: Vec<i64> = vec![0; batch.items.len()];
-            let mut pending: Vec<usize> = (0..groups.len()).collect();
-            // Per group, the address an `ASK` named: its slot is migrating
-            // and its keys are on that node, which runs the call after
-            // `ASKING`.
-            let mut asks: Vec<Option<Addr>> = vec![None; groups.len()];
-            let mut last = NodeError::new(NodeErrorKind::Server, "no try made");
-            for round in 0..3 {
-                let mut c = conn.clone();
-                if round > 0 || locked(&map).shards.is_empty() {
-                    Self::refresh(&mut c, &map, &seed_host).await;
-                }
-                let (asked, plain): (Vec<usize>, Vec<usize>) =
-                    pending.iter().partition(|&&g| asks[g].is_some());
-                let mut parts: Vec<(Vec<usize>, Option<Addr>)> =
-                    by_shard(&locked(&map), &groups, &plain)
-                        .into_iter()
-                        .map(|part| (part, None))
-                        .collect();
-                let mut by_addr: BTreeMap<Addr, Vec<usize>> = BTreeMap::new();
-                for g in asked {
-                    if let Some(to) = asks[g].take() {
-                        by_addr.entry(to).or_default().push(g);
-                    }
-                }
-                parts.extend(by_addr.into_iter().map(|(to, part)| (part, Some(to))));
-                let sent = futures::future::join_all(parts.into_iter().map(|(part, ask)| {
-                    let mut c = conn.clone();
-                    let batch = Arc::clone(&batch);
-                    let groups = &groups;
-                    async move {
-                        let r = send_part(&mut c, &batch, groups, &part, ask.as_ref()).await;
-                        (part, r)
-                    }
-                }))
-                .await;
-                pending.clear();
-                let mut load = false;
-                for (part, r) in sent {
-                    let replies = match r {
-                        Ok(replies) => replies,
-                        Err(e) => {
-                            // redis-rs fails the whole pipeline with its
-                            // first error: an `ASK` names its slot.
-                            if let (Next::Again(Redirect::Ask(host, port)), Some((_, slot))) =
-                                (next(&e), e.redirect_node())
-                            {
-                                for &g in part.iter().filter(|&&g| groups[g].0 == slot) {
-                                    asks[g] = Some((host.clone(), port));
-                                }
-                            }
-                            last = map_err(&e);
-                            load |= no_script(&e);
-                            pending.extend(part);
-                            continue;
-                        }
-                    };
-                    for (&g, reply) in part.iter().zip(replies) {
-                        let items = &groups[g].1;
-                        match reply {
-                            Ok(reply) if reply.len() == items.len() => {
-                                for (&i, code) in items.iter().zip(reply) {
-                                    codes[i] = code;
-                                }
-                            }
-                            Ok(_) => {
-                                last = NodeError::protocol("renew");
-                                pending.push(g);
-                            }
-                            Err(e) => {
-                                last = map_err(&e);
-                                load |= no_script(&e);
-                                if let Next::Again(Redirect::Ask(host, port)) = next(&e) {
-                                    asks[g] = Some((host, port));
-                                }
-                                pending.push(g);
-                            }
-                        }
-                    }
-                }
-                if load {
-                    // SCRIPT LOAD goes to every master.
-                    let mut c = conn.clone();
-                    let load = batch.script().prepare_invoke();
-                    let _ = load.load_async(&mut c).await;
-                }
-                if pending.is_empty() {
-                    return reply::renewed(codes, batch.items.len());
-                }
-            }
-            Err(last)
-        })
+        Box::pin(send_batch(self.shards.clone(), batch, self.wait))
     }
 }
 

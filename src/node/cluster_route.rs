@@ -1,13 +1,20 @@
 //! How a cluster member's calls reach its shards: one script call by its
 //! first key's slot (a redirect's address, `ASKING`, or again after a pause
 //! only when the answer proves it did not run), and a renewal batch split
-//! per slot and grouped per shard.
+//! per slot and grouped per shard; each followed, in the same pipeline, by
+//! `WAIT` when the member waits for replicas.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::config::ReplicaWait;
+use crate::error::{NodeError, NodeErrorKind};
+use crate::scripts::ms;
+use crate::sync::locked;
 
 use super::cluster_map::SlotMap;
 use super::{RenewBatch, RenewItem, RENEW_CHUNK};
@@ -15,6 +22,36 @@ use super::{RenewBatch, RenewItem, RENEW_CHUNK};
 /// Tries of one script call, redirects and pauses included (the caller's
 /// timeout bounds them too).
 pub(super) const MAX_TRIES: usize = 8;
+
+/// A cluster member's way to its shards: redis-rs's cluster client (its
+/// retries off) and the member's own slot map.
+#[derive(Clone)]
+pub(super) struct Shards {
+    pub(super) conn: ClusterConnection,
+    /// Which shard serves which slot, as last read (`CLUSTER SLOTS`);
+    /// refreshed after a redirect. Used to group a batch per shard and to
+    /// name the shard a status answer came from.
+    pub(super) map: Arc<Mutex<SlotMap>>,
+    /// The host of the first seed: the address of a node that does not
+    /// know its own.
+    pub(super) seed_host: String,
+}
+
+impl Shards {
+    /// Re-reads the slot map (`CLUSTER SLOTS` from any node).
+    pub(super) async fn refresh(&mut self) {
+        let reply: redis::RedisResult<Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut self.conn)
+            .await;
+        if let Ok(fresh) = reply
+            .map_err(|e| e.to_string())
+            .and_then(|v| SlotMap::parse(&v, &self.seed_host))
+        {
+            *locked(&self.map) = fresh;
+        }
+    }
+}
 
 /// Where to send a call again.
 #[derive(Debug, Clone)]
@@ -69,25 +106,60 @@ pub(super) fn next(e: &RedisError) -> Next {
     }
 }
 
+/// Adds `WAIT` for `wait` to `pipe`: it blocks the shard's connection
+/// until the replicas acknowledged every write the connection made, this
+/// pipeline's included, or the timeout passed, and answers how many did.
+fn add_wait(pipe: &mut redis::Pipeline, wait: Option<ReplicaWait>) {
+    if let Some(w) = wait {
+        pipe.cmd("WAIT").arg(w.replicas).arg(ms(w.timeout));
+    }
+}
+
+/// Whether `WAIT`'s answer `acks` confirms the write for `wait`: `Ok`, or
+/// the error of a write that does not count.
+pub(super) fn confirmed(wait: Option<ReplicaWait>, acks: Option<Value>) -> Result<(), NodeError> {
+    let Some(w) = wait else {
+        return Ok(());
+    };
+    let acks = acks
+        .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no WAIT reply")))
+        .and_then(Value::extract_error)
+        .and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from))
+        .map_err(|e| NodeError::new(NodeErrorKind::NotReplicated, format!("WAIT: {e}")))?;
+    if acks >= i64::from(w.replicas) {
+        return Ok(());
+    }
+    Err(NodeError::new(
+        NodeErrorKind::NotReplicated,
+        format!(
+            "WAIT {} {}: {acks} replica(s) acknowledged the write in time",
+            w.replicas,
+            ms(w.timeout)
+        ),
+    ))
+}
+
 /// Sends the script calls of `part` (indices into `groups`) as one
 /// pipeline, routed to the master of the first call's slot, or to `ask`'s
-/// address with `ASKING` before each call (the flag holds for one command).
-/// One result per call: a call's error (`ASK`, `NOSCRIPT`, ...) is its own.
+/// address with `ASKING` before each call (the flag holds for one command),
+/// and, with `wait`, `WAIT` last. One result per call (a call's error,
+/// `ASK`, `NOSCRIPT`, ..., is its own) and `WAIT`'s answer.
 pub(super) async fn send_part(
     conn: &mut ClusterConnection,
-    batch: &RenewBatch,
-    groups: &[(u16, Vec<usize>)],
+    (batch, groups): (&RenewBatch, &[(u16, Vec<usize>)]),
     part: &[usize],
     ask: Option<&(String, u16)>,
-) -> redis::RedisResult<Vec<redis::RedisResult<Vec<i64>>>> {
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(Vec<redis::RedisResult<Vec<i64>>>, Option<Value>)> {
     let per_call = if ask.is_some() { 2 } else { 1 };
-    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call);
+    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call + 1);
     for &g in part {
         if ask.is_some() {
             pipe.cmd("ASKING");
         }
         batch.add_call(&mut pipe, groups[g].1.iter().map(|&i| &batch.items[i]));
     }
+    add_wait(&mut pipe, wait);
     let route = match ask {
         Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
             host: host.clone(),
@@ -98,47 +170,50 @@ pub(super) async fn send_part(
             SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master))
         }
     };
-    let values = conn
-        .route_pipeline(pipe, 0, part.len() * per_call, route)
-        .await?;
-    Ok(values
+    let count = part.len() * per_call + usize::from(wait.is_some());
+    let mut values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let acks = wait.and_then(|_| values.pop());
+    let replies = values
         .into_iter()
         .skip(per_call - 1)
         .step_by(per_call)
         .map(|v| redis::from_redis_value::<Vec<i64>>(v.extract_error()?).map_err(RedisError::from))
-        .collect())
+        .collect();
+    Ok((replies, acks))
 }
 
-/// Sends one command by its first key's slot, to a redirect's address, or
-/// there after `ASKING`.
+/// Sends one command: by `slot` (its first key's), to a redirect's
+/// address, or there after `ASKING`; with `wait`, `WAIT` after it in the
+/// same pipeline. Its reply, and `WAIT`'s.
 pub(super) async fn send(
     conn: &mut ClusterConnection,
     cmd: redis::Cmd,
-    route: &Redirect,
-) -> redis::RedisResult<Value> {
-    let v = match route {
-        Redirect::BySlot => cmd.query_async::<Value>(conn).await?,
-        Redirect::Moved(host, port) => {
-            let to = SingleNodeRoutingInfo::ByAddress {
+    (route, slot): (&Redirect, u16),
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(Value, Option<Value>)> {
+    let to = match route {
+        Redirect::BySlot => SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)),
+        Redirect::Moved(host, port) | Redirect::Ask(host, port) => {
+            SingleNodeRoutingInfo::ByAddress {
                 host: host.clone(),
                 port: *port,
-            };
-            conn.route_command(cmd, RoutingInfo::SingleNode(to)).await?
-        }
-        Redirect::Ask(host, port) => {
-            let to = SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            };
-            let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").add_command(cmd);
-            conn.route_pipeline(pipe, 1, 1, to)
-                .await?
-                .pop()
-                .unwrap_or(Value::Nil)
+            }
         }
     };
-    v.extract_error()
+    let asking = matches!(route, Redirect::Ask(..));
+    let mut pipe = redis::pipe();
+    if asking {
+        pipe.cmd("ASKING");
+    }
+    pipe.add_command(cmd);
+    add_wait(&mut pipe, wait);
+    let count = 1 + usize::from(wait.is_some());
+    let mut values = conn
+        .route_pipeline(pipe, usize::from(asking), count, to)
+        .await?
+        .into_iter();
+    let reply = values.next().unwrap_or(Value::Nil).extract_error()?;
+    Ok((reply, values.next()))
 }
 
 /// The items of a batch by slot, each slot's cut in calls of at most
@@ -224,6 +299,32 @@ mod tests {
     }
 
     /// Only answers that prove the script did not run are sent again.
+    /// A write counts only with as many acknowledgements as asked: fewer,
+    /// an error, or no `WAIT` reply at all is `NotReplicated`.
+    #[test]
+    fn wait_confirms_a_write_only_with_enough_replicas() {
+        let wait = Some(ReplicaWait {
+            replicas: 2,
+            timeout: Duration::from_millis(50),
+        });
+        assert!(confirmed(None, None).is_ok(), "nothing asked");
+        assert!(confirmed(wait, Some(Value::Int(2))).is_ok());
+        assert!(confirmed(wait, Some(Value::Int(3))).is_ok());
+        let refused = [
+            Some(Value::Int(1)),
+            Some(Value::Int(-1)),
+            Some(Value::Nil),
+            None,
+            Some(redis::parse_redis_value(b"-ERR WAIT cannot be used\r\n").expect("parses")),
+        ];
+        for acks in refused {
+            let e = confirmed(wait, acks.clone()).expect_err("not confirmed");
+            assert_eq!(e.kind, NodeErrorKind::NotReplicated, "{acks:?}: {e:?}");
+        }
+        let e = confirmed(wait, Some(Value::Int(1))).expect_err("one of two");
+        assert!(e.message.contains("WAIT 2 50: 1 replica"), "{}", e.message);
+    }
+
     #[test]
     fn only_answers_proving_nothing_ran_are_sent_again() {
         let again = |e: &RedisError| !matches!(next(e), Next::MayHaveRun);

@@ -11,7 +11,8 @@ use crate::error::Error;
 use super::cluster_map::{info_field, SlotMap};
 use super::spec::NodeSpec;
 
-/// What a seed says: its slot map, or `None` for a standalone server; its
+/// What a seed says: its slot map (each shard's replicas counted from
+/// `CLUSTER NODES`), or `None` for a standalone server; its
 /// `maxmemory-policy`; its `INFO server` (for its version).
 pub(super) struct Seed {
     pub(super) map: Option<Result<SlotMap, String>>,
@@ -41,14 +42,22 @@ pub(super) async fn read_seed(spec: &NodeSpec) -> redis::RedisResult<Seed> {
         .arg("SLOTS")
         .query_async(&mut c)
         .await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut c)
+        .await?;
     let host = match spec.client.get_connection_info().addr() {
         redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
             h.clone()
         }
         _ => String::new(),
     };
+    let map = SlotMap::parse(&slots, &host).map(|mut map| {
+        map.count_replicas(&nodes);
+        map
+    });
     Ok(Seed {
-        map: Some(SlotMap::parse(&slots, &host)),
+        map: Some(map),
         policy,
         server,
     })

@@ -52,20 +52,34 @@ pub(crate) trait Server: Send + Sync + 'static {
 }
 
 /// One script call as a member sends it: the script, its key names, when
-/// it may be sent again, the arguments it adds, how its reply reads.
+/// it may be sent again, whether its write must reach replicas to count,
+/// the arguments it adds, how its reply reads.
 pub(crate) struct Call<T, R> {
     pub(crate) script: &'static scripts::Lua,
     pub(crate) keys: Vec<String>,
     pub(crate) resend: Resend,
+    pub(crate) confirm: Confirm,
     pub(crate) args: Box<dyn Fn(&mut redis::Cmd) + Send>,
     pub(crate) read: Box<dyn FnOnce(T) -> Result<R, NodeError> + Send>,
+}
+
+/// When a call's answer counts: the calls a quorum counts (a grant, a
+/// re-entry, a fence raise) on a cluster member that waits for replicas
+/// (`replica_wait`) count only once `WAIT` confirms their write there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// Once the replicas the manager asks for have it.
+    Replicas,
+    /// As soon as the master answers (a release, a queue exit, a forced
+    /// release: losing one to a failover frees nothing it should not).
+    Master,
 }
 
 impl<T, R> Call<T, R> {
     fn new(
         script: &'static scripts::Lua,
         keys: Vec<String>,
-        resend: Resend,
+        (resend, confirm): (Resend, Confirm),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
     ) -> Self {
@@ -73,11 +87,16 @@ impl<T, R> Call<T, R> {
             script,
             keys,
             resend,
+            confirm,
             args: Box::new(args),
             read: Box::new(read),
         }
     }
 }
+
+/// How a grant is sent: never again after a broken connection (it could
+/// land behind its own rollback), and counted once replicas have it.
+const GRANT: (Resend, Confirm) = (Resend::Never, Confirm::Replicas);
 
 /// A real member: a [`Server`] behind [`NodeOps`].
 pub(crate) struct Member<S>(pub(crate) S);
@@ -92,16 +111,17 @@ impl<S: Server> Member<S> {
     }
 
     /// Sends `script` over the key names `names` with the arguments `args`
-    /// adds, again only as `resend` allows; its reply read by `read`.
+    /// adds, again only as `how`'s [`Resend`] allows, counted as its
+    /// [`Confirm`] says; its reply read by `read`.
     fn run<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
         script: &'static scripts::Lua,
         names: Vec<String>,
-        resend: Resend,
+        how: (Resend, Confirm),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
     ) -> Answer<R> {
-        self.0.eval(Call::new(script, names, resend, args, read))
+        self.0.eval(Call::new(script, names, how, args, read))
     }
 }
 
@@ -134,7 +154,7 @@ impl<S: Server> NodeOps for Member<S> {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
             let names = script_keys::acquire(keys);
-            return self.run(&scripts::ACQUIRE, names, Resend::Never, args, read);
+            return self.run(&scripts::ACQUIRE, names, GRANT, args, read);
         };
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
@@ -143,7 +163,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(sharded);
         };
         let names = script_keys::acquire_queued(keys);
-        self.run(&scripts::ACQUIRE_QUEUED, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE_QUEUED, names, GRANT, args, read)
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
@@ -153,7 +173,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        self.run(&scripts::ACQUIRE, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE, names, GRANT, args, read)
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
@@ -163,8 +183,9 @@ impl<S: Server> NodeOps for Member<S> {
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*waiter).arg(sharded);
         };
-        let (read, resend) = (|n: i64| Ok(n == 1), Resend::AfterBrokenConnection);
-        self.run(&scripts::LEAVE, names, resend, args, read)
+        let read = |n: i64| Ok(n == 1);
+        let how = (Resend::AfterBrokenConnection, Confirm::Master);
+        self.run(&scripts::LEAVE, names, how, args, read)
     }
 
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
@@ -175,7 +196,7 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
-        self.run(&scripts::ACQUIRE_ALL, names, Resend::Never, args, read)
+        self.run(&scripts::ACQUIRE_ALL, names, GRANT, args, read)
     }
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
@@ -186,8 +207,8 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
             c.arg(sharded);
         };
-        let resend = Resend::AfterBrokenConnection;
-        self.run(&scripts::RELEASE, names, resend, args, reply::released)
+        let how = (Resend::AfterBrokenConnection, Confirm::Master);
+        self.run(&scripts::RELEASE, names, how, args, reply::released)
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
@@ -204,8 +225,8 @@ impl<S: Server> NodeOps for Member<S> {
         };
         let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
         let names = script_keys::raise_fences(keys);
-        let resend = Resend::AfterBrokenConnection;
-        self.run(&scripts::RAISE_FENCE, names, resend, args, read)
+        let how = (Resend::AfterBrokenConnection, Confirm::Replicas);
+        self.run(&scripts::RAISE_FENCE, names, how, args, read)
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
@@ -215,7 +236,8 @@ impl<S: Server> NodeOps for Member<S> {
         let args = move |c: &mut redis::Cmd| {
             c.arg(sharded);
         };
-        self.run(&scripts::FORCE_RELEASE, names, Resend::Never, args, read)
+        let how = (Resend::Never, Confirm::Master);
+        self.run(&scripts::FORCE_RELEASE, names, how, args, read)
     }
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {

@@ -17,10 +17,13 @@
 //!   `node::redis_node`, not re-exported here, since it imports this
 //!   module);
 //! - `cluster_map`: a cluster member's slot map (`CLUSTER SLOTS`), no I/O;
+//! - `cluster_route` and `cluster_batch`: how a cluster member's calls and
+//!   renewal batches reach its shards (with `WAIT` for `replica_wait`);
 //! - `cluster_node`: a member that is a whole Redis Cluster, over
 //!   redis-rs's cluster client (reached as `node::cluster_node`).
 
 mod batch;
+mod cluster_batch;
 mod cluster_feed;
 mod cluster_map;
 pub(crate) mod cluster_node;
@@ -115,6 +118,10 @@ pub(crate) enum Renewed {
     Conflict,
     /// The key holds another type.
     WrongType,
+    /// No answer for this lock: the part of the batch that carried it
+    /// failed (a cluster member's shard that failed, timed out, or whose
+    /// `WAIT` fell short) while other parts answered.
+    Failed,
 }
 
 /// What one node holds for one lock.

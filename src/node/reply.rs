@@ -61,17 +61,27 @@ pub(super) fn renewed(codes: Vec<i64>, expected: usize) -> Result<Vec<Renewed>, 
     if codes.len() != expected {
         return Err(NodeError::protocol("renew batch length"));
     }
+    codes.into_iter().map(renewed_code).collect()
+}
+
+/// Reads the codes of a batch sent in parts, one per lock: `None` where
+/// the part that carried the lock failed ([`Renewed::Failed`]).
+pub(super) fn renewed_in_parts(codes: Vec<Option<i64>>) -> Result<Vec<Renewed>, NodeError> {
     codes
         .into_iter()
-        .map(|c| match c {
-            scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
-            scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
-            scripts::RENEW_MISSING => Ok(Renewed::Missing),
-            scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
-            scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
-            _ => Err(NodeError::protocol("renew")),
-        })
+        .map(|c| c.map_or(Ok(Renewed::Failed), renewed_code))
         .collect()
+}
+
+fn renewed_code(code: i64) -> Result<Renewed, NodeError> {
+    match code {
+        scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
+        scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
+        scripts::RENEW_MISSING => Ok(Renewed::Missing),
+        scripts::RENEW_CONFLICT => Ok(Renewed::Conflict),
+        scripts::RENEW_WRONGTYPE => Ok(Renewed::WrongType),
+        _ => Err(NodeError::protocol("renew")),
+    }
 }
 
 /// Reads the `ROLE` reply: `master`, `slave` or `sentinel`; `unknown role`

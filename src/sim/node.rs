@@ -37,8 +37,15 @@ pub(crate) struct SimNode {
 
 /// Calls at one virtual instant beyond which the run is spinning: above
 /// the largest legitimate burst (every task's fan-out and rollback at one
-/// instant: 3 processes × 3 tasks × 5 nodes × 2 = 90).
+/// instant: 3 processes × 3 tasks × 5 nodes × 2 = 90). Over 3,000 safe and
+/// 3,000 fair seeds, the largest burst after the start was 79 calls.
 const SPIN_CALLS: u32 = 100;
+
+/// The same bound at the run's first instant, where all nine tasks start
+/// at once and each may attempt, subscribe and attempt again: bursts of up
+/// to 99 calls over those 6,000 seeds, and 101 at fair seed 10924. A spin
+/// makes calls without end, so it passes either bound.
+const SPIN_CALLS_AT_START: u32 = 200;
 
 /// Counts node calls per virtual instant: past [`SPIN_CALLS`] the run is
 /// spinning (logged at the first such instant of a run), and the replies
@@ -67,16 +74,21 @@ impl Spin {
             *at = (Some(now), 0);
         }
         at.1 = at.1.saturating_add(1);
-        if at.1 == SPIN_CALLS && !self.seen.swap(true, Ordering::Relaxed) {
+        let bound = if self.log.now().is_zero() {
+            SPIN_CALLS_AT_START
+        } else {
+            SPIN_CALLS
+        };
+        if at.1 == bound && !self.seen.swap(true, Ordering::Relaxed) {
             self.log.push(
                 WORLD,
                 Ev::Violation(
                     Invariant::Spin,
-                    format!("{SPIN_CALLS} node calls without time passing (last: {what})"),
+                    format!("{bound} node calls without time passing (last: {what})"),
                 ),
             );
         }
-        at.1 >= SPIN_CALLS
+        at.1 >= bound
     }
 }
 

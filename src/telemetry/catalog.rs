@@ -264,13 +264,14 @@ impl Cause {
 }
 
 /// The label values of node errors' kinds, by [`kind_index`].
-pub(crate) const KINDS: [&str; 6] = [
+pub(crate) const KINDS: [&str; 7] = [
     "timeout",
     "connection",
     "wrong_type",
     "not_master",
     "refused",
     "server",
+    "not_replicated",
 ];
 
 /// Where a node error's kind is in [`KINDS`].
@@ -282,5 +283,6 @@ pub(crate) fn kind_index(kind: &NodeErrorKind) -> usize {
         NodeErrorKind::NotMaster => 3,
         NodeErrorKind::Refused => 4,
         NodeErrorKind::Server => 5,
+        NodeErrorKind::NotReplicated => 6,
     }
 }

@@ -19,32 +19,25 @@
 
 mod catalog;
 mod guards;
-
-use futures::future::BoxFuture;
+mod meter;
 
 pub(crate) use self::catalog::*;
 #[cfg(feature = "metrics")]
 use self::catalog::{
     ACQUIRE_ATTEMPTS, ACQUIRE_DURATION, ACQUISITIONS, FENCE_RAISES, HOLD_DURATION, LOCKS_HELD,
-    LOSSES, NODE_CALL_DURATION, NODE_ERRORS, NODE_UP, PUBSUB_RECONNECTS, RENEWALS, RENEWAL_LAG,
-    REPAIRS, ROLLBACKS, WAITERS, WAIT_DURATION, WAVES,
+    LOSSES, RENEWALS, RENEWAL_LAG, REPAIRS, ROLLBACKS, WAITERS, WAIT_DURATION, WAVES,
 };
 #[cfg(feature = "metrics")]
 use self::guards::AcquiringOn;
 pub(crate) use self::guards::{Acquiring, Sleep, Waiting};
-
-use crate::error::NodeError;
+pub(crate) use self::meter::Meter;
 #[cfg(feature = "metrics")]
-use crate::error::NodeErrorKind;
+use self::meter::NodeHandles;
 
 #[cfg(feature = "metrics")]
 use {
     metrics::{Counter, Gauge, Histogram, Unit as MUnit},
-    std::sync::{
-        atomic::{AtomicBool, AtomicU32, Ordering},
-        Arc,
-    },
-    std::time::Duration,
+    std::sync::{atomic::AtomicU32, Arc},
     tokio::time::Instant,
 };
 
@@ -73,87 +66,7 @@ struct Handles {
     repairs: Counter,
     renewal_lag: Histogram,
     losses: [Counter; 4],
-    nodes: Vec<Arc<NodeHandles>>,
-}
-
-/// One node's handles.
-#[cfg(feature = "metrics")]
-struct NodeHandles {
-    call_duration: Histogram,
-    errors: [Counter; 6],
-    pubsub_reconnects: Counter,
-    up: Gauge,
-    /// What `up` was last set to: it is set again only when that changes,
-    /// so that concurrent calls do not all write the gauge.
-    is_up: AtomicBool,
-}
-
-#[cfg(feature = "metrics")]
-impl NodeHandles {
-    fn register(addr: &str, up: bool) -> Self {
-        let node = addr.to_owned();
-        let h = Self {
-            call_duration: metrics::histogram!(NODE_CALL_DURATION, "node" => node.clone()),
-            errors: KINDS
-                .map(|k| metrics::counter!(NODE_ERRORS, "node" => node.clone(), "kind" => k)),
-            pubsub_reconnects: metrics::counter!(PUBSUB_RECONNECTS, "node" => node.clone()),
-            up: metrics::gauge!(NODE_UP, "node" => node),
-            is_up: AtomicBool::new(up),
-        };
-        h.up.set(if up { 1.0 } else { 0.0 });
-        h
-    }
-
-    /// Whether the node answers, set on the gauge when it changed.
-    fn set_up(&self, up: bool) {
-        if self.is_up.load(Ordering::Relaxed) != up {
-            self.is_up.store(up, Ordering::Relaxed);
-            self.up.set(if up { 1.0 } else { 0.0 });
-        }
-    }
-
-    /// A call answered with `r` after `took`.
-    fn answered<T>(&self, r: &Result<T, NodeError>, took: Duration) {
-        self.call_duration.record(took);
-        match r {
-            Ok(_) => self.set_up(true),
-            Err(e) => {
-                self.failed(&e.kind);
-                // An error reply comes from a server that answers.
-                self.set_up(matches!(
-                    e.kind,
-                    NodeErrorKind::WrongType | NodeErrorKind::Server
-                ));
-            }
-        }
-    }
-
-    fn failed(&self, kind: &NodeErrorKind) {
-        if let Some(c) = self.errors.get(kind_index(kind)) {
-            c.increment(1);
-        }
-    }
-}
-
-/// Times one call to a node. Dropped before its answer once its caller's
-/// limit has passed, it counts a timeout; dropped sooner (the outcome was
-/// decided without it, or the caller was dropped), it counts nothing.
-#[cfg(feature = "metrics")]
-struct CallWatch {
-    node: Arc<NodeHandles>,
-    start: Instant,
-    limit: Duration,
-    answered: bool,
-}
-
-#[cfg(feature = "metrics")]
-impl Drop for CallWatch {
-    fn drop(&mut self) {
-        if !self.answered && self.start.elapsed() >= self.limit {
-            self.node.failed(&NodeErrorKind::Timeout);
-            self.node.set_up(false);
-        }
-    }
+    nodes: Vec<NodeHandles>,
 }
 
 #[cfg(feature = "metrics")]
@@ -202,12 +115,7 @@ impl Metrics {
                 nodes: addrs
                     .iter()
                     .enumerate()
-                    .map(|(i, a)| {
-                        Arc::new(NodeHandles::register(
-                            a,
-                            up.get(i).copied().unwrap_or(false),
-                        ))
-                    })
+                    .map(|(i, a)| NodeHandles::register(a, up.get(i).copied().unwrap_or(false)))
                     .collect(),
             };
             Self {
@@ -346,33 +254,13 @@ impl Metrics {
         }
     }
 
-    /// `answer`, a call to node `i` that its caller waits for `limit` at
-    /// most, timed and counted: its latency, its error's kind (a timeout
-    /// when it is dropped unanswered after `limit`), whether the node
-    /// answers. Unchanged without the feature.
+    /// The meter of calls sent at `start` (see [`Meter`]).
     #[inline]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn node_call<T: Send + 'static>(
-        &self,
-        i: usize,
-        limit: std::time::Duration,
-        answer: BoxFuture<'static, Result<T, NodeError>>,
-    ) -> BoxFuture<'static, Result<T, NodeError>> {
-        #[cfg(feature = "metrics")]
-        if let Some(n) = self.on.as_ref().and_then(|h| h.nodes.get(i)) {
-            let mut watch = CallWatch {
-                node: Arc::clone(n),
-                start: Instant::now(),
-                limit,
-                answered: false,
-            };
-            return Box::pin(async move {
-                let r = answer.await;
-                watch.answered = true;
-                watch.node.answered(&r, watch.start.elapsed());
-                r
-            });
+    pub(crate) fn meter(&self, start: tokio::time::Instant) -> Meter {
+        Meter {
+            #[cfg(feature = "metrics")]
+            on: self.on.clone().map(|h| (h, start)),
         }
-        answer
     }
 }

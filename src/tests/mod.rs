@@ -9,6 +9,7 @@ mod fake_queue;
 mod coordinator;
 mod fair;
 mod limits;
+mod losses;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod metrics_docs;

@@ -70,7 +70,9 @@ async fn fencing_tokens_never_repeat_when_raising_a_lagging_node_fails() {
 
 /// Renewal ticks that fail fast, then one that stalls for the node timeout:
 /// the loss must be signalled no later than `valid_until`, not when the
-/// stalled tick gives up.
+/// stalled tick gives up; and counted then, once
+/// (`watchdog_stats().losses`), although the stalled wave finds it lost
+/// already.
 #[tokio::test(start_paused = true)]
 async fn lost_fires_no_later_than_valid_until_when_renewal_stalls() {
     let (m, fakes) = cluster_with(3, |b| {
@@ -100,6 +102,9 @@ async fn lost_fires_no_later_than_valid_until_when_renewal_stalls() {
         fired - valid_until
     );
     assert!(g.is_lost());
+    assert_eq!(m.watchdog_stats().losses, 1, "lost() fired");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(m.watchdog_stats().losses, 1, "the stalled wave ended");
 }
 
 /// A fixed-lease hold is lost at the end of its lease for `lost()`,

@@ -114,7 +114,8 @@ impl Notifier {
         metrics: &Metrics,
     ) -> Self {
         let n = feeds.len();
-        let board = Arc::new(Board::new(client_id, n));
+        let needed = n.saturating_sub(config.required) + 1;
+        let board = Arc::new(Board::new(client_id, n, needed));
         let timeouts = Timeouts {
             connect: config.connect_timeout,
             call: config.node_timeout,
@@ -139,7 +140,6 @@ impl Notifier {
             shared: Arc::new(Shared {
                 board,
                 senders,
-                needed: n.saturating_sub(config.required) + 1,
                 refresh: config.queue_timeout / 3,
             }),
         }
@@ -181,7 +181,7 @@ impl Notifier {
         fair: Option<&Arc<str>>,
         owner: &Arc<str>,
     ) -> Option<Waiter> {
-        let needed = self.shared.needed;
+        let needed = self.shared.board.needed;
         self.join_if(channel.into(), fair, owner, |c| c.coverage() >= needed)
     }
 

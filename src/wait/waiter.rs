@@ -21,9 +21,6 @@ use crate::sync::locked;
 pub(super) struct Shared {
     pub(super) board: Arc<Board>,
     pub(super) senders: Vec<mpsc::UnboundedSender<Command>>,
-    /// Nodes whose subscriptions must cover a channel for messages to be
-    /// trusted: any holder's quorum then overlaps them.
-    pub(super) needed: usize,
     /// How often an active waiter attempts at least (`queue_timeout / 3`).
     pub(super) refresh: Duration,
 }
@@ -67,7 +64,7 @@ impl Waiter {
     /// Whether enough nodes confirmed the subscription for release messages
     /// to be relied on.
     pub(crate) fn covered(&self) -> bool {
-        self.chan.coverage() >= self.shared.needed
+        self.chan.coverage() >= self.shared.board.needed
     }
 
     /// Waits until the subscription is confirmed on enough nodes, or `limit`.
@@ -92,7 +89,7 @@ impl Waiter {
     /// other into a new attempt with every rollback, at once.
     fn quorum_of_messages(&self) -> u64 {
         let nodes = self.shared.board.nodes;
-        let quorum = (nodes + 1).saturating_sub(self.shared.needed);
+        let quorum = (nodes + 1).saturating_sub(self.shared.board.needed);
         u64::try_from(quorum).unwrap_or(u64::MAX)
     }
 

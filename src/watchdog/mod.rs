@@ -45,7 +45,18 @@ pub struct WatchdogStats {
     pub conflicts: u64,
     /// Lock-node renewals that failed (timeouts, refused connections).
     pub node_errors: u64,
-    /// Locks declared lost.
+    /// Renewed locks lost: each hold under renewal whose holder is told it
+    /// is lost ([`LockGuard::lost`](crate::LockGuard::lost) fires, an
+    /// operation on it fails with [`Error::Lost`](crate::Error::Lost)),
+    /// once, whatever noticed it first: a renewal wave (the lock is gone
+    /// or another's on too many nodes, or no quorum answered in time), its
+    /// validity running out before a renewal confirmed it (also while the
+    /// wave is still out), or a re-entry that found it gone. Not counted:
+    /// a fixed lease ([`LockManager::lock_with_lease`](crate::LockManager::lock_with_lease))
+    /// or a hold stopped at `max_hold` reaching the end of its validity
+    /// (`lost()` fires, but the lock expired as asked; the
+    /// `quorumlock_losses_total` metric counts these as
+    /// `cause="lease_ended"`, see `max_hold_stops` for the latter).
     pub losses: u64,
     /// Locks whose renewal stopped at `max_hold`.
     pub max_hold_stops: u64,
@@ -68,7 +79,6 @@ struct Counters {
     repairs: AtomicU64,
     conflicts: AtomicU64,
     node_errors: AtomicU64,
-    losses: AtomicU64,
     max_hold_stops: AtomicU64,
     locks_renewed: AtomicU64,
     busy_micros: AtomicU64,
@@ -120,7 +130,7 @@ impl Watchdog {
             repairs: get(&c.repairs),
             conflicts: get(&c.conflicts),
             node_errors: get(&c.node_errors),
-            losses: get(&c.losses),
+            losses: self.nodes.lost_holds.load(Ordering::Relaxed),
             max_hold_stops: get(&c.max_hold_stops),
             locks_renewed: get(&c.locks_renewed),
             busy_micros: get(&c.busy_micros),
@@ -211,13 +221,12 @@ async fn run(watchdog: Weak<Watchdog>) {
     }
 }
 
-/// Marks `hold` lost (once) for `cause`, counts it, and releases it in the
-/// background wherever it is still ours.
-fn lose(wd: &Watchdog, hold: &Arc<Hold>, cause: Cause, why: &str) {
+/// Marks `hold` lost (once, counted there) for `cause`, and releases it in
+/// the background wherever it is still ours.
+fn lose(hold: &Arc<Hold>, cause: Cause, why: &str) {
     if !hold.lose(cause) {
         return;
     }
-    add(&wd.counters.losses, 1);
     warn!(lock = %hold.keys.name, cause = why, "lock lost");
     let _ = hold.release_in_background(0);
 }

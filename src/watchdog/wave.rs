@@ -18,7 +18,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut};
+use crate::quorum::{self, FanOut, Slot};
 use crate::renewal::{Loss, RenewalTally, Verdict};
 use crate::telemetry::Cause;
 
@@ -89,7 +89,6 @@ fn mark(wd: &Watchdog, holds: &[Arc<Hold>]) -> Option<Wave> {
                 due.push(Arc::clone(hold));
             }
             Mark::Lapsed => lose(
-                wd,
                 hold,
                 Cause::Expired,
                 "its validity ran out before it could be renewed",
@@ -109,19 +108,20 @@ fn mark(wd: &Watchdog, holds: &[Arc<Hold>]) -> Option<Wave> {
 /// the answers; a node that fails it is down for the rest of the tick.
 async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
     let nodes = &wd.nodes;
-    let batch = Arc::new(RenewBatch::new(
-        wave.due.iter().map(|h| renew_item(h)).collect(),
-    ));
+    let deadline = quorum::deadline_after(Instant::now(), wave.timeout);
+    let batch = Arc::new(
+        RenewBatch::new(wave.due.iter().map(|h| renew_item(h)).collect()).answered_by(deadline),
+    );
     batch.prepare();
     let built = wave.start.elapsed();
-    let mut fan = FanOut::start(nodes.len(), wave.timeout, |i| {
+    let mut fan = nodes.fan_out(wave.timeout, |i| {
         if down[i] {
-            Box::pin(std::future::ready(Err(NodeError::new(
+            Slot::Known(Err(NodeError::new(
                 NodeErrorKind::Timeout,
                 "failed an earlier wave of this tick",
-            ))))
+            )))
         } else {
-            nodes.call(i, wave.timeout, |n| n.renew(Arc::clone(&batch)))
+            Slot::Call(nodes.node(i).renew(Arc::clone(&batch)))
         }
     });
     fan.until(|_| false).await;
@@ -142,7 +142,9 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
 }
 
 /// Counts the nodes that failed the wave (an error, or no answer in time)
-/// and marks them down for the rest of the tick; logs each once a tick.
+/// and marks them down for the rest of the tick; logs each once a tick. A
+/// member that answered for some locks only (a cluster member with a
+/// shard that failed) is not down: its failed locks are counted.
 fn note_failures(
     wd: &Watchdog,
     wave: &Wave,
@@ -153,7 +155,19 @@ fn note_failures(
     for (i, r) in replies.iter().enumerate() {
         let addr = wd.nodes.node(i).addr();
         match r {
-            Some(Ok(_)) => continue,
+            Some(Ok(codes)) => {
+                let failed = codes.iter().filter(|c| **c == Renewed::Failed).count();
+                if failed > 0 {
+                    warn!(
+                        node = i,
+                        addr,
+                        locks = failed,
+                        "renewal failed on part of the member"
+                    );
+                    add(&wd.counters.node_errors, failed as u64);
+                }
+                continue;
+            }
             Some(Err(e)) if !down[i] => {
                 warn!(node = i, addr, kind = %e.kind, error = %e.message, locks, "renewal failed on node");
             }
@@ -224,7 +238,7 @@ fn finish(wd: &Watchdog, wave: &Wave, sent: &Sent, tallied: &Tallied, repaired: 
                 Loss::Unconfirmable => Cause::Gone,
                 Loss::OutOfTime => Cause::NoQuorum,
             };
-            lose(wd, hold, cause, "renewal could not show a quorum in time");
+            lose(hold, cause, "renewal could not show a quorum in time");
         }
     }
     wd.nodes.metrics.renewed(tallied.renewed, repaired);
@@ -246,13 +260,15 @@ async fn repair(wd: &Watchdog, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
     if repairs.iter().all(Vec::is_empty) {
         return 0;
     }
+    let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
+    let timeout = renew_timeout(&nodes.config, locks);
+    let deadline = quorum::deadline_after(Instant::now(), timeout);
     let batches: Vec<Option<Arc<RenewBatch>>> = repairs
         .iter()
         .map(|ks| {
             (!ks.is_empty()).then(|| {
-                Arc::new(RenewBatch::repair(
-                    ks.iter().map(|&k| renew_item(&due[k])).collect(),
-                ))
+                let items = ks.iter().map(|&k| renew_item(&due[k])).collect();
+                Arc::new(RenewBatch::repair(items).answered_by(deadline))
             })
         })
         .collect();
@@ -264,11 +280,9 @@ async fn repair(wd: &Watchdog, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
             );
         }
     }
-    let locks = repairs.iter().map(Vec::len).max().unwrap_or(0);
-    let timeout = renew_timeout(&nodes.config, locks);
-    let mut fan = FanOut::start(nodes.len(), timeout, |i| match &batches[i] {
-        Some(b) => nodes.call(i, timeout, |n| n.repair(Arc::clone(b))),
-        None => Box::pin(std::future::ready(Ok(Vec::new()))),
+    let mut fan = nodes.fan_out(timeout, |i| match &batches[i] {
+        Some(b) => Slot::Call(nodes.node(i).repair(Arc::clone(b))),
+        None => Slot::Known(Ok(Vec::new())),
     });
     fan.until(|_| false).await;
     let mut repaired = 0;

@@ -275,6 +275,32 @@ impl LocalNodes {
         }
     }
 
+    /// Stops node `i` (SIGSTOP): it keeps its connections and answers
+    /// nothing until [`LocalNodes::resume`].
+    pub fn stop(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Resumes a node stopped by [`LocalNodes::stop`] (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let node = self.node(i);
+        let Some(child) = node.child.as_ref() else {
+            return;
+        };
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill {signal} of node {i}"
+        );
+    }
+
     /// Starts a killed node `i` again on the same port, empty.
     ///
     /// # Errors

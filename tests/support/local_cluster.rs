@@ -1,7 +1,9 @@
 //! A local Redis Cluster of three masters (`redis-server --cluster-enabled
 //! yes`, joined by `redis-cli --cluster create`), started once per test
-//! binary and killed with it (see [`LocalNodes`]), and a one-node cluster
-//! that serves every slot alone (a second, different cluster).
+//! binary and killed with it (see [`LocalNodes`]), a one-node cluster
+//! that serves every slot alone (a second, different cluster), and a
+//! cluster of three masters with a replica each, whose masters the chaos
+//! tests kill, stop and fail over ([`replica_cluster`]).
 
 #![allow(dead_code, clippy::panic)]
 
@@ -16,11 +18,20 @@ pub struct LocalCluster {
     pub nodes: LocalNodes,
 }
 
-fn cluster_args() -> Extra {
+/// The `cluster-node-timeout` of the clusters without replicas.
+const NODE_TIMEOUT: Duration = Duration::from_millis(2000);
+
+fn cluster_args(node_timeout: Duration) -> Extra {
     Extra {
-        args: ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
-            .map(str::to_owned)
-            .to_vec(),
+        args: vec![
+            "--cluster-enabled".to_owned(),
+            "yes".to_owned(),
+            "--cluster-node-timeout".to_owned(),
+            node_timeout.as_millis().to_string(),
+            // A replica (re)joining syncs at once, not after 5 s.
+            "--repl-diskless-sync-delay".to_owned(),
+            "0".to_owned(),
+        ],
         tls: false,
     }
 }
@@ -36,17 +47,19 @@ fn cli(port: u16, args: &[&str]) -> String {
 }
 
 /// Waits until every node of `nodes` says `cluster_state:ok` and knows
-/// `known` nodes.
+/// `known` nodes, and every replica's link to its master is up.
 fn wait_ok(nodes: &LocalNodes, known: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let ok = (0..nodes.len()).all(|i| {
             let info = cli(nodes.port(i), &["CLUSTER", "INFO"]);
+            let replication = cli(nodes.port(i), &["INFO", "replication"]);
             info.contains("cluster_state:ok")
                 && info.contains(&format!("cluster_known_nodes:{known}"))
+                && (replication.contains("role:master")
+                    || replication.contains("master_link_status:up"))
         });
         if ok {
-            // Every node must also tell the same slot map.
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -57,7 +70,16 @@ fn wait_ok(nodes: &LocalNodes, known: usize) {
 impl LocalCluster {
     /// Starts `n` cluster-enabled masters and joins them into one cluster.
     pub fn start(n: usize) -> Self {
-        let nodes = LocalNodes::start_with(n, cluster_args()).expect("start cluster nodes");
+        Self::start_with_replicas(n, 0, NODE_TIMEOUT)
+    }
+
+    /// Starts `masters * (1 + replicas)` cluster-enabled nodes with
+    /// `cluster-node-timeout` `node_timeout` and joins them into one
+    /// cluster of `masters` shards, each with `replicas` replicas.
+    pub fn start_with_replicas(masters: usize, replicas: usize, node_timeout: Duration) -> Self {
+        let n = masters * (1 + replicas);
+        let nodes =
+            LocalNodes::start_with(n, cluster_args(node_timeout)).expect("start cluster nodes");
         let addrs: Vec<String> = (0..n)
             .map(|i| format!("127.0.0.1:{}", nodes.port(i)))
             .collect();
@@ -65,7 +87,7 @@ impl LocalCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("run redis-cli --cluster create");
@@ -80,7 +102,8 @@ impl LocalCluster {
 
     /// One cluster-enabled node that serves every slot itself.
     pub fn start_single() -> Self {
-        let nodes = LocalNodes::start_with(1, cluster_args()).expect("start a cluster node");
+        let nodes =
+            LocalNodes::start_with(1, cluster_args(NODE_TIMEOUT)).expect("start a cluster node");
         let reply = cli(nodes.port(0), &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
         assert!(reply.contains("OK"), "CLUSTER ADDSLOTSRANGE: {reply}");
         wait_ok(&nodes, 1);
@@ -92,27 +115,238 @@ impl LocalCluster {
         self.nodes.urls()
     }
 
-    /// The port of the master that serves `slot`.
+    /// The port of the master that serves `slot`, as the first node that
+    /// answers tells it (a node that is down answers nothing).
     pub fn port_of_slot(&self, slot: u16) -> u16 {
-        let nodes = cli(self.nodes.port(0), &["CLUSTER", "NODES"]);
-        for line in nodes.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let Some(addr) = fields.get(1) else { continue };
-            for range in fields.iter().skip(8) {
-                let (a, b) = range.split_once('-').unwrap_or((range, range));
-                let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) else {
-                    continue;
-                };
-                if a <= slot && slot <= b {
-                    let port = addr.split('@').next().and_then(|hp| hp.rsplit_once(':'));
-                    return port
-                        .and_then(|(_, p)| p.parse().ok())
-                        .expect("a node address with a port");
-                }
+        let text = (0..self.nodes.len())
+            .map(|i| cli(self.nodes.port(i), &["CLUSTER", "NODES"]))
+            .find(|t| !t.trim().is_empty())
+            .unwrap_or_default();
+        Topology::parse(&text)
+            .master_of(slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+    }
+
+    /// The master ports, as the first node that answers tells them.
+    pub fn master_ports(&self) -> Vec<u16> {
+        let text = (0..self.nodes.len())
+            .map(|i| cli(self.nodes.port(i), &["CLUSTER", "NODES"]))
+            .find(|t| !t.trim().is_empty())
+            .unwrap_or_default();
+        Topology::parse(&text).masters()
+    }
+
+    /// The index in [`LocalCluster::nodes`] of the node on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| self.nodes.port(i) == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    /// The topology as the first node that answers within 300 ms tells it
+    /// (a stopped node is skipped, not waited for), skipping `except`.
+    pub async fn topology(&self, except: &[u16]) -> Topology {
+        for i in 0..self.nodes.len() {
+            let port = self.nodes.port(i);
+            if except.contains(&port) {
+                continue;
+            }
+            let ask = async {
+                let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .ok()?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .ok()?;
+                redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .ok()
+            };
+            if let Ok(Some(text)) = tokio::time::timeout(Duration::from_millis(300), ask).await {
+                return Topology::parse(&text);
             }
         }
-        panic!("no master serves slot {slot}")
+        panic!("no node of the cluster answered CLUSTER NODES")
     }
+
+    /// Waits (at most `within`) until a node other than `old` serves
+    /// `slot` as every live node but `old` tells it, and returns its port.
+    pub async fn wait_promoted(&self, slot: u16, old: u16, within: Duration) -> u16 {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let t = self.topology(&[old]).await;
+            if let Some(port) = t.master_of(slot).filter(|&p| p != old) {
+                if t.is_ok_without(Some(old)) {
+                    return port;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no replica of {old} was promoted within {within:?}: {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (at most `within`) until every node answers, every master
+    /// serving slots has a replica whose link to it is up, and every node
+    /// says `cluster_state:ok`.
+    pub async fn wait_healthy(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.is_healthy().await {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the cluster did not heal within {within:?}: {:?}",
+                self.topology(&[]).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every node answers, says `cluster_state:ok`, is a master with a
+    /// replica or a replica whose link is up, and sees every master
+    /// serving slots up with a replica that is not failing.
+    async fn is_healthy(&self) -> bool {
+        for i in 0..self.nodes.len() {
+            let port = self.nodes.port(i);
+            let ask = async {
+                let mut c = raw_at(port).await;
+                let read = |section: &'static str, arg: &'static str| {
+                    let mut cmd = redis::cmd(section);
+                    cmd.arg(arg);
+                    cmd
+                };
+                let info: String = read("INFO", "replication").query_async(&mut c).await.ok()?;
+                let state: String = read("CLUSTER", "INFO").query_async(&mut c).await.ok()?;
+                let nodes: String = read("CLUSTER", "NODES").query_async(&mut c).await.ok()?;
+                Some((info, state, Topology::parse(&nodes)))
+            };
+            let Ok(Some((info, state, view))) =
+                tokio::time::timeout(Duration::from_millis(300), ask).await
+            else {
+                return false;
+            };
+            let master_with_replica =
+                info.contains("role:master") && !info.contains("connected_slaves:0");
+            let linked = master_with_replica || info.contains("master_link_status:up");
+            let replicated = view.masters().iter().all(|&m| view.replica_of(m).is_some());
+            if !linked
+                || !state.contains("cluster_state:ok")
+                || !view.is_ok_without(None)
+                || !replicated
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One node of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct NodeLine {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// The id of its master, for a replica.
+    pub master_id: Option<String>,
+    /// Flagged `fail` or `fail?`.
+    pub failed: bool,
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// A cluster's topology, as one node's `CLUSTER NODES` tells it.
+#[derive(Debug, Clone)]
+pub struct Topology(pub Vec<NodeLine>);
+
+impl Topology {
+    pub fn parse(text: &str) -> Self {
+        let mut nodes = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                continue;
+            }
+            let port = f[1]
+                .split('@')
+                .next()
+                .and_then(|hp| hp.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(0);
+            let flags: Vec<&str> = f[2].split(',').collect();
+            let slots = f[8..]
+                .iter()
+                .filter(|r| !r.starts_with('['))
+                .filter_map(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    Some((a.parse().ok()?, b.parse().ok()?))
+                })
+                .collect();
+            nodes.push(NodeLine {
+                id: f[0].to_owned(),
+                port,
+                master: flags.contains(&"master"),
+                master_id: (f[3] != "-").then(|| f[3].to_owned()),
+                failed: flags.contains(&"fail") || flags.contains(&"fail?"),
+                slots,
+            });
+        }
+        Self(nodes)
+    }
+
+    /// The port of the master that serves `slot`.
+    pub fn master_of(&self, slot: u16) -> Option<u16> {
+        self.0
+            .iter()
+            .find(|n| n.master && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .map(|n| n.port)
+    }
+
+    /// The ports of the masters that serve slots.
+    pub fn masters(&self) -> Vec<u16> {
+        self.0
+            .iter()
+            .filter(|n| n.master && !n.slots.is_empty())
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// The port of a replica of the master on `port`.
+    pub fn replica_of(&self, port: u16) -> Option<u16> {
+        let master = self.0.iter().find(|n| n.port == port)?;
+        self.0
+            .iter()
+            .find(|n| n.master_id.as_deref() == Some(master.id.as_str()) && !n.failed)
+            .map(|n| n.port)
+    }
+
+    /// Every master serving slots is up (not flagged failing), the node on
+    /// `except` aside, and together they serve every slot.
+    fn is_ok_without(&self, except: Option<u16>) -> bool {
+        let live: Vec<&NodeLine> = self
+            .0
+            .iter()
+            .filter(|n| n.master && !n.slots.is_empty() && Some(n.port) != except)
+            .collect();
+        let covered: u32 = live
+            .iter()
+            .flat_map(|n| &n.slots)
+            .map(|&(a, b)| u32::from(b - a) + 1)
+            .sum();
+        live.iter().all(|n| !n.failed) && covered == 16384
+    }
+}
+
+/// A cluster of three masters with one replica each, shared by every test
+/// of the binary that asks for it; `cluster-node-timeout` is 1 s, so that a
+/// replica is promoted about 2 s after its master died.
+pub fn replica_cluster() -> &'static LocalCluster {
+    static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| LocalCluster::start_with_replicas(3, 1, Duration::from_millis(1000)))
 }
 
 /// The three-master cluster shared by every test of this binary.
@@ -166,7 +400,7 @@ impl Migration {
             slot,
             from,
             to,
-            ports: (0..c.nodes.len()).map(|i| c.nodes.port(i)).collect(),
+            ports: c.master_ports(),
         };
         let (from_id, to_id) = (node_id(from).await, node_id(to).await);
         let setslot = |state: &str, id: &str| {

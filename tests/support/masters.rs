@@ -35,11 +35,21 @@ pub fn key(name: &str) -> String {
 /// How long [`raw`] waits for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a harness read of a node may take (see [`raw`]).
+const RAW_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A raw connection to node `i`, independent of quorumlock. Panics (this is
 /// test code) when it cannot connect within 3 s.
+///
+/// Replies may take up to [`RAW_RESPONSE_TIMEOUT`]: redis-rs's default
+/// (500 ms) is shorter than a scan of a loaded node takes on a busy machine.
 pub async fn raw(nodes: &impl Nodes, i: usize) -> MultiplexedConnection {
     let client = redis::Client::open(nodes.url(i)).expect("node url");
-    match tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RAW_RESPONSE_TIMEOUT));
+    let connect = client.get_multiplexed_async_connection_with_config(&config);
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => panic!("raw connection to node {i}: {e}"),
         Err(_) => panic!("raw connection to node {i}: timed out"),

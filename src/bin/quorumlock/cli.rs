@@ -35,7 +35,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct Global {
     /// Redis master URLs, comma separated (at least one; an odd number, 3 or
-    /// 5, for a majority quorum).
+    /// 5, for a majority quorum); a Redis Cluster member as
+    /// `cluster:URL+URL` (one or more of its nodes).
     #[arg(
         long,
         global = true,

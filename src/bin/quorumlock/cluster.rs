@@ -5,8 +5,9 @@ use std::time::Duration;
 use quorumlock::{redis, Error, Layout, LockManager, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
-use crate::direct::DirectNode;
+use crate::direct::{DirectNode, Target};
 use crate::exit::{Failure, UNAVAILABLE};
+use crate::members::{self, Member};
 
 /// How many reachable nodes a command needs to go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +37,8 @@ pub struct Cluster {
     pub key_prefix: String,
     /// Where the locks live on the nodes (`--layout`).
     pub layout: Layout,
-    /// A client per node, for the reads made without the manager.
-    clients: Vec<redis::Client>,
+    /// How each member is reached for the reads made without the manager.
+    targets: Vec<Target>,
 }
 
 impl Cluster {
@@ -47,19 +48,22 @@ impl Cluster {
         lease: Option<Duration>,
         need: Need,
     ) -> Result<Self, Failure> {
-        let urls: Vec<String> = global
-            .nodes
-            .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if urls.is_empty() {
+        let members = members::parse(&global.nodes).map_err(|e| Failure::usage(e.to_string()))?;
+        if members.is_empty() {
             return Err(Failure::usage(format!(
                 "no Redis nodes given: pass --nodes {NODES_EXAMPLE} or set QUORUMLOCK_NODES={NODES_EXAMPLE}"
             )));
         }
-        let total = urls.len();
+        // The manager numbers its masters first, then its cluster members,
+        // each in the order given: so do the rows and messages.
+        let (urls, seeds): (Vec<String>, Vec<Vec<String>>) = split(members);
+        if global.tls_ca.is_some() && !seeds.is_empty() {
+            return Err(Failure::usage(
+                "--tls-ca does not apply to cluster members yet: their rediss:// seeds trust \
+                 the public roots only",
+            ));
+        }
+        let total = urls.len() + seeds.len();
         let required = global.quorum.required(total)?;
         let (quorum, needed) = match need {
             Need::Quorum => (global.quorum, required),
@@ -78,6 +82,9 @@ impl Cluster {
                 b
             }
         };
+        for s in &seeds {
+            builder = builder.cluster(s.clone());
+        }
         builder = builder
             .quorum(quorum)
             .key_prefix(global.key_prefix.clone())
@@ -89,7 +96,7 @@ impl Cluster {
         match builder.build().await {
             Ok(manager) => {
                 let down = manager.unreachable_at_build().to_vec();
-                let clients = clients(&urls, global.tls_ca.as_deref())?;
+                let targets = targets(&urls, &seeds, global.tls_ca.as_deref())?;
                 Ok(Self {
                     manager,
                     total,
@@ -97,7 +104,7 @@ impl Cluster {
                     down,
                     key_prefix: global.key_prefix.clone(),
                     layout: global.layout,
-                    clients,
+                    targets,
                 })
             }
             Err(Error::Connect { failures }) => Err(Failure::new(
@@ -137,9 +144,9 @@ impl Cluster {
         self.manager
             .nodes()
             .into_iter()
-            .zip(&self.clients)
+            .zip(&self.targets)
             .enumerate()
-            .map(|(i, (addr, client))| DirectNode::new(i, addr, client.clone()))
+            .map(|(i, (addr, target))| DirectNode::new(i, addr, target.clone()))
             .collect()
     }
 
@@ -151,19 +158,41 @@ impl Cluster {
     }
 }
 
-/// A client per URL, trusting the CA of `--tls-ca` if given. The manager
-/// accepted these URLs already; errors name the node by index (a URL may
-/// carry a password).
-fn clients(urls: &[String], ca: Option<&std::path::Path>) -> Result<Vec<redis::Client>, Failure> {
+/// The masters' URLs and the clusters' seeds of `members`, in order.
+fn split(members: Vec<Member>) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut urls = Vec::new();
+    let mut seeds = Vec::new();
+    for m in members {
+        match m {
+            Member::Master(url) => urls.push(url),
+            Member::Cluster(s) => seeds.push(s),
+        }
+    }
+    (urls, seeds)
+}
+
+/// How to reach each member directly, in the manager's order: a client per
+/// master URL, trusting the CA of `--tls-ca` if given, then a cluster
+/// client per cluster. The manager accepted these URLs already; errors name
+/// the node by index (a URL may carry a password).
+fn targets(
+    urls: &[String],
+    seeds: &[Vec<String>],
+    ca: Option<&std::path::Path>,
+) -> Result<Vec<Target>, Failure> {
     let ca = ca.map(read_ca).transpose()?;
-    urls.iter()
-        .enumerate()
-        .map(|(i, url)| match &ca {
+    let masters = urls.iter().enumerate().map(|(i, url)| {
+        match &ca {
             Some(ca) => tls_client(i, url, ca),
             None => redis::Client::open(url.as_str())
                 .map_err(|e| Failure::usage(format!("node {i}: {e}"))),
-        })
-        .collect()
+        }
+        .map(Target::Master)
+    });
+    let clusters = seeds.iter().enumerate().map(|(k, s)| {
+        Target::cluster(s).map_err(|e| Failure::usage(format!("node {}: {e}", urls.len() + k)))
+    });
+    masters.chain(clusters).collect()
 }
 
 /// The PEM of the CA given with `--tls-ca`.

@@ -1,33 +1,82 @@
 //! Plain connections to the nodes, for the reads the library does not make
 //! (a lock's queue, a prefix scan): one connection per node, opened on
-//! first use and again after a failure, every round trip bounded.
+//! first use and again after a failure, every round trip bounded. A
+//! cluster member is reached through a cluster client, which sends a
+//! pipeline to the shard of its first key; a scan walks each of its shards'
+//! masters ([`DirectNode::masters`]).
 
 use std::time::Duration;
 
 use quorumlock::redis::aio::MultiplexedConnection;
-use quorumlock::redis::{self, AsyncConnectionConfig, FromRedisValue, Pipeline};
+use quorumlock::redis::cluster::ClusterClient;
+use quorumlock::redis::cluster_async::ClusterConnection;
+use quorumlock::redis::{
+    self, AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, FromRedisValue,
+    IntoConnectionInfo, Pipeline, Value,
+};
 
 /// How long a node has to accept a connection or answer one round trip
 /// before it counts as down for this read.
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// One node, reached directly.
+/// How a member is reached directly.
+#[derive(Clone)]
+pub enum Target {
+    /// A standalone master.
+    Master(redis::Client),
+    /// A Redis Cluster, through its seeds; `seed` is the first one's
+    /// connection (its credentials and TLS reach the shards' masters).
+    Cluster {
+        client: Box<ClusterClient>,
+        seed: ConnectionInfo,
+    },
+}
+
+impl Target {
+    /// A cluster target over `seeds` (URLs the library accepted already).
+    pub fn cluster(seeds: &[String]) -> Result<Self, String> {
+        let seed = seeds
+            .first()
+            .ok_or_else(|| "a cluster member needs a seed".to_owned())?
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| e.to_string())?;
+        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .connection_timeout(NODE_TIMEOUT)
+            .response_timeout(NODE_TIMEOUT)
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self::Cluster {
+            client: Box::new(client),
+            seed,
+        })
+    }
+}
+
+/// An open connection of either kind.
+enum Conn {
+    Master(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// One member (or, for a scan, one shard master of a cluster member),
+/// reached directly.
 pub struct DirectNode {
-    /// Index in `--nodes`.
+    /// Index of the member, as the manager numbers it.
     pub index: usize,
     /// Address, without credentials.
     pub addr: String,
-    client: redis::Client,
-    conn: Option<MultiplexedConnection>,
+    target: Target,
+    conn: Option<Conn>,
 }
 
 impl DirectNode {
-    /// Node `index` at `addr` (for messages), reached through `client`.
-    pub fn new(index: usize, addr: String, client: redis::Client) -> Self {
+    /// Member `index` at `addr` (for messages), reached through `target`.
+    pub fn new(index: usize, addr: String, target: Target) -> Self {
         Self {
             index,
             addr,
-            client,
+            target,
             conn: None,
         }
     }
@@ -36,8 +85,11 @@ impl DirectNode {
     /// words (never with the URL, which may carry a password). A failed
     /// round trip closes the connection: the next one opens a new one.
     pub async fn query<T: FromRedisValue>(&mut self, pipe: &Pipeline) -> Result<T, String> {
-        let conn = self.connection().await?;
-        match tokio::time::timeout(NODE_TIMEOUT, pipe.query_async::<T>(conn)).await {
+        let answer = match self.connection().await? {
+            Conn::Master(c) => tokio::time::timeout(NODE_TIMEOUT, pipe.query_async::<T>(c)).await,
+            Conn::Cluster(c) => tokio::time::timeout(NODE_TIMEOUT, pipe.query_async::<T>(c)).await,
+        };
+        match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
@@ -52,14 +104,50 @@ impl DirectNode {
         }
     }
 
-    async fn connection(&mut self) -> Result<&mut MultiplexedConnection, String> {
+    /// What a scan of this member walks, each with this member's index:
+    /// the master itself; for a cluster, the master of each shard (from
+    /// `CLUSTER SLOTS`), reached directly with the seeds' credentials.
+    pub async fn masters(&mut self) -> Result<Vec<Self>, String> {
+        let Target::Cluster { seed, .. } = &self.target else {
+            return Ok(vec![Self::new(
+                self.index,
+                self.addr.clone(),
+                self.target.clone(),
+            )]);
+        };
+        let seed = ConnectionInfo::clone(seed);
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLUSTER").arg("SLOTS");
+        let (slots,): (Value,) = self.query(&pipe).await?;
+        shard_masters(&slots, &seed)
+            .into_iter()
+            .map(|info| {
+                let addr = info.addr().to_string();
+                redis::Client::open(info)
+                    .map(|c| Self::new(self.index, addr, Target::Master(c)))
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
+    async fn connection(&mut self) -> Result<&mut Conn, String> {
         if self.conn.is_none() {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(NODE_TIMEOUT))
-                .set_response_timeout(Some(NODE_TIMEOUT));
-            let connect = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config);
+            let connect = async {
+                match &self.target {
+                    Target::Master(client) => {
+                        let config = AsyncConnectionConfig::new()
+                            .set_connection_timeout(Some(NODE_TIMEOUT))
+                            .set_response_timeout(Some(NODE_TIMEOUT));
+                        client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                            .map(Conn::Master)
+                    }
+                    Target::Cluster { client, .. } => {
+                        client.get_async_connection().await.map(Conn::Cluster)
+                    }
+                }
+            };
             let conn = match tokio::time::timeout(NODE_TIMEOUT, connect).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err(format!("cannot connect: {e}")),
@@ -71,11 +159,105 @@ impl DirectNode {
     }
 }
 
+/// The connection of each shard's master in a `CLUSTER SLOTS` reply, each
+/// once, in the order of their first slot range: `seed` with its address
+/// replaced (its credentials and TLS kept). A master that announces no
+/// host (an empty or `?` endpoint) is taken to be on the seed's host.
+fn shard_masters(slots: &Value, seed: &ConnectionInfo) -> Vec<ConnectionInfo> {
+    let Value::Array(ranges) = slots else {
+        return Vec::new();
+    };
+    let mut seen: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(master)) = fields.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        let host = if host.is_empty() || host == "?" {
+            match seed.addr() {
+                ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
+                _ => continue,
+            }
+        } else {
+            host
+        };
+        if !seen.contains(&(host.clone(), port)) {
+            seen.push((host, port));
+        }
+    }
+    seen.into_iter()
+        .map(|(host, port)| {
+            let addr = match seed.addr().clone() {
+                ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure,
+                    tls_params,
+                },
+                _ => ConnectionAddr::Tcp(host, port),
+            };
+            seed.clone().set_addr(addr)
+        })
+        .collect()
+}
+
 /// Parses one reply of a pipeline read with `ignore_errors`: a server
 /// error (a key of another type) or a reply of another shape is `None`.
 pub fn reply<T: FromRedisValue>(value: redis::Value) -> Option<T> {
     match value {
         redis::Value::ServerError(_) => None,
         v => redis::from_redis_value(v).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_shard_master_once_with_the_seeds_credentials() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a, b, master, replica| {
+            Value::Array(vec![Value::Int(a), Value::Int(b), master, replica])
+        };
+        let slots = Value::Array(vec![
+            range(0, 99, node("10.0.0.1", 7000), node("10.0.0.9", 7009)),
+            range(100, 199, node("", 7001), node("10.0.0.8", 7008)),
+            range(200, 16383, node("10.0.0.1", 7000), node("10.0.0.7", 7007)),
+        ]);
+        let seed = "redis://user:pw@127.0.0.1:7000/0"
+            .into_connection_info()
+            .expect("a url");
+        let masters = shard_masters(&slots, &seed);
+        let addrs: Vec<String> = masters.iter().map(|m| m.addr().to_string()).collect();
+        assert_eq!(addrs, ["10.0.0.1:7000", "127.0.0.1:7001"]);
+        for m in &masters {
+            assert_eq!(m.redis_settings().password(), Some("pw"));
+            assert_eq!(m.redis_settings().username(), Some("user"));
+        }
+        assert!(shard_masters(&Value::Nil, &seed).is_empty());
     }
 }

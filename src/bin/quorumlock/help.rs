@@ -6,6 +6,13 @@ Nodes:
   other), as --nodes or in QUORUMLOCK_NODES, comma separated:
     export QUORUMLOCK_NODES=redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379
   URLs may carry a password and a db: redis://:secret@redis-a:6379/2
+  A member may be a whole Redis Cluster (one vote, as a master): write
+  cluster: and one or more of its nodes' URLs joined by +
+    export QUORUMLOCK_NODES=redis://redis-a:6379,cluster:redis://c1:7000+redis://c2:7000,redis://redis-b:6379
+  Rows and messages number the masters first, then the clusters, each in
+  the order given; a status row names the shard that answered (SHARD).
+  Write a + or , inside a password as %2B or %2C. A cluster member must
+  answer at the start, and --tls-ca does not apply to it.
 
 Layout:
   --layout (or QUORUMLOCK_LAYOUT) says where the locks live, as the
@@ -43,8 +50,8 @@ Exit status:
   0        success (exec: the command's own status, whatever it is;
            --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
-  2        usage or configuration error: bad option, duration, URL, quorum, layout,
-           lock name, or no nodes given
+  2        usage or configuration error: bad option, duration, URL, cluster entry,
+           quorum, layout, lock name, or no nodes given
   69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
   75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
   76       exec: lock lost while the command ran; the command was terminated
@@ -121,8 +128,9 @@ by SIGTERM or SIGHUP."
 
 pub const STATUS_HELP: &str = concat!(
     "\
-For every node: whether it answered, the holder id, the hold count (the
-reentrancy count), the PTTL, the node's fence counter (the last fencing
+For every node: whether it answered (for a cluster member, the shard that
+did: the master serving the lock's hash slot), the holder id, the hold
+count (the reentrancy count), the PTTL, the node's fence counter (the last fencing
 token it issued) and its maxmemory-policy. The holder id tells the host,
 process id and since when it holds the lock. Below, the waiters queued on
 the nodes (waiters that missed the lock once, fair or not), in ticket
@@ -145,7 +153,8 @@ pub const TOP_HELP: &str = concat!(
 Scans every node for the lock hashes under the key prefix (SCAN with MATCH
 `<prefix>{*}` and COUNT --batch, never KEYS) and reads each lock found with
 one pipeline per batch (HGETALL, PTTL and ZCARD of its queue), so a node
-holding 100,000 locks answers other clients between batches. Locks are
+holding 100,000 locks answers other clients between batches; a cluster
+member is scanned on the master of each of its shards. Locks are
 listed by waiters (most first), then by name: holder (host@pid when the
 holder id tells, the raw id otherwise), hold count, the smallest PTTL over
 the nodes that hold it, waiters (the longest queue over the nodes), and on

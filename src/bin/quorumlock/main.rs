@@ -10,6 +10,7 @@ mod direct;
 mod exec;
 mod exit;
 mod help;
+mod members;
 mod progress;
 mod queue;
 mod signals;

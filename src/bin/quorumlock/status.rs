@@ -75,6 +75,9 @@ pub struct Row {
     pub node: usize,
     /// Address, without credentials.
     pub addr: String,
+    /// For a member that is a Redis Cluster, the shard that answered (its
+    /// master's `host:port`); null for a standalone master.
+    pub shard: Option<String>,
     /// Whether the node answered.
     pub reachable: bool,
     /// The owner holding the lock there, if any.
@@ -179,6 +182,7 @@ pub async fn report(cluster: &Cluster, quorum: Quorum, name: &str) -> Result<Rep
                     node,
                     addr: n.addr,
                     reachable: true,
+                    shard: s.shard,
                     hold_count: Some(s.hold_count),
                     pttl_ms: s
                         .pttl
@@ -235,6 +239,7 @@ fn unreachable_row(f: NodeFailure) -> Row {
     Row {
         node: f.node,
         addr: f.addr,
+        shard: None,
         reachable: false,
         holder: None,
         hold_count: None,
@@ -278,7 +283,10 @@ pub fn table(report: &Report) -> String {
         report.name, report.quorum, report.required
     );
     let dash = || "-".to_owned();
-    let mut rows = vec![[
+    // A SHARD column only when a cluster member answered: the shard that
+    // serves the lock's slot there.
+    let shards = report.nodes.iter().any(|r| r.shard.is_some());
+    let mut rows = vec![vec![
         "NODE".to_owned(),
         "ADDRESS".to_owned(),
         "REACHABLE".to_owned(),
@@ -288,8 +296,11 @@ pub fn table(report: &Report) -> String {
         "FENCE".to_owned(),
         "POLICY".to_owned(),
     ]];
+    if shards {
+        rows[0].insert(2, "SHARD".to_owned());
+    }
     for r in &report.nodes {
-        rows.push([
+        let mut row = vec![
             r.node.to_string(),
             r.addr.clone(),
             if r.reachable { "yes" } else { "no" }.to_owned(),
@@ -302,7 +313,11 @@ pub fn table(report: &Report) -> String {
             },
             r.fence.map_or_else(dash, |f| f.to_string()),
             r.maxmemory_policy.clone().unwrap_or_else(dash),
-        ]);
+        ];
+        if shards {
+            row.insert(2, r.shard.clone().unwrap_or_else(dash));
+        }
+        rows.push(row);
     }
     out.push_str(&align(&rows));
     if !report.foreign_holders.is_empty() {

@@ -37,7 +37,8 @@ pub async fn run(global: &Global, args: TopArgs) -> Result<u8, Failure> {
     }
     let cluster = Cluster::connect(global, None, Need::Any).await?;
     let mut view = Top {
-        direct: cluster.direct(),
+        shards: (0..cluster.total).map(|_| None).collect(),
+        members: cluster.direct(),
         cluster,
         limit: args.limit,
         batch: args.batch,
@@ -61,7 +62,10 @@ pub async fn run(global: &Global, args: TopArgs) -> Result<u8, Failure> {
 /// The list `top` prints once or redraws.
 struct Top {
     cluster: Cluster,
-    direct: Vec<DirectNode>,
+    /// Each member.
+    members: Vec<DirectNode>,
+    /// What a scan walks for each member, once listed ([`Top::walk`]).
+    shards: Vec<Option<Vec<DirectNode>>>,
     limit: usize,
     batch: usize,
     /// Show a progress bar while scanning (not while watching).
@@ -81,17 +85,29 @@ impl View for Top {
         let layout = self.cluster.layout;
         let pattern = format!("{}{{*}}", glob_escape(&prefix));
         let locks = RefCell::new(HashMap::<String, Lock>::new());
-        let bar = RefCell::new(ScanBar::start(self.direct.len(), self.bar));
+        let mut walk = self.walk().await;
+        let bar = RefCell::new(ScanBar::start(walk.len(), self.bar));
         let batch = self.batch;
-        let scans = self.direct.iter_mut().map(|node| {
+        let scans = walk.iter_mut().enumerate().map(|(part, node)| {
             let (pattern, prefix, locks, bar) = (&pattern, &prefix, &locks, &bar);
             async move {
-                let result = scan(node, layout, pattern, prefix, batch, locks, bar).await;
-                (node.index, node.addr.clone(), result)
+                match node {
+                    Ok(node) => {
+                        let result =
+                            scan(node, part, layout, pattern, prefix, batch, locks, bar).await;
+                        (node.index, node.addr.clone(), result)
+                    }
+                    Err((i, addr, e)) => (*i, addr.clone(), Err(e.clone())),
+                }
             }
         });
         let results = join_all(scans).await;
         bar.borrow().finish();
+        for node in walk.into_iter().flatten() {
+            if let Some(shards) = self.shards.get_mut(node.index) {
+                shards.get_or_insert_with(Vec::new).push(node);
+            }
+        }
         let failures: Vec<String> = results
             .iter()
             .filter_map(|(i, addr, r)| {
@@ -100,7 +116,15 @@ impl View for Top {
                     .map(|e| format!("node {i} ({addr}): cannot scan: {e}\n"))
             })
             .collect();
-        self.scanned = results.len() - failures.len();
+        // A member is scanned when every shard of it was.
+        let failed: Vec<usize> = results
+            .iter()
+            .filter(|(_, _, r)| r.is_err())
+            .map(|(i, _, _)| *i)
+            .collect();
+        self.scanned = (0..self.cluster.total)
+            .filter(|i| !failed.contains(i))
+            .count();
         let locks = locks.into_inner();
         let mut out = table(
             locks,
@@ -119,6 +143,42 @@ impl View for Top {
     }
 }
 
+impl Top {
+    /// What the scans walk, by member: a master itself, the master of each
+    /// shard of a cluster member. Shards are listed once; a member whose
+    /// shards could not be listed is an error, asked again next time.
+    async fn walk(&mut self) -> Vec<Result<DirectNode, (usize, String, String)>> {
+        let lists =
+            self.members
+                .iter_mut()
+                .zip(&mut self.shards)
+                .map(|(member, shards)| async move {
+                    if shards.is_none() {
+                        *shards = member
+                            .masters()
+                            .await
+                            .map_err(|e| {
+                                (
+                                    member.index,
+                                    member.addr.clone(),
+                                    format!("cannot list its shards: {e}"),
+                                )
+                            })
+                            .map(Some)?;
+                    }
+                    Ok(std::mem::take(shards).unwrap_or_default())
+                });
+        let mut walk = Vec::new();
+        for r in join_all(lists).await {
+            match r {
+                Ok(nodes) => walk.extend(nodes.into_iter().map(Ok)),
+                Err(e) => walk.push(Err(e)),
+            }
+        }
+        walk
+    }
+}
+
 /// What the nodes hold for one lock, merged.
 #[derive(Debug, Default)]
 struct Lock {
@@ -133,9 +193,12 @@ struct Lock {
     waiting: u64,
 }
 
-/// Walks node `node`, merging every lock found into `locks`.
+/// Walks node `node` (the `part`-th of the progress bar), merging every
+/// lock found into `locks`.
+#[allow(clippy::too_many_arguments)]
 async fn scan(
     node: &mut DirectNode,
+    part: usize,
     layout: Layout,
     pattern: &str,
     prefix: &str,
@@ -181,9 +244,9 @@ async fn scan(
             merge(&mut locks.borrow_mut(), node.index, names, replies)?;
         }
         cursor = next;
-        let part = if cursor == 0 { 1.0 } else { scanned(cursor) };
+        let done = if cursor == 0 { 1.0 } else { scanned(cursor) };
         let found = locks.borrow().len();
-        bar.borrow_mut().advance(node.index, part, found);
+        bar.borrow_mut().advance(part, done, found);
         if cursor == 0 {
             return Ok(());
         }

@@ -383,6 +383,9 @@ pub(super) struct Board {
     /// The manager's client id: the prefix of its waiters' and holders' ids.
     pub(super) client_id: Arc<str>,
     pub(super) nodes: usize,
+    /// Nodes whose subscriptions must cover a channel for its messages to
+    /// be trusted: any holder's quorum then overlaps them.
+    pub(super) needed: usize,
     pub(super) next_ticket: AtomicU64,
     pub(super) connections: AtomicU64,
     pub(super) messages: AtomicU64,
@@ -391,11 +394,12 @@ pub(super) struct Board {
 }
 
 impl Board {
-    pub(super) fn new(client_id: &str, nodes: usize) -> Self {
+    pub(super) fn new(client_id: &str, nodes: usize, needed: usize) -> Self {
         Self {
             channels: Mutex::new(HashMap::new()),
             client_id: client_id.into(),
             nodes,
+            needed,
             next_ticket: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             messages: AtomicU64::new(0),
@@ -431,16 +435,26 @@ impl Board {
         }
     }
 
-    /// Node `i`'s subscriptions are confirmed (`true`) or gone: every
-    /// waiter of the channels re-checks whether to poll.
+    /// Node `i`'s subscriptions are confirmed (`true`) or gone. The waiters
+    /// of a channel whose coverage crossed [`Board::needed`] are rung: they
+    /// switch between polling and trusting messages, and a release may have
+    /// gone unheard while the channel was not covered. A change that leaves
+    /// a channel covered (or uncovered) rings nobody: while at least
+    /// `needed` nodes are subscribed, any holder's quorum publishes on one
+    /// of them, so no release went unheard; ringing there made every waiter
+    /// of every manager attempt at once each time one node's connection
+    /// came or went (a herd per flap of a failing node).
     pub(super) fn covered(&self, i: usize, channels: &[Arc<Channel>], on: bool) {
         for c in channels {
+            let before = c.coverage() >= self.needed;
             c.subscribed[i].store(on, Ordering::Release);
             c.forget_echoes(i);
             if on {
                 c.confirmed.notify_waiters();
             }
-            c.wake_all(&self.wakeups);
+            if before != (c.coverage() >= self.needed) {
+                c.wake_all(&self.wakeups);
+            }
         }
     }
 }

@@ -196,3 +196,39 @@ fn garbage_payloads_ring_the_head_at_most() {
     }
     assert!(rings(&head) <= 4);
 }
+
+/// Five nodes, a quorum of three: a channel is covered from three
+/// subscribed nodes on (any holder's quorum then publishes on one of them).
+#[test]
+fn only_a_coverage_change_across_the_threshold_rings_the_waiters() {
+    let board = Board::new(ME, 5, 3);
+    let chan = Arc::new(Channel::new(5));
+    let chans = [Arc::clone(&chan)];
+    let (_, fair) = join_fair(&chan, "owner-1:wait-1");
+    let head = chan.join(&Kind::Plain(0), &owner());
+    let rung = || (rings(&fair), rings(&head));
+
+    board.covered(0, &chans, true);
+    board.covered(1, &chans, true);
+    assert_eq!(rung(), (0, 0), "below the threshold: still polling");
+    board.covered(2, &chans, true);
+    assert_eq!(
+        rung(),
+        (1, 1),
+        "now covered: a release may have gone unheard"
+    );
+    assert!(prompt(&fair) && prompt(&head));
+
+    // One node's connection flapping while the channel stays covered
+    // rang every waiter of every manager at each flap.
+    for _ in 0..10 {
+        board.covered(3, &chans, true);
+        board.covered(3, &chans, false);
+    }
+    assert_eq!(rung(), (1, 1), "covered throughout: nothing went unheard");
+
+    board.covered(0, &chans, false);
+    assert_eq!(rung(), (2, 2), "no longer covered: poll from now on");
+    board.covered(4, &chans, true);
+    assert_eq!(rung(), (3, 3), "covered again");
+}
