@@ -223,7 +223,11 @@ impl<'a> Turn<'a> {
         // every refresh interval (so does the local head, placed or not:
         // see `Waiter::wait`).
         let placed = err.is_some() && self.spot.is_some();
-        let woke = bell.wait(delay, deadline, placed).await;
+        // Rung by rollbacks only, the waiter attempts after its backoff.
+        let (backoff, misses) = (&self.nodes.config.backoff, self.misses);
+        let woke = bell
+            .wait(delay, || backoff.delay(misses), deadline, placed)
+            .await;
         self.deferred = false;
         debug!(lock = %keys.name, ?woke, "waiter woke");
     }

@@ -31,6 +31,11 @@ use std::time::Duration;
 
 use redis::Script;
 
+/// What `release.lua` appends to its release message when the release is a
+/// rollback (token 0): waiters of other managers retry after their backoff
+/// instead of at once (see `wait::bells`).
+pub(crate) const ROLLBACK_SUFFIX: &str = " rollback";
+
 /// A script body without its comments, and its digest.
 pub(crate) struct Lua {
     /// Index among the one-shot scripts (below [`ONE_SHOT`]).

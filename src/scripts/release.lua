@@ -21,7 +21,9 @@
 --            (when the user may publish on the channel): `<waiter>
 --            <holder id>`, the waiter whose turn it is (the head of the
 --            queue once waiters that stopped calling are dropped, or ''
---            when none is queued) and who released;
+--            when none is queued) and who released, followed by
+--            ` rollback` for a rollback (token 0: a failed attempt undoing
+--            its grants, which frees a minority at most);
 --          1 count lowered and lease refreshed;
 --          0 the key is missing (expired, or the node lost it);
 --         -1 another owner holds the lock.
@@ -60,7 +62,11 @@ end
 redis.call('del', KEYS[1])
 -- pcall: a user without rights on the channel (ACL) still releases; its
 -- waiters poll instead of being woken.
-redis.pcall(publish, KEYS[2], (head or '') .. ' ' .. ARGV[1])
+local message = (head or '') .. ' ' .. ARGV[1]
+if token == 0 then
+  message = message .. ' rollback'
+end
+redis.pcall(publish, KEYS[2], message)
 if KEYS[6] then
   redis.pcall(publish, KEYS[6], '0')
 end

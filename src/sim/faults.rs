@@ -21,6 +21,9 @@ enum Kind {
     Slow,
     CutRequests,
     CutReplies,
+    /// A node whose calls run and then fail at once with a connection
+    /// error, on every process's link (the replies are lost to resets).
+    ResetReplies,
     RestartWithData,
     /// Restart empty, rejoining only after the longest lease (safe).
     RestartEmptyLate,
@@ -69,6 +72,7 @@ fn pick(mode: Mode) -> Kind {
         // the grant (the fence raise, renewals, the release), and its hold
         // runs out while it sleeps.
         Mode::Pauses => Some(Kind::StallOnGrant),
+        Mode::Resets => Some(Kind::ResetReplies),
         Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
         Mode::UnsafeClock => Some(Kind::BigJump),
     };
@@ -160,26 +164,35 @@ pub(crate) async fn schedule(ctx: Arc<Ctx>, mode: Mode) {
                 ctx.log
                     .push(WORLD, Ev::Fault(format!("{what} node {node} by {by:?}")));
             }
-            Kind::CutRequests | Kind::CutReplies => {
-                if link_busy[proc][node] > now {
+            Kind::CutRequests | Kind::CutReplies | Kind::ResetReplies => {
+                // A reset is the node's (a proxy in front of it drops every
+                // connection after forwarding): on every process's link.
+                let procs: Vec<usize> = if matches!(kind, Kind::ResetReplies) {
+                    (0..ctx.procs.len()).collect()
+                } else {
+                    vec![proc]
+                };
+                if procs.iter().any(|&q| link_busy[q][node] > now) {
                     continue;
                 }
-                link_busy[proc][node] = now + dur;
-                let cut = if matches!(kind, Kind::CutRequests) {
-                    Cut::Requests
-                } else {
-                    Cut::Replies
+                let cut = match kind {
+                    Kind::CutRequests => Cut::Requests,
+                    Kind::CutReplies => Cut::Replies,
+                    _ => Cut::Resets,
                 };
-                let link = Arc::clone(&ctx.links[proc][node]);
-                link.set(cut);
-                ctx.log.push(
-                    WORLD,
-                    Ev::Fault(format!("{what} p{proc}->node {node} for {dur:?}")),
-                );
-                tokio::spawn(async move {
-                    tokio::time::sleep(dur).await;
-                    link.set(Cut::None);
-                });
+                for q in procs {
+                    link_busy[q][node] = now + dur;
+                    let link = Arc::clone(&ctx.links[q][node]);
+                    link.set(cut);
+                    ctx.log.push(
+                        WORLD,
+                        Ev::Fault(format!("{what} p{q}->node {node} for {dur:?}")),
+                    );
+                    tokio::spawn(async move {
+                        tokio::time::sleep(dur).await;
+                        link.set(Cut::None);
+                    });
+                }
             }
             Kind::Stall | Kind::Suspend => {
                 if proc_busy[proc] > now || ctx.procs[proc].stalled(now) {

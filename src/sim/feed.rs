@@ -39,7 +39,10 @@ fn state(node: &NodeCtl, link: &LinkCtl, process: &LinkCtl) -> Result<bool, Node
     match node.health() {
         Health::Fail | Health::Down => Err(refused()),
         Health::BlackHole => Ok(false),
-        Health::Up => Ok(process.cut() == Cut::None && link.cut() == Cut::None),
+        // A link resetting its command connections keeps its pub/sub one.
+        Health::Up => {
+            Ok(process.cut() == Cut::None && matches!(link.cut(), Cut::None | Cut::Resets))
+        }
     }
 }
 

@@ -74,13 +74,13 @@
 //! Running it:
 //!
 //! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds,
-//!   500 each of the pause-heavy, sets and fair modes, 500 safe-mode and
+//!   500 each of the pause-heavy, reset-heavy, sets and fair modes, 500 safe-mode and
 //!   200 each of sets- and fair-mode seeds in Redisson's layout, the unsafe
 //!   modes and the mutations (two of them in Redisson's layout too);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
-//!   `QUORUMLOCK_SIM_{PAUSE,SETS,FAIR}_SEEDS` and
+//!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` set the other sweeps;
-//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|sets|fair|unsafe-restart|unsafe-clock]
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson]
 //!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
 //!   [QUORUMLOCK_SIM_TRACE=1]

@@ -106,6 +106,10 @@ pub(crate) enum Cut {
     Requests,
     /// Requests are applied; replies never arrive.
     Replies,
+    /// Requests are applied; each reply is a connection error at once (the
+    /// command connection was reset after the node ran the call); the
+    /// pub/sub connection still delivers.
+    Resets,
 }
 
 /// A request in flight on a slow link, applied when it arrives.

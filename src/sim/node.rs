@@ -183,6 +183,9 @@ impl SimNode {
             if cut == Cut::Replies {
                 return never().await;
             }
+            if cut == Cut::Resets {
+                return Err(NodeError::new(NodeErrorKind::Connection, "reset"));
+            }
             if !back.is_zero() {
                 tokio::time::sleep(back).await;
             }

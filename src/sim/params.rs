@@ -26,6 +26,10 @@ pub(crate) enum Mode {
     /// requests (granted in queue order), with a short queue timeout so
     /// that waiters cut off by faults are skipped within the run.
     Fair,
+    /// Safe faults, half of them links whose calls run on the node and
+    /// then fail at once with a connection error (the reply lost to a
+    /// reset): attempts that may have been granted fail fast and roll back.
+    Resets,
 }
 
 /// The shape of one run, drawn from its seed.

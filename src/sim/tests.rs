@@ -17,6 +17,9 @@ const CI_SEEDS: u64 = 2_000;
 /// Seeds of the pause-heavy safe mode per `cargo test`.
 const PAUSES_SEEDS: u64 = 500;
 
+/// Seeds of the reset-heavy safe mode per `cargo test`.
+const RESETS_SEEDS: u64 = 500;
+
 /// Seeds of the sets mode (`lock_all` among the clients) per `cargo test`.
 const SETS_SEEDS: u64 = 500;
 
@@ -72,6 +75,7 @@ fn mode_name(mode: Mode) -> &'static str {
         Mode::UnsafeClock => "unsafe-clock",
         Mode::Sets => "sets",
         Mode::Fair => "fair",
+        Mode::Resets => "resets",
     }
 }
 
@@ -292,6 +296,11 @@ sweeps! {
     fair_mode_keeps_every_invariant: Fair => keeps("QUORUMLOCK_SIM_FAIR_SEEDS" or FAIR_SEEDS);
     pause_heavy_mode_keeps_every_invariant:
         Pauses => keeps("QUORUMLOCK_SIM_PAUSE_SEEDS" or PAUSES_SEEDS);
+    /// Links that reset after the node ran the call: an attempt whose grant
+    /// may have landed fails at once and rolls back, and the rollbacks'
+    /// release messages must not ring the managers into a hot loop.
+    reset_heavy_mode_keeps_every_invariant:
+        Resets => keeps("QUORUMLOCK_SIM_RESET_SEEDS" or RESETS_SEEDS);
 
     /// The same safe mix with every manager in Redisson's key layout: the
     /// lock at the bare name, each release (and forced release) also
@@ -368,6 +377,7 @@ fn replay() {
         Ok("pauses") => Mode::Pauses,
         Ok("sets") => Mode::Sets,
         Ok("fair") => Mode::Fair,
+        Ok("resets") => Mode::Resets,
         _ => Mode::Safe,
     };
     let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {

@@ -151,7 +151,64 @@ async fn a_release_message_rings_the_head_through_the_feed() {
             payload: b" other#x:owner-1:hold-1@0".to_vec(),
         });
     }
-    let woke = w.wait(Duration::from_secs(60), None, false).await;
+    let woke = w
+        .wait(
+            Duration::from_secs(60),
+            || Duration::from_millis(10),
+            None,
+            false,
+        )
+        .await;
     assert_eq!(woke, super::waiter::Woke::Notified);
     assert_eq!(notifier.stats().messages, 1);
+}
+
+/// Sends `payload` on channel `ch` from every node of the feed.
+fn publish_everywhere(feed: &Scripted, payload: &[u8]) {
+    for tx in locked(&feed.senders).iter() {
+        let _ = tx.send(FeedMessage {
+            channel: "ch".into(),
+            payload: payload.to_vec(),
+        });
+    }
+}
+
+/// Another manager's release heard on every node wakes the head at once;
+/// its rollback (a failed attempt undoing its grants), heard on every node
+/// too, wakes it only after its backoff: attempts that keep failing must
+/// not ring each other into new attempts without pause (the reset-heavy
+/// simulator sweep spun in a third of its seeds).
+#[tokio::test(start_paused = true)]
+async fn rollbacks_ring_the_head_after_its_backoff_not_at_once() {
+    let feed = Arc::new(Scripted::default());
+    let notifier = notifier(&feed);
+    let mut w = notifier.waiter("ch", None, &"me:owner-1".into());
+    w.confirmed(Duration::from_secs(1)).await;
+    let backoff = Duration::from_millis(80);
+    for (payload, at_least, below) in [
+        (
+            &b" other#x:owner-1:hold-1@0"[..],
+            Duration::ZERO,
+            Duration::from_millis(20),
+        ),
+        (
+            &b" other#x:owner-1:hold-2@0 rollback"[..],
+            backoff,
+            Duration::from_millis(200),
+        ),
+    ] {
+        w.mark();
+        publish_everywhere(&feed, payload);
+        let t0 = tokio::time::Instant::now();
+        let woke = w
+            .wait(Duration::from_secs(60), || backoff, None, false)
+            .await;
+        let took = t0.elapsed();
+        assert_eq!(woke, super::waiter::Woke::Notified);
+        assert!(
+            took >= at_least && took < below,
+            "{} woke the waiter after {took:?}",
+            String::from_utf8_lossy(payload)
+        );
+    }
 }

@@ -122,9 +122,16 @@ impl Waiter {
     /// refresh interval, whatever the holder's expiry: a release whose
     /// message rings nobody here (it names a dead waiter of another
     /// process) costs it at most that.
+    ///
+    /// A ring by rollbacks only (other owners' failed attempts undoing
+    /// their grants) ends the wait `retry()` (the waiter's backoff) after
+    /// it, not at once: the rollback may have freed what this waiter last missed on,
+    /// but attempts that keep failing (a quorum out of reach) must not ring
+    /// each other into new attempts without pause.
     pub(crate) async fn wait(
         &mut self,
         fallback: Duration,
+        retry: impl Fn() -> Duration,
         deadline: Option<Instant>,
         placed: bool,
     ) -> Woke {
@@ -134,6 +141,8 @@ impl Waiter {
         let mut cap = deadline.unwrap_or(far);
         let mut refreshing = false;
         let mut grace: Option<Instant> = None;
+        // When rollbacks alone rang: the waiter's backoff after the first.
+        let mut rolled: Option<Instant> = None;
         loop {
             let notified = self.bell.notify.notified();
             tokio::pin!(notified);
@@ -151,11 +160,16 @@ impl Waiter {
                 // and an attempt then would miss and be rolled back. Wait for
                 // a quorum's messages, or a moment for the rest.
                 let now = Instant::now();
-                // Jittered, so that two managers whose attempts split
-                // the nodes do not retry in step.
-                let due = grace.get_or_insert_with(|| now + QUORUM_GRACE + jitter());
                 let prompt = self.bell.prompt.swap(false, Ordering::AcqRel);
                 let nodes = u64::from(self.bell.nodes_rung());
+                if !prompt && nodes == 0 && self.bell.rolled_back() {
+                    rolled.get_or_insert_with(|| now + retry());
+                } else {
+                    // Jittered, so that two managers whose attempts split
+                    // the nodes do not retry in step.
+                    grace.get_or_insert_with(|| now + QUORUM_GRACE + jitter());
+                }
+                let due = earliest(grace, rolled).unwrap_or(now);
                 #[cfg(test)]
                 let nodes =
                     if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::RingQuorum)
@@ -164,7 +178,7 @@ impl Waiter {
                     } else {
                         nodes
                     };
-                if prompt || nodes >= self.quorum_of_messages() || now >= *due {
+                if prompt || nodes >= self.quorum_of_messages() || now >= due {
                     self.seen = rings;
                     self.bell.take_nodes();
                     return Woke::Notified;
@@ -174,8 +188,10 @@ impl Waiter {
             tokio::select! {
                 biased;
                 () = &mut notified => {}
-                // The grace ends before the timer: look at the rings again.
-                () = tokio::time::sleep_until(grace.unwrap_or(until)), if grace.is_some_and(|g| g < until) => {}
+                // The grace (or the backoff after rollbacks) ends before the
+                // timer: look at the rings again.
+                () = tokio::time::sleep_until(earliest(grace, rolled).unwrap_or(until)),
+                    if earliest(grace, rolled).is_some_and(|g| g < until) => {}
                 () = tokio::time::sleep_until(until) => {
                     let later = self
                         .chan
@@ -200,6 +216,14 @@ impl Waiter {
     pub(crate) fn acquired(mut self, lease: Duration) {
         self.holder_seen(lease);
         self.acquired = true;
+    }
+}
+
+/// The earlier of two instants, either of which may be unset.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -283,7 +283,10 @@ pub(super) fn release(
                 s.locks.remove(&keys.lock);
                 let q = s.queues.get_mut(&keys.queue());
                 let head = q.and_then(|q| (q.drop_gone(Instant::now()), q.head()).1);
-                let msg = format!("{} {owner}", head.unwrap_or_default());
+                let mut msg = format!("{} {owner}", head.unwrap_or_default());
+                if token == 0 {
+                    msg.push_str(crate::scripts::ROLLBACK_SUFFIX);
+                }
                 s.feed.publish(&keys.channel, msg);
                 if let Some(foreign) = &keys.foreign_channel {
                     s.feed.publish(foreign, crate::layout::REDISSON_UNLOCK);

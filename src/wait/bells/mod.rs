@@ -21,6 +21,11 @@
 //! left, or nobody queued on the node) the head of the FIFO. A message
 //! from another manager's release, or naming a fair waiter, rings without
 //! `prompt`: the waiter waits for a quorum of them (see `Waiter::wait`).
+//! A message ending in ` rollback` (another owner's failed attempt undoing
+//! its grants, see `release.lua`) rings the same waiter, but never counts
+//! towards a quorum of messages: a waiter rung by rollbacks alone attempts
+//! after its backoff, so that managers whose attempts keep failing do not
+//! ring each other into new attempts without end.
 //!
 //! A message `0` (Redisson's unlock, on any channel, or anything else on a
 //! lock's foreign channel, see [`Channel::on_foreign`]) is a release by
@@ -62,6 +67,14 @@ pub(super) struct Bell {
     /// live node would otherwise ring each other into new attempts with
     /// every rollback, at one instant.
     pub(super) from: AtomicU64,
+    /// The nodes whose rollback messages (another owner's failed attempt
+    /// undoing its grants) rang since the waiter last looked, a bit per
+    /// node as in `from`. They never count towards a quorum of messages:
+    /// a rollback frees a minority at most, and managers whose attempts
+    /// keep failing (a quorum out of reach) would otherwise ring each other
+    /// into a new attempt with every rollback, without end. A waiter rung
+    /// only by rollbacks attempts after its backoff (see `Waiter::wait`).
+    pub(super) rolled: AtomicU64,
     /// A ring since the waiter last looked needs no quorum of rings.
     pub(super) prompt: AtomicBool,
     pub(super) notify: Notify,
@@ -77,11 +90,14 @@ impl Bell {
         self.bump(wakeups);
     }
 
-    fn ring_for(&self, wakeups: &AtomicU64, prompt: bool, node: usize) {
-        if prompt {
-            self.ring(wakeups);
-        } else {
-            self.ring_remote(wakeups, node);
+    fn ring_for(&self, wakeups: &AtomicU64, how: Ring, node: usize) {
+        match how {
+            Ring::Prompt => self.ring(wakeups),
+            Ring::Remote => self.ring_remote(wakeups, node),
+            Ring::Rollback => {
+                self.rolled.fetch_or(1 << (node % 64), Ordering::AcqRel);
+                self.bump(wakeups);
+            }
         }
     }
 
@@ -92,9 +108,16 @@ impl Bell {
         self.bump(wakeups);
     }
 
-    /// How many nodes rang since the waiter last looked; forgets them.
+    /// How many nodes rang since the waiter last looked; forgets them, and
+    /// the rollbacks.
     pub(super) fn take_nodes(&self) -> u32 {
+        self.rolled.store(0, Ordering::Release);
         self.from.swap(0, Ordering::AcqRel).count_ones()
+    }
+
+    /// Whether a rollback rang since the waiter last looked.
+    pub(super) fn rolled_back(&self) -> bool {
+        self.rolled.load(Ordering::Acquire) != 0
     }
 
     /// How many nodes rang since the waiter last looked.
@@ -121,6 +144,18 @@ impl Bell {
     fn nudge(&self) {
         self.notify.notify_one();
     }
+}
+
+/// How a message rings a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ring {
+    /// No other node's word needed (this manager's own release).
+    Prompt,
+    /// Another manager's release, seen on one node: a quorum of nodes'
+    /// messages, or the grace.
+    Remote,
+    /// Another owner's rollback: after the waiter's backoff.
+    Rollback,
 }
 
 /// One lock channel's local waiters.
@@ -231,10 +266,10 @@ impl Channel {
     }
 
     /// Rings the head of the FIFO, unless `releaser` is its own owner.
-    fn wake_head(&self, wakeups: &AtomicU64, prompt: bool, releaser: &str, node: usize) {
+    fn wake_head(&self, wakeups: &AtomicU64, how: Ring, releaser: &str, node: usize) {
         let head = locked(&self.plain).values().next().cloned();
         if let Some(bell) = head.filter(|b| !b.own(releaser)) {
-            bell.ring_for(wakeups, prompt, node);
+            bell.ring_for(wakeups, how, node);
         }
     }
 
@@ -260,12 +295,22 @@ impl Channel {
                 *n += 1;
             }
         }
+        let (text, rollback) = match text.strip_suffix(crate::scripts::ROLLBACK_SUFFIX) {
+            Some(t) => (t, true),
+            None => (text, false),
+        };
         let (id, releaser) = text.split_once(' ').unwrap_or((text, ""));
         let ours = |id: &str| {
             id.strip_prefix(client_id)
                 .is_some_and(|rest| rest.starts_with(':'))
         };
-        let prompt = releaser.is_empty() || ours(releaser);
+        let how = if rollback {
+            Ring::Rollback
+        } else if releaser.is_empty() || ours(releaser) {
+            Ring::Prompt
+        } else {
+            Ring::Remote
+        };
         if !id.is_empty() {
             let named = locked(&self.fair).get(id).cloned();
             if let Some(bell) = named {
@@ -276,7 +321,12 @@ impl Channel {
                 // quorum of messages. A real release publishes on every
                 // node at once, so the head's quorum comes at once too.
                 if !bell.own(releaser) {
-                    bell.ring_for(wakeups, false, node);
+                    let how = if rollback {
+                        Ring::Rollback
+                    } else {
+                        Ring::Remote
+                    };
+                    bell.ring_for(wakeups, how, node);
                 }
                 return;
             }
@@ -284,7 +334,7 @@ impl Channel {
                 return;
             }
         }
-        self.wake_head(wakeups, prompt, releaser, node);
+        self.wake_head(wakeups, how, releaser, node);
     }
 
     /// A message on the foreign channel from `node`: the echo of one of our
@@ -314,7 +364,7 @@ impl Channel {
         for (_, bell) in fair {
             bell.ring_remote(wakeups, node);
         }
-        self.wake_head(wakeups, false, "", node);
+        self.wake_head(wakeups, Ring::Remote, "", node);
     }
 
     /// Node `node`'s connection is gone: echoes it owed will not come.
