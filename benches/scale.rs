@@ -400,7 +400,9 @@ async fn held(
     let ticks = s1.ticks.saturating_sub(s0.ticks).max(1);
     let ncpu = node_sum(conns, "cpu", &["used_cpu_sys", "used_cpu_user"]).await - ncpu0;
     let cpu = cpu_secs() - cpu0;
-    let lost = s1.losses + guards.iter().filter(|g| !g.is_held()).count() as u64;
+    // One per lock no longer held: a hold the watchdog declared lost is
+    // also a guard that is not held (counting both counted it twice).
+    let lost = guards.iter().filter(|g| !g.is_held()).count() as u64;
     let held = guards.len();
     drop(guards);
     m.flush().await;
