@@ -68,7 +68,7 @@ impl RenewBatch {
         let _ = self.pipeline();
     }
 
-    pub(super) fn script(&self) -> &'static redis::Script {
+    pub(super) fn script(&self) -> &'static scripts::Lua {
         if self.repair {
             &scripts::REPAIR
         } else {
@@ -98,7 +98,7 @@ impl RenewBatch {
         // Renew: the locks. Repair: each lock, then its slot's fence
         // counter (repair.lua raises it).
         let keys = items.clone().count() * (1 + usize::from(self.repair));
-        let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
+        let cmd = pipe.cmd("EVALSHA").arg(self.script().sha()).arg(keys);
         for item in items.clone() {
             cmd.arg(&item.keys.lock);
             if self.repair {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use redis::cluster_async::ClusterConnection;
 use tokio::time::Instant;
 
 use crate::config::ReplicaWait;
@@ -73,7 +74,7 @@ pub(super) async fn send_batch(
             let mut c = shards.conn.clone();
             let (batch, groups) = (&*batch, &groups[..]);
             async move {
-                let send = send_part(&mut c, (batch, groups), &part, ask.as_ref(), wait);
+                let send = send_loaded(&mut c, (batch, groups), &part, ask.as_ref(), wait);
                 let r = match until {
                     Some(t) => tokio::time::timeout_at(t, send)
                         .await
@@ -85,10 +86,9 @@ pub(super) async fn send_batch(
         }))
         .await;
         pending.clear();
-        let mut load = false;
         for (part, r) in sent {
             let replies = match r {
-                Ok((replies, acks)) => match confirmed(wait, acks) {
+                Ok((replies, confirm)) => match confirm {
                     Ok(()) => replies,
                     Err(e) => {
                         // Ran, not confirmed: its locks stay unanswered.
@@ -107,7 +107,6 @@ pub(super) async fn send_batch(
                         }
                     }
                     last = map_err(&e);
-                    load |= no_script(&e);
                     pending.extend(part);
                     continue;
                 }
@@ -126,7 +125,6 @@ pub(super) async fn send_batch(
                     }
                     Err(e) => {
                         last = map_err(&e);
-                        load |= no_script(&e);
                         if let Next::Again(Redirect::Ask(host, port)) = next(&e) {
                             asks[g] = Some((host, port));
                         }
@@ -134,11 +132,6 @@ pub(super) async fn send_batch(
                     }
                 }
             }
-        }
-        if load {
-            // SCRIPT LOAD goes to every master.
-            let load = batch.script().prepare_invoke();
-            let _ = load.load_async(&mut shards.conn).await;
         }
         if pending.is_empty() {
             break;
@@ -148,6 +141,45 @@ pub(super) async fn send_batch(
         return Err(last);
     }
     reply::renewed_in_parts(codes)
+}
+
+/// A part's replies, one per script call, and whether `WAIT` confirmed
+/// the writes.
+type PartReply = (Vec<redis::RedisResult<Vec<i64>>>, Result<(), NodeError>);
+
+/// Sends `part` ([`send_part`]); the calls a shard answered `NOSCRIPT`
+/// (it ran none of them: it started since, or flushed its scripts) go to
+/// the same place again at once, after `SCRIPT LOAD` in the same pipeline.
+/// Each shard reloads on its own: one that is slow or paused does not
+/// hold back the others' second try (when every shard waited for the
+/// slowest before loading, a wave that met empty caches while one shard
+/// was paused ran out of time and failed the whole member). The writes
+/// count when the `WAIT` of each pipeline that carried them confirmed.
+async fn send_loaded(
+    conn: &mut ClusterConnection,
+    (batch, groups): (&RenewBatch, &[(u16, Vec<usize>)]),
+    part: &[usize],
+    ask: Option<&Addr>,
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<PartReply> {
+    let (mut replies, acks) = send_part(conn, (batch, groups), part, (ask, false), wait).await?;
+    let mut confirm = confirmed(wait, acks);
+    let missing: Vec<usize> = (0..part.len())
+        .filter(|&k| matches!(&replies[k], Err(e) if no_script(e)))
+        .collect();
+    if missing.is_empty() {
+        return Ok((replies, confirm));
+    }
+    let again: Vec<usize> = missing.iter().map(|&k| part[k]).collect();
+    let (second, acks) = send_part(conn, (batch, groups), &again, (ask, true), wait).await?;
+    for (&k, reply) in missing.iter().zip(second) {
+        replies[k] = reply;
+    }
+    let loaded = confirmed(wait, acks);
+    if confirm.is_ok() {
+        confirm = loaded;
+    }
+    Ok((replies, confirm))
 }
 
 /// A part not answered before the batch's deadline (it may have run).

@@ -142,17 +142,22 @@ pub(super) fn confirmed(wait: Option<ReplicaWait>, acks: Option<Value>) -> Resul
 /// Sends the script calls of `part` (indices into `groups`) as one
 /// pipeline, routed to the master of the first call's slot, or to `ask`'s
 /// address with `ASKING` before each call (the flag holds for one command),
-/// and, with `wait`, `WAIT` last. One result per call (a call's error,
-/// `ASK`, `NOSCRIPT`, ..., is its own) and `WAIT`'s answer.
+/// first `SCRIPT LOAD` when `load`, and, with `wait`, `WAIT` last. One
+/// result per call (a call's error, `ASK`, `NOSCRIPT`, ..., is its own)
+/// and `WAIT`'s answer. redis-rs fails the whole pipeline with the first
+/// redirect (`MOVED`, `ASK`, `TRYAGAIN`, ...) among the replies.
 pub(super) async fn send_part(
     conn: &mut ClusterConnection,
     (batch, groups): (&RenewBatch, &[(u16, Vec<usize>)]),
     part: &[usize],
-    ask: Option<&(String, u16)>,
+    (ask, load): (Option<&(String, u16)>, bool),
     wait: Option<ReplicaWait>,
 ) -> redis::RedisResult<(Vec<redis::RedisResult<Vec<i64>>>, Option<Value>)> {
     let per_call = if ask.is_some() { 2 } else { 1 };
-    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call + 1);
+    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call + 2);
+    if load {
+        pipe.add_command(batch.script().load_cmd());
+    }
     for &g in part {
         if ask.is_some() {
             pipe.cmd("ASKING");
@@ -171,7 +176,9 @@ pub(super) async fn send_part(
         }
     };
     let count = part.len() * per_call + usize::from(wait.is_some());
-    let mut values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let mut values = conn
+        .route_pipeline(pipe, usize::from(load), count, route)
+        .await?;
     let acks = wait.and_then(|_| values.pop());
     let replies = values
         .into_iter()

@@ -64,6 +64,18 @@ impl Lua {
         Self { id, body, sha }
     }
 
+    /// The script's digest (`EVALSHA`).
+    pub(crate) fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// `SCRIPT LOAD <body>`: caches the script on the node it reaches.
+    pub(crate) fn load_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(&self.body);
+        cmd
+    }
+
     /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
     /// keys; add the arguments to it.
     pub(crate) fn call(&self, send_body: bool, keys: &[&str]) -> redis::Cmd {
@@ -93,12 +105,12 @@ pub(crate) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::queued(1, include_str!("release.lua")));
 
 /// Batched renewal: extends held keys, reports missing ones.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("renew.lua")).body));
+pub(crate) static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(ONE_SHOT, include_str!("renew.lua")));
 
 /// Batched repair: re-creates missing keys of holds a quorum confirmed.
-pub(crate) static REPAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("repair.lua")).body));
+pub(crate) static REPAIR: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(ONE_SHOT, include_str!("repair.lua")));
 
 /// Administrative delete plus publish.
 pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
