@@ -51,11 +51,11 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{key_slot, Keys};
 use crate::sync::locked;
 
-use super::cluster_batch::send_batch;
+use super::cluster_batch::{batch_cost, send_batch};
 use super::cluster_feed::{check_version, ClusterFeed};
 use super::cluster_map::{check_replicas, check_seeds, SlotMap};
 use super::cluster_route::{
-    by_shard, confirmed, next, send, slot_groups, status_values, Next, Redirect, Shards, MAX_TRIES,
+    confirmed, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
 };
 use super::cluster_seed::read_seed;
 use super::member::{Call, Confirm, Server};
@@ -214,13 +214,7 @@ impl Server for ClusterNode {
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
-        let groups = slot_groups(&batch.items);
-        let map = locked(&self.shards.map);
-        let all: Vec<usize> = (0..groups.len()).collect();
-        BatchCost {
-            round_trips: by_shard(&map, &groups, &all).len() as u64,
-            script_calls: groups.len() as u64,
-        }
+        batch_cost(&locked(&self.shards.map), &batch.items)
     }
 
     /// The lock's state, and the shard that answered: the status pipeline
