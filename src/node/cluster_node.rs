@@ -2,11 +2,13 @@
 //! own cluster client (`redis::cluster_async`): one vote, its locks spread
 //! over its shards by hash slot.
 //!
-//! **Routing.** Every script call names only keys of the lock's slot
-//! (`script_keys`), and redis-rs routes an `EVAL`/`EVALSHA` by its first
-//! key's slot. A renewal or repair batch is split per slot (one script call
-//! carries locks of one slot only) and the calls of one shard go in one
-//! pipeline: one round trip per shard per wave.
+//! **Routing.** Every script call about one lock names only keys of the
+//! lock's slot (`script_keys`), and redis-rs routes an `EVAL`/`EVALSHA` by
+//! its first key's slot. A renewal or repair batch is split per shard (one
+//! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
+//! the shard, whatever their slots), one pipeline per shard: one round
+//! trip per shard per wave; a lock the shard no longer serves goes by its
+//! slot (`cluster_batch`).
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran

@@ -1,8 +1,9 @@
 //! How a cluster member's calls reach its shards: one script call by its
 //! first key's slot (a redirect's address, `ASKING`, or again after a pause
-//! only when the answer proves it did not run), and a renewal batch split
-//! per slot and grouped per shard; each followed, in the same pipeline, by
-//! `WAIT` when the member waits for replicas.
+//! only when the answer proves it did not run), and the pipelines of
+//! script calls a renewal batch is sent in (per shard, or per slot grouped
+//! per shard); each followed, in the same pipeline, by `WAIT` when the
+//! member waits for replicas.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
