@@ -106,10 +106,15 @@ async fn the_watchdog_keeps_a_lock_past_several_leases_on_each_shard() {
     }
     let stats = m.watchdog_stats();
     assert!(stats.extended >= 3 * 12 * 3, "{stats:?}");
-    // Per wave: one pipeline per master (2) and at most one per shard (3);
-    // one call per master, one per slot on the cluster (12 names, 12 slots
-    // at most).
-    assert!(stats.script_calls > stats.round_trips, "{stats:?}");
+    // Per wave (12 locks: one): one pipeline per master (2) and one per
+    // shard the names sit on (3), each carrying one script call: the
+    // cluster's calls go per shard, not per slot (12 slots).
+    let shards: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|n| cluster().port_of_slot(lock_slot(n).unwrap()))
+        .collect();
+    assert_eq!(stats.round_trips, stats.ticks * (2 + shards.len() as u64));
+    assert_eq!(stats.script_calls, stats.round_trips, "{stats:?}");
     for g in guards {
         g.release().await.expect("release");
     }
@@ -856,4 +861,142 @@ async fn calls_wait_out_a_half_done_migration_within_their_timeout() {
     assert_eq!(state.shard, Some(format!("127.0.0.1:{to}")));
     fresh.release().await.expect("release");
     Migration::run(reshard_cluster(), slot, from).await;
+}
+
+/// Script calls (`evalsha` and `eval`) the node on `port` ran so far
+/// (`INFO commandstats`).
+async fn script_calls_on(port: u16) -> u64 {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw_at(port).await)
+        .await
+        .unwrap();
+    text.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .filter(|(k, _)| *k == "cmdstat_evalsha" || *k == "cmdstat_eval")
+        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Thousands of locks over about as many slots are renewed in about one
+/// script call per shard per wave (and per 100 locks of a shard, counted
+/// in the unit tests of `cluster_batch`), not one per slot: the per-shard
+/// script renews locks of any slots of its shard. Counted by the shards
+/// themselves (`INFO commandstats`, on the resharding cluster, which no
+/// other test uses meanwhile) and by the watchdog's stats.
+#[tokio::test]
+async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(1500);
+    let m = build(resharded_only().lease(lease)).await;
+    let locks = 1200;
+    let names: Vec<String> = (0..locks).map(|i| unique(&format!("many{i}"))).collect();
+    let slots: std::collections::HashSet<u16> =
+        names.iter().map(|n| lock_slot(n).unwrap()).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in names.chunks(locks / 16) {
+        let (m, chunk) = (m.clone(), chunk.to_vec());
+        tasks.spawn(async move {
+            let mut held = Vec::new();
+            for n in chunk {
+                held.push(m.try_lock(&n, Duration::ZERO).await.expect("lock"));
+            }
+            held
+        });
+    }
+    let mut guards = Vec::new();
+    while let Some(held) = tasks.join_next().await {
+        guards.extend(held.unwrap());
+    }
+    // One renewal tick first (the shards load the per-shard script).
+    tokio::time::sleep(lease / 2).await;
+    let masters = reshard_cluster().master_ports();
+    let (s0, mut calls0) = (m.watchdog_stats(), 0);
+    for &p in &masters {
+        calls0 += script_calls_on(p).await;
+    }
+    tokio::time::sleep(lease * 2).await;
+    let (s1, mut calls1) = (m.watchdog_stats(), 0);
+    for &p in &masters {
+        calls1 += script_calls_on(p).await;
+    }
+    let ticks = s1.ticks - s0.ticks;
+    let (calls, counted) = (calls1 - calls0, s1.script_calls - s0.script_calls);
+    // Waves of 100 locks (12 a tick), each one call on each of 3 shards.
+    let per_tick = 3 * locks.div_ceil(100) as u64;
+    eprintln!(
+        "{locks} locks over {} slots: {ticks} ticks, {calls} script calls on the shards, \
+         {counted} counted by the watchdog ({} round trips)",
+        slots.len(),
+        s1.round_trips - s0.round_trips
+    );
+    assert!(slots.len() > 1000, "names over many slots: {}", slots.len());
+    assert!(ticks >= 3, "{ticks} ticks");
+    assert!(counted <= ticks * per_tick, "{counted} in {ticks} ticks");
+    assert!(
+        calls <= (ticks + 1) * per_tick && calls >= ticks * 3,
+        "{calls} calls on the shards in {ticks} ticks (per slot: {} a tick)",
+        slots.len()
+    );
+    assert_eq!(s1.losses, 0, "{s1:?}");
+    assert!(guards.iter().all(|g| g.is_held()));
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// Locks of many slots of one shard are renewed in one call, which names
+/// only the first as its key; a lock among them whose slot migrates (its
+/// keys moved to the target while the slot is `MIGRATING`, then the slot
+/// given to the target) is answered "not here" by that call and renewed
+/// by its slot (after `ASK`, then on its new shard), while the others
+/// stay renewed by their shard's call: all kept past several leases.
+#[tokio::test]
+async fn a_lock_whose_slot_moves_is_renewed_by_slot_beside_its_shards_other_locks() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(600);
+    let m = build(resharded_only().lease(lease)).await;
+    let c = reshard_cluster();
+    let mover = unique("mover");
+    let slot = lock_slot(&mover).unwrap();
+    let from = c.port_of_slot(slot);
+    let to = other_shard(from);
+    // Locks of other slots of the same shard, taken first: the shard's
+    // call names one of them as its key.
+    let mut guards = Vec::new();
+    for i in 0.. {
+        let name = unique(&format!("stay{i}"));
+        let s = lock_slot(&name).unwrap();
+        if s != slot && c.port_of_slot(s) == from {
+            guards.push(m.lock(&name).await.expect("lock"));
+            if guards.len() == 5 {
+                break;
+            }
+        }
+    }
+    let g = m.lock(&mover).await.expect("lock");
+    let migration = Migration::begin(c, slot, to).await;
+    let moved = migration.move_keys().await;
+    assert!(moved.iter().any(|k| k.contains(&mover)), "{moved:?}");
+    tokio::time::sleep(lease * 3).await;
+    assert!(
+        g.is_held(),
+        "kept while its keys sit on the importing shard"
+    );
+    migration.finish().await;
+    tokio::time::sleep(lease * 3).await;
+    assert!(g.is_held(), "kept on its new shard");
+    let state = cluster_state(&m, 0, &mover).await;
+    assert_eq!(state.shard, Some(format!("127.0.0.1:{to}")));
+    assert!(state.holder.is_some() && state.pttl.is_some(), "{state:?}");
+    for other in &guards {
+        assert!(other.is_held(), "{} kept", other.name());
+    }
+    assert_eq!(m.watchdog_stats().losses, 0);
+    g.release().await.expect("release");
+    for other in guards {
+        other.release().await.expect("release");
+    }
+    Migration::run(c, slot, from).await;
 }

@@ -37,8 +37,14 @@ fn script(name: &str) -> Script {
             include_str!("../src/scripts/acquire_queued.lua")
         ),
         "leave" => include_str!("../src/scripts/leave.lua"),
-        "renew" => include_str!("../src/scripts/renew.lua"),
-        "repair" => include_str!("../src/scripts/repair.lua"),
+        "renew" => concat!(
+            include_str!("../src/scripts/batch_prelude.lua"),
+            include_str!("../src/scripts/renew.lua")
+        ),
+        "repair" => concat!(
+            include_str!("../src/scripts/batch_prelude.lua"),
+            include_str!("../src/scripts/repair.lua")
+        ),
         "force_release" => include_str!("../src/scripts/force_release.lua"),
         _ => include_str!("../src/scripts/raise_fence.lua"),
     })

@@ -68,11 +68,20 @@ impl RenewBatch {
         let _ = self.pipeline();
     }
 
-    pub(super) fn script(&self) -> &'static redis::Script {
+    pub(super) fn script(&self) -> &'static scripts::Lua {
         if self.repair {
             &scripts::REPAIR
         } else {
             &scripts::RENEW
+        }
+    }
+
+    /// The batch's script as a cluster member sends it per shard.
+    pub(super) fn shard_script(&self) -> &'static scripts::Lua {
+        if self.repair {
+            &scripts::REPAIR_SHARD
+        } else {
+            &scripts::RENEW_SHARD
         }
     }
 
@@ -98,7 +107,34 @@ impl RenewBatch {
         // Renew: the locks. Repair: each lock, then its slot's fence
         // counter (repair.lua raises it).
         let keys = items.clone().count() * (1 + usize::from(self.repair));
-        let cmd = pipe.cmd("EVALSHA").arg(self.script().get_hash()).arg(keys);
+        let cmd = pipe.cmd("EVALSHA").arg(self.script().sha()).arg(keys);
+        self.add_items(cmd, items);
+    }
+
+    /// Adds one EVALSHA of the batch's per-shard script over `items` (locks
+    /// of any slots of one shard) to `pipe`: the first lock's key declared
+    /// (it routes the call), the key names and arguments in `ARGV`
+    /// (`shard_prelude.lua`). Nothing when `items` is empty.
+    pub(super) fn add_shard_call<'a>(
+        &self,
+        pipe: &mut redis::Pipeline,
+        items: impl Iterator<Item = &'a RenewItem> + Clone,
+    ) {
+        let Some(first) = items.clone().next() else {
+            return;
+        };
+        let keys = items.clone().count() * (1 + usize::from(self.repair));
+        let cmd = pipe.cmd("EVALSHA").arg(self.shard_script().sha());
+        cmd.arg(1).arg(&first.keys.lock).arg(keys);
+        self.add_items(cmd, items);
+    }
+
+    /// The keys, then the arguments, of `items`.
+    fn add_items<'a>(
+        &self,
+        cmd: &mut redis::Pipeline,
+        items: impl Iterator<Item = &'a RenewItem> + Clone,
+    ) {
         for item in items.clone() {
             cmd.arg(&item.keys.lock);
             if self.repair {

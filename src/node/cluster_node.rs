@@ -2,11 +2,13 @@
 //! own cluster client (`redis::cluster_async`): one vote, its locks spread
 //! over its shards by hash slot.
 //!
-//! **Routing.** Every script call names only keys of the lock's slot
-//! (`script_keys`), and redis-rs routes an `EVAL`/`EVALSHA` by its first
-//! key's slot. A renewal or repair batch is split per slot (one script call
-//! carries locks of one slot only) and the calls of one shard go in one
-//! pipeline: one round trip per shard per wave.
+//! **Routing.** Every script call about one lock names only keys of the
+//! lock's slot (`script_keys`), and redis-rs routes an `EVAL`/`EVALSHA` by
+//! its first key's slot. A renewal or repair batch is split per shard (one
+//! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
+//! the shard, whatever their slots), one pipeline per shard: one round
+//! trip per shard per wave; a lock the shard no longer serves goes by its
+//! slot (`cluster_batch`).
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran
@@ -51,11 +53,11 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{key_slot, Keys};
 use crate::sync::locked;
 
-use super::cluster_batch::send_batch;
+use super::cluster_batch::{batch_cost, send_batch};
 use super::cluster_feed::{check_version, ClusterFeed};
 use super::cluster_map::{check_replicas, check_seeds, SlotMap};
 use super::cluster_route::{
-    by_shard, confirmed, next, send, slot_groups, status_values, Next, Redirect, Shards, MAX_TRIES,
+    confirmed, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
 };
 use super::cluster_seed::read_seed;
 use super::member::{Call, Confirm, Server};
@@ -214,13 +216,7 @@ impl Server for ClusterNode {
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
-        let groups = slot_groups(&batch.items);
-        let map = locked(&self.shards.map);
-        let all: Vec<usize> = (0..groups.len()).collect();
-        BatchCost {
-            round_trips: by_shard(&map, &groups, &all).len() as u64,
-            script_calls: groups.len() as u64,
-        }
+        batch_cost(&locked(&self.shards.map), &batch.items)
     }
 
     /// The lock's state, and the shard that answered: the status pipeline

@@ -1,23 +1,24 @@
 //! How a cluster member's calls reach its shards: one script call by its
 //! first key's slot (a redirect's address, `ASKING`, or again after a pause
-//! only when the answer proves it did not run), and a renewal batch split
-//! per slot and grouped per shard; each followed, in the same pipeline, by
-//! `WAIT` when the member waits for replicas.
+//! only when the answer proves it did not run), and the pipelines of
+//! script calls a renewal batch is sent in (per shard, or per slot grouped
+//! per shard); each followed, in the same pipeline, by `WAIT` when the
+//! member waits for replicas.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route as SlotRoute, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::config::ReplicaWait;
 use crate::error::{NodeError, NodeErrorKind};
-use crate::scripts::ms;
+use crate::scripts::{ms, Lua};
 use crate::sync::locked;
 
 use super::cluster_map::SlotMap;
-use super::{RenewBatch, RenewItem, RENEW_CHUNK};
+use super::{RenewItem, RENEW_CHUNK};
 
 /// Tries of one script call, redirects and pauses included (the caller's
 /// timeout bounds them too).
@@ -139,39 +140,50 @@ pub(super) fn confirmed(wait: Option<ReplicaWait>, acks: Option<Value>) -> Resul
     ))
 }
 
-/// Sends the script calls of `part` (indices into `groups`) as one
-/// pipeline, routed to the master of the first call's slot, or to `ask`'s
-/// address with `ASKING` before each call (the flag holds for one command),
-/// and, with `wait`, `WAIT` last. One result per call (a call's error,
-/// `ASK`, `NOSCRIPT`, ..., is its own) and `WAIT`'s answer.
-pub(super) async fn send_part(
+/// How a pipeline of script calls is sent: routed to the master of
+/// `slot` (as redis-rs's map says), or to `ask`'s address with `ASKING`
+/// before each call (the flag holds for one command); first `load`
+/// (`SCRIPT LOAD` of the calls' script) when given.
+pub(super) struct Route<'a> {
+    pub(super) slot: u16,
+    pub(super) ask: Option<&'a (String, u16)>,
+    pub(super) load: Option<&'a Lua>,
+}
+
+/// Sends `calls` script calls (`add(pipe, k)` adds the k-th) as one
+/// pipeline, routed by `route`, and, with `wait`, `WAIT` last. One result
+/// per call (a call's error, `NOSCRIPT`, ..., is its own) and `WAIT`'s
+/// answer. redis-rs fails the whole pipeline with the first redirect
+/// (`MOVED`, `ASK`, `TRYAGAIN`, ...) among the replies.
+pub(super) async fn send_calls(
     conn: &mut ClusterConnection,
-    (batch, groups): (&RenewBatch, &[(u16, Vec<usize>)]),
-    part: &[usize],
-    ask: Option<&(String, u16)>,
+    calls: usize,
+    add: impl Fn(&mut redis::Pipeline, usize),
+    route: Route<'_>,
     wait: Option<ReplicaWait>,
 ) -> redis::RedisResult<(Vec<redis::RedisResult<Vec<i64>>>, Option<Value>)> {
-    let per_call = if ask.is_some() { 2 } else { 1 };
-    let mut pipe = redis::Pipeline::with_capacity(part.len() * per_call + 1);
-    for &g in part {
-        if ask.is_some() {
+    let per_call = if route.ask.is_some() { 2 } else { 1 };
+    let mut pipe = redis::Pipeline::with_capacity(calls * per_call + 2);
+    if let Some(script) = route.load {
+        pipe.add_command(script.load_cmd());
+    }
+    for k in 0..calls {
+        if route.ask.is_some() {
             pipe.cmd("ASKING");
         }
-        batch.add_call(&mut pipe, groups[g].1.iter().map(|&i| &batch.items[i]));
+        add(&mut pipe, k);
     }
     add_wait(&mut pipe, wait);
-    let route = match ask {
+    let to = match route.ask {
         Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
             host: host.clone(),
             port: *port,
         },
-        None => {
-            let slot = part.first().map_or(0, |&g| groups[g].0);
-            SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master))
-        }
+        None => SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(route.slot, SlotAddr::Master)),
     };
-    let count = part.len() * per_call + usize::from(wait.is_some());
-    let mut values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let count = calls * per_call + usize::from(wait.is_some());
+    let skip = usize::from(route.load.is_some());
+    let mut values = conn.route_pipeline(pipe, skip, count, to).await?;
     let acks = wait.and_then(|_| values.pop());
     let replies = values
         .into_iter()
@@ -192,7 +204,9 @@ pub(super) async fn send(
     wait: Option<ReplicaWait>,
 ) -> redis::RedisResult<(Value, Option<Value>)> {
     let to = match route {
-        Redirect::BySlot => SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)),
+        Redirect::BySlot => {
+            SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(slot, SlotAddr::Master))
+        }
         Redirect::Moved(host, port) | Redirect::Ask(host, port) => {
             SingleNodeRoutingInfo::ByAddress {
                 host: host.clone(),
@@ -216,12 +230,16 @@ pub(super) async fn send(
     Ok((reply, values.next()))
 }
 
-/// The items of a batch by slot, each slot's cut in calls of at most
-/// [`RENEW_CHUNK`] locks: `(slot, item indices)` per script call.
-pub(super) fn slot_groups(items: &[RenewItem]) -> Vec<(u16, Vec<usize>)> {
+/// The items `which` (indices into `items`) by slot, each slot's cut in
+/// calls of at most [`RENEW_CHUNK`] locks: `(slot, item indices)` per
+/// script call.
+pub(super) fn slot_groups(
+    items: &[RenewItem],
+    which: impl Iterator<Item = usize>,
+) -> Vec<(u16, Vec<usize>)> {
     let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, item) in items.iter().enumerate() {
-        by_slot.entry(item.keys.slot()).or_default().push(i);
+    for i in which {
+        by_slot.entry(items[i].keys.slot()).or_default().push(i);
     }
     by_slot
         .into_iter()
@@ -369,7 +387,7 @@ mod tests {
                 lease: Duration::from_secs(1),
             })
             .collect();
-        let groups = slot_groups(&items);
+        let groups = slot_groups(&items, 0..items.len());
         let mut seen = vec![0; items.len()];
         for (slot, ix) in &groups {
             assert!(ix.len() <= RENEW_CHUNK);

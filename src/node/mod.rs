@@ -184,7 +184,7 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
 
     /// What sending `batch` costs here: one pipeline carrying one script
     /// call per [`RENEW_CHUNK`] locks (a cluster member: one pipeline per
-    /// shard, one call per slot and chunk).
+    /// shard, one call per shard and chunk).
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
         BatchCost::of_one_pipeline(batch)
     }

@@ -361,10 +361,10 @@ impl Server for RedisNode {
             let replies: Vec<Vec<i64>> = match first {
                 Ok(r) => r,
                 Err(e) if no_script(&e) => {
-                    batch
+                    let _: String = batch
                         .script()
-                        .prepare_invoke()
-                        .load_async(&mut conn)
+                        .load_cmd()
+                        .query_async(&mut conn)
                         .await
                         .map_err(|e| map_err(&seen(e)))?;
                     pipe.query_async(&mut conn)

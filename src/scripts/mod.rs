@@ -57,16 +57,42 @@ impl Lua {
         Self::with_prelude(id, include_str!("queue_prelude.lua"), source)
     }
 
+    /// A batch script as a cluster member sends it per shard: the Redis 7
+    /// shebang with `flags`, then `shard_prelude.lua`, then `source`.
+    fn per_shard(flags: &str, source: &str) -> Self {
+        let shebang = format!("#!lua flags={flags}");
+        Self::with_lines(
+            ONE_SHOT,
+            std::iter::once(shebang.as_str())
+                .chain(include_str!("shard_prelude.lua").lines())
+                .chain(source.lines()),
+        )
+    }
+
     fn with_prelude(id: usize, prelude: &str, source: &str) -> Self {
-        let body = prelude
-            .lines()
-            .chain(source.lines())
+        Self::with_lines(id, prelude.lines().chain(source.lines()))
+    }
+
+    fn with_lines<'a>(id: usize, lines: impl Iterator<Item = &'a str>) -> Self {
+        let body = lines
             .map(str::trim_end)
             .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n");
         let sha = Script::new(&body).get_hash().to_owned();
         Self { id, body, sha }
+    }
+
+    /// The script's digest (`EVALSHA`).
+    pub(crate) fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// `SCRIPT LOAD <body>`: caches the script on the node it reaches.
+    pub(crate) fn load_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(&self.body);
+        cmd
     }
 
     /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
@@ -98,12 +124,29 @@ pub(crate) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::queued(1, include_str!("release.lua")));
 
 /// Batched renewal: extends held keys, reports missing ones.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("renew.lua")).body));
+pub(crate) static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::with_prelude(ONE_SHOT, BATCH_PRELUDE, include_str!("renew.lua")));
 
 /// Batched repair: re-creates missing keys of holds a quorum confirmed.
-pub(crate) static REPAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&Lua::new(ONE_SHOT, include_str!("repair.lua")).body));
+pub(crate) static REPAIR: LazyLock<Lua> =
+    LazyLock::new(|| Lua::with_prelude(ONE_SHOT, BATCH_PRELUDE, include_str!("repair.lua")));
+
+/// [`RENEW`] as a cluster member sends it per shard: locks of many slots
+/// of one shard in one call (Redis 7 script flags: `allow-cross-slot-keys`;
+/// `allow-oom`, since the per-slot script, without flags, extends a lock
+/// under `maxmemory` too: `PEXPIRE` is not refused there), the key names
+/// in `ARGV` (`shard_prelude.lua`); a lock of a slot the node does not
+/// serve answers [`RENEW_NOT_HERE`].
+pub(crate) static RENEW_SHARD: LazyLock<Lua> =
+    LazyLock::new(|| Lua::per_shard("allow-cross-slot-keys,allow-oom", include_str!("renew.lua")));
+
+/// [`REPAIR`] per shard, as [`RENEW_SHARD`] (without `allow-oom`: the
+/// per-slot repair fails under `maxmemory` too, at its first write).
+pub(crate) static REPAIR_SHARD: LazyLock<Lua> =
+    LazyLock::new(|| Lua::per_shard("allow-cross-slot-keys", include_str!("repair.lua")));
+
+/// What the batch scripts start with when every key is declared.
+const BATCH_PRELUDE: &str = include_str!("batch_prelude.lua");
 
 /// Administrative delete plus publish.
 pub(crate) static FORCE_RELEASE: LazyLock<Lua> =
@@ -158,6 +201,9 @@ pub(crate) const RENEW_MISSING: i64 = 3;
 pub(crate) const RENEW_CONFLICT: i64 = 0;
 /// Renew reply code: wrong type.
 pub(crate) const RENEW_WRONGTYPE: i64 = -2;
+/// Renew reply code, per shard only: the lock's slot is not served by the
+/// node that ran the call (nothing was done for it).
+pub(crate) const RENEW_NOT_HERE: i64 = 4;
 
 /// A duration as the scripts take it (leases, queue timeouts): whole
 /// milliseconds, at least 1 (a `PEXPIRE` of 0 would delete the key).
@@ -192,6 +238,25 @@ mod tests {
             assert!(!script.body.contains("\n--"));
             assert!(script.body.contains("redis.call"));
         }
+    }
+
+    /// The per-shard scripts open with the Redis 7 shebang (a flag on any
+    /// other line is not read), then the prelude that rebinds KEYS.
+    #[test]
+    fn per_shard_scripts_start_with_their_flags() {
+        assert!(RENEW_SHARD
+            .body
+            .starts_with("#!lua flags=allow-cross-slot-keys,allow-oom\n"));
+        assert!(REPAIR_SHARD
+            .body
+            .starts_with("#!lua flags=allow-cross-slot-keys\n"));
+        for s in [&*RENEW_SHARD, &*REPAIR_SHARD] {
+            assert!(s.body.contains("local KEYS, ARGV = keys, args"));
+        }
+        for s in [&*RENEW, &*REPAIR] {
+            assert!(!s.body.contains("#!lua") && s.body.contains("hget_error(held)"));
+        }
+        assert_ne!(RENEW.sha(), RENEW_SHARD.sha());
     }
 
     #[test]

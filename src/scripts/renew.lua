@@ -10,7 +10,10 @@
 --     is created here: the watchdog repairs a missing key only while a quorum
 --     of other nodes confirmed the hold (see repair.lua);
 --   0 conflict: another holder holds it; nothing is changed;
---  -2 error: the key holds a value of the wrong type.
+--  -2 error: the key holds a value of the wrong type;
+--   4 not here (only as a cluster member sends it per shard, after
+--     shard_prelude.lua): the lock's slot is not served by this node.
+-- (`hget_error`, from the prelude, tells -2 from 4.)
 --
 -- The common path costs two calls per lock: HGET and PEXPIRE.
 local out = {}
@@ -19,7 +22,7 @@ for i = 1, #KEYS do
   local holder, count, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local held = redis.pcall('hget', lock, holder)
   if type(held) == 'table' then
-    out[i] = -2
+    out[i] = hget_error(held)
   elseif held then
     if held ~= count then
       redis.call('hset', lock, holder, count)

@@ -11,7 +11,9 @@
 --     fence counter is raised to the token (the node may have lost it too);
 --   1 extended: our holder already held it again;
 --   0 conflict: another holder took it meanwhile; nothing is changed;
---  -2 error: the key or its counter holds a value of the wrong type.
+--  -2 error: the key or its counter holds a value of the wrong type;
+--   4 not here (only as a cluster member sends it per shard, after
+--     shard_prelude.lua): the lock's slot is not served by this node.
 -- Each counter is read before anything is written for a lock that needs
 -- it: a counter of the wrong type (or not a number) fails the locks that
 -- would need it, and nothing is created for them, rather than an error
@@ -37,7 +39,7 @@ for i = 1, #KEYS / 2 do
   local token, lease = tonumber(ARGV[4 * i - 1]), ARGV[4 * i]
   local held = redis.pcall('hget', lock, holder)
   if type(held) == 'table' then
-    out[i] = -2
+    out[i] = hget_error(held)
   elseif held then
     redis.call('hset', lock, holder, count)
     redis.call('pexpire', lock, lease)

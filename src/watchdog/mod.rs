@@ -34,8 +34,11 @@ pub struct WatchdogStats {
     /// sit on).
     pub round_trips: u64,
     /// Renewal and repair script calls sent, summed over nodes: one per
-    /// 100 locks on a master; on a cluster member, one per hash slot (and
-    /// 100 locks of it), since a script's keys must share a slot there.
+    /// 100 locks on a master; on a cluster member, one per shard and 100
+    /// locks of it in a wave (a per-shard script renews locks of any slots
+    /// of its shard), and one per slot for locks of a slot no shard serves
+    /// in the member's map (the per-slot calls of locks a shard answers it
+    /// no longer serves, mid-resharding, are not counted).
     pub script_calls: u64,
     /// Lock-node renewals that extended a key.
     pub extended: u64,
