@@ -30,8 +30,8 @@ pub(crate) const SLOTS: u16 = 16384;
 /// `<prefix>{<name>}:released`, and the fence counter of its slot
 /// `<prefix>fence:{<tag>}` ([`fence_key`]), shared by every name of that
 /// slot. The waiters' queue and their deadlines (two sorted sets that exist
-/// only while someone waits) are named on demand ([`Keys::queue`],
-/// [`Keys::timeouts`]). All of them are in the slot of the name.
+/// only while someone waits) are named on demand ([`Keys::queue_parts`],
+/// [`Keys::timeouts_parts`]). All of them are in the slot of the name.
 ///
 /// In [`Layout::Redisson`] the lock is the hash at the name itself (no
 /// braces: the whole name is hashed, the same bytes as the tag `{<name>}`,
@@ -82,13 +82,27 @@ impl Keys {
 impl Keys {
     /// The lock's queue of waiters (see `scripts/acquire_queued.lua`),
     /// built when a call needs it: a held lock does not carry it.
+    #[cfg(test)]
     pub(crate) fn queue(&self) -> String {
-        format!("{}:queue", self.base)
+        let (base, suffix) = self.queue_parts();
+        format!("{base}{suffix}")
     }
 
     /// The deadlines of the lock's queued waiters.
+    #[cfg(test)]
     pub(crate) fn timeouts(&self) -> String {
-        format!("{}:timeouts", self.base)
+        let (base, suffix) = self.timeouts_parts();
+        format!("{base}{suffix}")
+    }
+
+    /// [`Keys::queue`] in two parts, to write without building it.
+    pub(crate) fn queue_parts(&self) -> (&str, &'static str) {
+        (&self.base, ":queue")
+    }
+
+    /// [`Keys::timeouts`] in two parts, to write without building it.
+    pub(crate) fn timeouts_parts(&self) -> (&str, &'static str) {
+        (&self.base, ":timeouts")
     }
 
     /// The hash slot of every key of the lock: its name's.

@@ -277,8 +277,7 @@ impl Server for ClusterNode {
         let mut conn = self.shards.conn.clone();
         let map = Arc::clone(&self.shards.map);
         Box::pin(async move {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let slot = keys.first().map_or(0, |k| key_slot(k));
+            let slot = keys.first().map_or(0, key_slot);
             let mut send_body = false;
             let mut route = Redirect::BySlot;
             let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);

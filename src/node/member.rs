@@ -56,7 +56,7 @@ pub(crate) trait Server: Send + Sync + 'static {
 /// the arguments it adds, how its reply reads.
 pub(crate) struct Call<T, R> {
     pub(crate) script: &'static scripts::Lua,
-    pub(crate) keys: Vec<String>,
+    pub(crate) keys: script_keys::Names,
     pub(crate) resend: Resend,
     pub(crate) confirm: Confirm,
     pub(crate) args: Box<dyn Fn(&mut redis::Cmd) + Send>,
@@ -78,7 +78,7 @@ pub(crate) enum Confirm {
 impl<T, R> Call<T, R> {
     fn new(
         script: &'static scripts::Lua,
-        keys: Vec<String>,
+        keys: script_keys::Names,
         (resend, confirm): (Resend, Confirm),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
@@ -116,7 +116,7 @@ impl<S: Server> Member<S> {
     fn run<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
         script: &'static scripts::Lua,
-        names: Vec<String>,
+        names: script_keys::Names,
         how: (Resend, Confirm),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,

@@ -34,7 +34,7 @@ pub(crate) mod member;
 pub(crate) mod redis_node;
 mod reply;
 mod script_call;
-mod script_keys;
+pub(crate) mod script_keys;
 mod spec;
 
 use std::sync::Arc;

@@ -332,8 +332,7 @@ impl Server for RedisNode {
             breaker: Arc::clone(&self.breaker),
         });
         Box::pin(async move {
-            let keys: Vec<&str> = call.keys.iter().map(String::as_str).collect();
-            let reply = sender?.run(call.script, &keys, call.resend, call.args);
+            let reply = sender?.run(call.script, &call.keys, call.resend, call.args);
             (call.read)(reply.await?)
         })
     }

@@ -100,7 +100,7 @@ impl ScriptCall {
     pub(super) async fn run<T: redis::FromRedisValue>(
         mut self,
         script: &scripts::Lua,
-        keys: &[&str],
+        keys: &super::script_keys::Names,
         resend: Resend,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, NodeError> {

@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::node::script_keys::Names;
+
 /// What `release.lua` appends to its release message when the release is a
 /// rollback (token 0): waiters of other managers retry after their backoff
 /// instead of at once (see `wait::bells`).
@@ -97,7 +99,7 @@ impl Lua {
 
     /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
     /// keys; add the arguments to it.
-    pub(crate) fn call(&self, send_body: bool, keys: &[&str]) -> redis::Cmd {
+    pub(crate) fn call(&self, send_body: bool, keys: &Names) -> redis::Cmd {
         let (name, script) = if send_body {
             ("EVAL", &self.body)
         } else {
@@ -105,12 +107,10 @@ impl Lua {
         };
         // Sized once for the name, the script, the keys and a few
         // arguments, so that building the call does not grow its buffers.
-        let data = name.len() + script.len() + keys.iter().map(|k| k.len()).sum::<usize>() + 96;
+        let data = name.len() + script.len() + keys.bytes() + 96;
         let mut cmd = redis::Cmd::with_capacity(keys.len() + 8, data);
         cmd.arg(name).arg(script).arg(keys.len());
-        for k in keys {
-            cmd.arg(*k);
-        }
+        keys.write(&mut cmd);
         cmd
     }
 }
