@@ -55,6 +55,10 @@ pub(crate) enum Invariant {
     /// A node held a lock at a key other than the one the run's key layout
     /// gives its name (see `liveness`, which samples the keys).
     Layout,
+    /// A call that may have run (an acquire or a forced release whose try
+    /// ran on a shard and whose reply was lost) was sent again (see
+    /// `shards`).
+    Resent,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through

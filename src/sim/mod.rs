@@ -143,7 +143,10 @@ mod monitor;
 mod net;
 mod node;
 mod params;
+mod replay;
 mod scenario;
+mod shard_faults;
+mod shards;
 mod tests;
 
 use std::sync::{Arc, Mutex};
@@ -156,6 +159,7 @@ use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
 use self::params::{lock_key, Mode, Params, BACKOFF_MAX, PREFIX, QUEUE_TIMEOUT};
+use self::shards::{Member, ShardedNode};
 use crate::node::NodeOps;
 use crate::{Backoff, Layout, LockManager, Quorum};
 
@@ -165,14 +169,20 @@ pub(crate) struct Outcome {
     pub(crate) violations: Vec<(Invariant, String)>,
 }
 
-/// Runs seed `seed` in `mode`, every manager in `layout`, on a fresh
-/// paused runtime.
-pub(crate) fn run(seed: u64, mode: Mode, layout: Layout) -> Outcome {
-    run_traced(seed, mode, layout, false)
+/// Runs seed `seed` in `mode`, every manager in `layout`, node 0 a
+/// sharded member if `sharded`, on a fresh paused runtime.
+pub(crate) fn run(seed: u64, mode: Mode, layout: Layout, sharded: bool) -> Outcome {
+    run_traced(seed, mode, layout, sharded, false)
 }
 
 /// Runs a seed; `trace` also logs every node call.
-pub(crate) fn run_traced(seed: u64, mode: Mode, layout: Layout, trace: bool) -> Outcome {
+pub(crate) fn run_traced(
+    seed: u64,
+    mode: Mode,
+    layout: Layout,
+    sharded: bool,
+    trace: bool,
+) -> Outcome {
     count_panics();
     PANICS.with(|p| p.set(0));
     let _rng = crate::rng::seed(seed);
@@ -181,7 +191,7 @@ pub(crate) fn run_traced(seed: u64, mode: Mode, layout: Layout, trace: bool) -> 
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let mut out = rt.block_on(world(mode, layout, trace));
+    let mut out = rt.block_on(world(mode, layout, sharded, trace));
     drop(rt);
     crate::hooks::pause::clear();
     // Tasks of the crate that panicked (tokio swallows those panics).
@@ -211,13 +221,17 @@ fn count_panics() {
     });
 }
 
-async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
+async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcome {
     let log = Log::new();
     let mut params = Params::draw(Instant::now());
     params.sets = mode == Mode::Sets;
     params.fair = mode == Mode::Fair;
     params.layout = layout;
+    if sharded {
+        params.shards = 2 + usize::from(crate::rng::up_to(1) == 1);
+    }
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
+    let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();
     let mut links = Vec::new();
     let spin = node::Spin::new(log.clone());
@@ -229,14 +243,18 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
             .zip(&mine)
             .enumerate()
             .map(|(i, (n, l))| {
-                Arc::new(SimNode {
+                let node = SimNode {
                     trace: trace.then(|| (log.clone(), checker::Who(p, 99), i)),
                     node: Arc::clone(n),
                     link: Arc::clone(l),
                     process: Arc::clone(&process),
                     timeout: params.node_timeout,
                     spin: Arc::clone(&spin),
-                }) as Arc<dyn NodeOps>
+                };
+                match member.as_ref().filter(|m| m.node == i) {
+                    Some(m) => Arc::new(ShardedNode::new(node, m, p)) as Arc<dyn NodeOps>,
+                    None => Arc::new(node) as Arc<dyn NodeOps>,
+                }
             })
             .collect();
         let manager = LockManager::builder()
@@ -269,8 +287,12 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
     log.push(
         WORLD,
         Ev::Fault(format!(
-            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms, {:?} layout",
+            "{} nodes{}, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms, {:?} layout",
             params.nodes,
+            member.as_ref().map_or(String::new(), |m| format!(
+                " (node {} a cluster of {} shards)",
+                m.node, params.shards
+            )),
             params.procs,
             params.tasks,
             params.lease,
@@ -288,9 +310,13 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: LOCKS.iter().map(|l| lock_key(layout, l)).collect(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
+        member: member.clone(),
     };
     let monitor = tokio::spawn(watch.run(params.client_end));
     let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
+    let shard_faults = member
+        .clone()
+        .map(|m| tokio::spawn(shard_faults::faults(m, log.clone(), params.clone())));
     let mut tasks = Vec::new();
     for p in 0..params.procs {
         for t in 0..params.tasks {
@@ -299,11 +325,13 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
             tasks.push(tokio::spawn(crate::clock::test::scope(process, task)));
         }
     }
-    if let Err(e) = faults.await {
-        log.push(
-            WORLD,
-            Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
-        );
+    for task in std::iter::once(faults).chain(shard_faults) {
+        if let Err(e) = task.await {
+            log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
+            );
+        }
     }
     let grace = params.client_end + Duration::from_secs(5);
     for (k, task) in tasks.into_iter().enumerate() {
@@ -324,6 +352,9 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
     }
     let _ = monitor.await;
     faults::heal_all(&ctx);
+    if let Some(m) = &member {
+        m.heal_all();
+    }
     for p in &ctx.procs {
         if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())
             .await
