@@ -29,10 +29,28 @@
 //!   the node is slow, dropped on a reply-cut link or to a stalled process,
 //!   and every connection of a node dies with its restart, or of a link
 //!   with a kill (the stream ends; the waiters poll and reconnect);
+//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
+//!   through the link's switches (`net`, walked by `node::Path`, which a
+//!   shard's call also walks):
+//!   fail fast, black hole, slow links (requests and replies jittered,
+//!   requests delivered in order), one-way link cuts, restarts with data or
+//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
+//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! - `shards`: in a sharded run, node 0 is a Redis Cluster of 2 or 3
+//!   shards, one vote (`Member`: which shard serves each lock's slot, the
+//!   slot migrating, each shard's switches and connections), reached by
+//!   each process through `ShardedNode`: each call routed by the keys it
+//!   names, each shard answering `MOVED`, `ASK` or `TRYAGAIN` as Redis 7
+//!   does mid-migration, each error read and acted on by the production
+//!   retry rules (`node::cluster_retry`); the invariant
+//!   [`checker::Invariant::Resent`] (an acquire or a forced release sent
+//!   again after a try that ran) is checked there;
 //! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
 //!   the nodes' actual keys every 5 ms: while a live waiter (its process
 //!   neither stalled nor dead) wants a lock that is free on a quorum of the
-//!   nodes its process reaches (up, not slow, link not cut), some waiter
+//!   nodes its process reaches (up, not slow, link not cut; a sharded
+//!   member with no slot migrating and every shard and connection to it
+//!   sound), some waiter
 //!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
 //!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
 //!   its rollback, a lost split vote, timer jitter and quorum grace, and
@@ -41,12 +59,6 @@
 //!   up, or any request of the lock ending, restarts the clock. The same
 //!   samples flag a lock held at a key the layout does not give
 //!   ([`checker::Invariant::Layout`]);
-//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
-//!   through the link's switches (`net`):
-//!   fail fast, black hole, slow links (requests and replies jittered,
-//!   requests delivered in order), one-way link cuts, restarts with data or
-//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
-//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
 //! - `ctx`: what a run shares (`Ctx`): the log, the params, the processes
 //!   (`Proc`: a manager, a clock, a stall and a link each), the nodes and
 //!   links, the holds seen so far and the waiting requests (`liveness`);
@@ -54,6 +66,10 @@
 //!   `valid_until()` on the suspend-aware clock) and when its `lost()`
 //!   fires (one `lost()` future for the whole hold, as a caller waits);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
+//! - `shard_faults`: a sharded run's migrations (one at a time, keys moved
+//!   every 2 to 8 ms, sometimes after a pause) and shard faults (fail
+//!   fast, black hole, slow, replies reset after the call ran), alongside
+//!   `faults`;
 //! - `clients`: processes (one manager each, one
 //!   [`crate::clock::test::Process`] each: see "Suspends" below) with
 //!   several tasks doing
@@ -68,6 +84,8 @@
 //!   or plain place is a dead waiter's); a process may be suspended;
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
 //!   dead waiter; a plain request behind a stuck fair waiter);
+//! - `replay`: a run's names (`Setup`: mode, layout, sharded), the
+//!   replay command a failing test prints, and the replay test;
 //! - `tests`: the CI budget and the must-fail tests; the mutations they
 //!   switch on are in `crate::hooks::mutation`.
 //!
@@ -75,16 +93,19 @@
 //!
 //! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds,
 //!   500 each of the pause-heavy, reset-heavy, sets and fair modes, 500 safe-mode and
-//!   200 each of sets- and fair-mode seeds in Redisson's layout, the unsafe
-//!   modes and the mutations (two of them in Redisson's layout too);
+//!   200 each of sets- and fair-mode seeds in Redisson's layout, 400
+//!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
+//!   sharded, the unsafe modes and the mutations (two of them in Redisson's
+//!   layout too, `resend-may-have-run` sharded);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
-//!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` set the other sweeps;
+//!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
+//!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` set the other sweeps;
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_LAYOUT=redisson]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
+//!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run]
 //!   [QUORUMLOCK_SIM_TRACE=1]
-//!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
+//!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
 //!

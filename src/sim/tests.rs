@@ -40,7 +40,7 @@ const SHARDS_SEEDS: u64 = SHARDS_CI_SEEDS;
 /// per `cargo test`.
 const SHARDS_FAIR_PAUSES_SEEDS: u64 = SHARDS_CI_SEEDS / 2;
 
-const SHARDS_CI_SEEDS: u64 = 500;
+const SHARDS_CI_SEEDS: u64 = 400;
 
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
