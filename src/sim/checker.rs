@@ -228,6 +228,8 @@ struct HoldView {
     /// Log positions: acquisition start and completion.
     since: usize,
     seq: usize,
+    /// When its acquisition started (its grants landed from then on).
+    started: Duration,
     acquired: Duration,
     token: u64,
     fixed: bool,
@@ -275,6 +277,7 @@ pub(crate) fn check(
             Ev::Acquired {
                 hold,
                 lock,
+                started,
                 since,
                 token,
                 fixed,
@@ -287,6 +290,7 @@ pub(crate) fn check(
                         proc: e.who.0,
                         since: *since,
                         seq,
+                        started: *started,
                         acquired: e.at,
                         token: *token,
                         fixed: *fixed,
@@ -414,9 +418,11 @@ pub(crate) fn check(
                     }
                 }
             }
+            // A node restarted empty after the first hold's grant landed
+            // there (its acquisition had started) lost its counter.
             let wiped = wipes
                 .iter()
-                .any(|w| *w >= first.acquired && *w <= second.acquired);
+                .any(|w| *w >= first.started && *w <= second.acquired);
             if !wiped && second.token <= first.token {
                 out.push((
                     Invariant::Fencing,
