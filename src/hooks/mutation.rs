@@ -32,6 +32,10 @@ pub(crate) enum Mutation {
     /// was suspended: a wait keeps its pre-suspend timer, late by the
     /// suspend (the code before the resume watcher).
     IgnoreResume,
+    /// A cluster member sends any call again after a broken connection,
+    /// one that may have run too (an acquire, a forced release): caught
+    /// as `Resent` by the sharded runs of the simulator.
+    ResendMayHaveRun,
 }
 
 impl Mutation {
@@ -45,6 +49,7 @@ impl Mutation {
             Self::DeferToFair => 32,
             Self::RingQuorum => 64,
             Self::IgnoreResume => 128,
+            Self::ResendMayHaveRun => 256,
         }
     }
 }

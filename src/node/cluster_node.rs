@@ -41,8 +41,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use redis::cluster::ClusterClient;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Value};
@@ -56,13 +54,14 @@ use crate::sync::locked;
 use super::cluster_batch::{batch_cost, send_batch};
 use super::cluster_feed::{check_version, ClusterFeed};
 use super::cluster_map::{check_replicas, check_seeds, SlotMap};
+use super::cluster_retry::{Retry, Step};
 use super::cluster_route::{
-    confirmed, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
+    confirmed, failure, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
 };
 use super::cluster_seed::read_seed;
 use super::member::{Call, Confirm, Server};
 use super::reply;
-use super::script_call::{broken, map_err, no_script, Resend};
+use super::script_call::map_err;
 use super::script_keys;
 use super::spec::NodeSpec;
 use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
@@ -70,11 +69,6 @@ use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed
 /// The status pipeline's reply: the hash, its PTTL, the counter, the id of
 /// the node that answered.
 type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
-
-/// The first and the longest pause before a call proven not run is sent
-/// again.
-const PAUSE_MIN: Duration = Duration::from_millis(5);
-const PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A quorum member that is a Redis Cluster.
 pub(crate) struct ClusterNode {
@@ -278,14 +272,12 @@ impl Server for ClusterNode {
         let map = Arc::clone(&self.shards.map);
         Box::pin(async move {
             let slot = keys.first().map_or(0, key_slot);
-            let mut send_body = false;
-            let mut route = Redirect::BySlot;
-            let mut after_break = usize::from(resend == Resend::AfterBrokenConnection);
-            let (started, mut pause, mut redirects) = (Instant::now(), PAUSE_MIN, 0);
+            // The rules of `cluster_retry`, shared with the simulator.
+            let mut retry = Retry::new(resend, patience);
             loop {
-                let mut cmd = script.call(send_body, &keys);
+                let mut cmd = script.call(retry.send_body(), &keys);
                 args(&mut cmd);
-                let e = match send(&mut conn, cmd, (&route, slot), wait).await {
+                let e = match send(&mut conn, cmd, (retry.route(), slot), wait).await {
                     Ok((v, acks)) => {
                         // Ran: counted only once the replicas have it.
                         confirmed(wait, acks)?;
@@ -295,43 +287,14 @@ impl Server for ClusterNode {
                     }
                     Err(e) => e,
                 };
-                let last = map_err(&e);
-                if no_script(&e) && !send_body {
-                    send_body = true;
-                    continue;
-                }
-                match next(&e) {
-                    Next::Again(to) => {
-                        redirects += 1;
-                        if redirects > MAX_TRIES {
-                            return Err(last);
-                        }
-                        if matches!(to, Redirect::Moved(..)) {
+                match retry.after(&failure(&e)) {
+                    Step::Again { moved } => {
+                        if moved {
                             locked(&map).shards.clear();
                         }
-                        route = to;
                     }
-                    Next::Pause => {
-                        // Proven not run: again after a pause, for as long
-                        // as the caller waits (its timeout drops this
-                        // future), at most the node timeout. `TRYAGAIN`
-                        // after `ASK`: the target imports the slot still;
-                        // ask it again (it answers `MOVED` if the migration
-                        // was undone). Else by the slot.
-                        if started.elapsed().saturating_add(pause) >= patience {
-                            return Err(last);
-                        }
-                        if !matches!(route, Redirect::Ask(..)) {
-                            route = Redirect::BySlot;
-                        }
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(PAUSE_MAX);
-                    }
-                    Next::MayHaveRun if broken(&e) && after_break > 0 => {
-                        after_break -= 1;
-                        route = Redirect::BySlot;
-                    }
-                    Next::MayHaveRun => return Err(last),
+                    Step::Wait(pause) => tokio::time::sleep(pause).await,
+                    Step::Stop => return Err(map_err(&e)),
                 }
             }
         })

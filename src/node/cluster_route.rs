@@ -18,11 +18,9 @@ use crate::scripts::{ms, Lua};
 use crate::sync::locked;
 
 use super::cluster_map::SlotMap;
+pub(crate) use super::cluster_retry::{Failure, Next, Redirect, MAX_TRIES};
+use super::script_call::{broken, no_script};
 use super::{RenewItem, RENEW_CHUNK};
-
-/// Tries of one script call, redirects and pauses included (the caller's
-/// timeout bounds them too).
-pub(super) const MAX_TRIES: usize = 8;
 
 /// A cluster member's way to its shards: redis-rs's cluster client (its
 /// retries off) and the member's own slot map.
@@ -54,30 +52,9 @@ impl Shards {
     }
 }
 
-/// Where to send a call again.
-#[derive(Debug, Clone)]
-pub(super) enum Redirect {
-    /// By the first key's slot, as redis-rs's map says.
-    BySlot,
-    /// To this address (`MOVED`).
-    Moved(String, u16),
-    /// To this address, after `ASKING` (`ASK`: the slot is migrating).
-    Ask(String, u16),
-}
-
-/// What an error says about sending the call again.
-pub(super) enum Next {
-    /// Proven not run: send again, routed so.
-    Again(Redirect),
-    /// Proven not run: send again after a pause.
-    Pause,
-    /// It may have run.
-    MayHaveRun,
-}
-
 /// What an error proves: only the answers listed in the module doc prove
 /// that the script did not run.
-pub(super) fn next(e: &RedisError) -> Next {
+pub(crate) fn next(e: &RedisError) -> Next {
     let to = |host: &str| -> Option<(String, u16)> {
         let (h, p) = host.rsplit_once(':')?;
         Some((h.to_owned(), p.parse().ok()?))
@@ -104,6 +81,15 @@ pub(super) fn next(e: &RedisError) -> Next {
         | ErrorKind::ClusterConnectionNotFound => Next::Pause,
         _ if e.is_connection_refusal() => Next::Pause,
         _ => Next::MayHaveRun,
+    }
+}
+
+/// What a try's error proves, for [`super::cluster_retry::Retry::after`].
+pub(crate) fn failure(e: &RedisError) -> Failure {
+    Failure {
+        next: next(e),
+        no_script: no_script(e),
+        broken: broken(e),
     }
 }
 
@@ -233,7 +219,7 @@ pub(super) async fn send(
 /// The items `which` (indices into `items`) by slot, each slot's cut in
 /// calls of at most [`RENEW_CHUNK`] locks: `(slot, item indices)` per
 /// script call.
-pub(super) fn slot_groups(
+pub(crate) fn slot_groups(
     items: &[RenewItem],
     which: impl Iterator<Item = usize>,
 ) -> Vec<(u16, Vec<usize>)> {

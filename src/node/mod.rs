@@ -27,13 +27,14 @@ mod cluster_batch;
 mod cluster_feed;
 mod cluster_map;
 pub(crate) mod cluster_node;
-mod cluster_route;
+pub(crate) mod cluster_retry;
+pub(crate) mod cluster_route;
 mod cluster_seed;
 mod feed;
 pub(crate) mod member;
 pub(crate) mod redis_node;
 mod reply;
-mod script_call;
+pub(crate) mod script_call;
 pub(crate) mod script_keys;
 mod spec;
 

@@ -55,6 +55,10 @@ pub(crate) enum Invariant {
     /// A node held a lock at a key other than the one the run's key layout
     /// gives its name (see `liveness`, which samples the keys).
     Layout,
+    /// A call that may have run (an acquire or a forced release whose try
+    /// ran on a shard and whose reply was lost) was sent again (see
+    /// `shards`).
+    Resent,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through
@@ -224,6 +228,8 @@ struct HoldView {
     /// Log positions: acquisition start and completion.
     since: usize,
     seq: usize,
+    /// When its acquisition started (its grants landed from then on).
+    started: Duration,
     acquired: Duration,
     token: u64,
     fixed: bool,
@@ -271,6 +277,7 @@ pub(crate) fn check(
             Ev::Acquired {
                 hold,
                 lock,
+                started,
                 since,
                 token,
                 fixed,
@@ -283,6 +290,7 @@ pub(crate) fn check(
                         proc: e.who.0,
                         since: *since,
                         seq,
+                        started: *started,
                         acquired: e.at,
                         token: *token,
                         fixed: *fixed,
@@ -410,9 +418,11 @@ pub(crate) fn check(
                     }
                 }
             }
+            // A node restarted empty after the first hold's grant landed
+            // there (its acquisition had started) lost its counter.
             let wiped = wipes
                 .iter()
-                .any(|w| *w >= first.acquired && *w <= second.acquired);
+                .any(|w| *w >= first.started && *w <= second.acquired);
             if !wiped && second.token <= first.token {
                 out.push((
                     Invariant::Fencing,

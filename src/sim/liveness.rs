@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use super::checker::{Ev, Invariant, Log, WORLD};
 use super::net::{Cut, Health, LinkCtl, NodeCtl};
+use super::shards::Member;
 use crate::sync::locked;
 
 /// How often the monitor looks.
@@ -144,6 +145,9 @@ pub(crate) struct Watch {
     /// The locks' keys on the nodes (in the run's layout), by lock number.
     pub(crate) keys: Vec<String>,
     pub(crate) bound: Bound,
+    /// The sharded member, if any: not counted for a process while
+    /// [`Member::impaired`] for it.
+    pub(crate) member: Option<Arc<Member>>,
 }
 
 impl Watch {
@@ -159,6 +163,10 @@ impl Watch {
                     && n.slow().is_zero()
                     && self.links[p][*i].cut() == Cut::None
                     && !n.fake.lock_keys().contains(key)
+                    && !self
+                        .member
+                        .as_ref()
+                        .is_some_and(|m| m.node == *i && m.impaired(p))
             })
             .count();
         free > self.nodes.len() / 2

@@ -29,10 +29,28 @@
 //!   the node is slow, dropped on a reply-cut link or to a stalled process,
 //!   and every connection of a node dies with its restart, or of a link
 //!   with a kill (the stream ends; the waiters poll and reconnect);
+//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
+//!   through the link's switches (`net`, walked by `node::Path`, which a
+//!   shard's call also walks):
+//!   fail fast, black hole, slow links (requests and replies jittered,
+//!   requests delivered in order), one-way link cuts, restarts with data or
+//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
+//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
+//! - `shards`: in a sharded run, node 0 is a Redis Cluster of 2 or 3
+//!   shards, one vote (`Member`: which shard serves each lock's slot, the
+//!   slot migrating, each shard's switches and connections), reached by
+//!   each process through `ShardedNode`: each call routed by the keys it
+//!   names, each shard answering `MOVED`, `ASK` or `TRYAGAIN` as Redis 7
+//!   does mid-migration, each error read and acted on by the production
+//!   retry rules (`node::cluster_retry`); the invariant
+//!   [`checker::Invariant::Resent`] (an acquire or a forced release sent
+//!   again after a try that ran) is checked there;
 //! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
 //!   the nodes' actual keys every 5 ms: while a live waiter (its process
 //!   neither stalled nor dead) wants a lock that is free on a quorum of the
-//!   nodes its process reaches (up, not slow, link not cut), some waiter
+//!   nodes its process reaches (up, not slow, link not cut; a sharded
+//!   member with no slot migrating and every shard and connection to it
+//!   sound), some waiter
 //!   is granted it within `queue_timeout / 3 + 2 × node_timeout +
 //!   backoff max + 7 ms + 20 ms` (a placed waiter's refresh, an attempt and
 //!   its rollback, a lost split vote, timer jitter and quorum grace, and
@@ -41,12 +59,6 @@
 //!   up, or any request of the lock ending, restarts the clock. The same
 //!   samples flag a lock held at a key the layout does not give
 //!   ([`checker::Invariant::Layout`]);
-//! - `node`: `SimNode`, a decorator over `FakeNode` per client↔node link,
-//!   through the link's switches (`net`):
-//!   fail fast, black hole, slow links (requests and replies jittered,
-//!   requests delivered in order), one-way link cuts, restarts with data or
-//!   empty, clock jumps (`FakeNode::jump_clock`); and a spin detector (node
-//!   calls without virtual time passing: [`checker::Invariant::Spin`]);
 //! - `ctx`: what a run shares (`Ctx`): the log, the params, the processes
 //!   (`Proc`: a manager, a clock, a stall and a link each), the nodes and
 //!   links, the holds seen so far and the waiting requests (`liveness`);
@@ -54,6 +66,10 @@
 //!   `valid_until()` on the suspend-aware clock) and when its `lost()`
 //!   fires (one `lost()` future for the whole hold, as a caller waits);
 //! - `faults`: the fault schedule of a run, per [`Mode`];
+//! - `shard_faults`: a sharded run's migrations (one at a time, keys moved
+//!   every 2 to 8 ms, sometimes after a pause) and shard faults (fail
+//!   fast, black hole, slow, replies reset after the call ran), alongside
+//!   `faults`;
 //! - `clients`: processes (one manager each, one
 //!   [`crate::clock::test::Process`] each: see "Suspends" below) with
 //!   several tasks doing
@@ -68,6 +84,8 @@
 //!   or plain place is a dead waiter's); a process may be suspended;
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
 //!   dead waiter; a plain request behind a stuck fair waiter);
+//! - `replay`: a run's names (`Setup`: mode, layout, sharded), the
+//!   replay command a failing test prints, and the replay test;
 //! - `tests`: the CI budget and the must-fail tests; the mutations they
 //!   switch on are in `crate::hooks::mutation`.
 //!
@@ -75,16 +93,19 @@
 //!
 //! - `cargo test --all-features --lib sim::` runs 2,000 safe-mode seeds,
 //!   500 each of the pause-heavy, reset-heavy, sets and fair modes, 500 safe-mode and
-//!   200 each of sets- and fair-mode seeds in Redisson's layout, the unsafe
-//!   modes and the mutations (two of them in Redisson's layout too);
+//!   200 each of sets- and fair-mode seeds in Redisson's layout, 400
+//!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
+//!   sharded, the unsafe modes and the mutations (two of them in Redisson's
+//!   layout too, `resend-may-have-run` sharded);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
-//!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` set the other sweeps;
+//!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
+//!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` set the other sweeps;
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|unsafe-restart|unsafe-clock]
-//!   [QUORUMLOCK_SIM_LAYOUT=redisson]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume]
+//!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run]
 //!   [QUORUMLOCK_SIM_TRACE=1]
-//!   cargo test --all-features --lib sim::tests::replay -- --nocapture`
+//!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
 //!   `QUORUMLOCK_SIM_TRACE`); a failing test prints this command.
 //!
@@ -143,7 +164,10 @@ mod monitor;
 mod net;
 mod node;
 mod params;
+mod replay;
 mod scenario;
+mod shard_faults;
+mod shards;
 mod tests;
 
 use std::sync::{Arc, Mutex};
@@ -156,6 +180,7 @@ use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
 use self::params::{lock_key, Mode, Params, BACKOFF_MAX, PREFIX, QUEUE_TIMEOUT};
+use self::shards::{Member, ShardedNode};
 use crate::node::NodeOps;
 use crate::{Backoff, Layout, LockManager, Quorum};
 
@@ -165,14 +190,20 @@ pub(crate) struct Outcome {
     pub(crate) violations: Vec<(Invariant, String)>,
 }
 
-/// Runs seed `seed` in `mode`, every manager in `layout`, on a fresh
-/// paused runtime.
-pub(crate) fn run(seed: u64, mode: Mode, layout: Layout) -> Outcome {
-    run_traced(seed, mode, layout, false)
+/// Runs seed `seed` in `mode`, every manager in `layout`, node 0 a
+/// sharded member if `sharded`, on a fresh paused runtime.
+pub(crate) fn run(seed: u64, mode: Mode, layout: Layout, sharded: bool) -> Outcome {
+    run_traced(seed, mode, layout, sharded, false)
 }
 
 /// Runs a seed; `trace` also logs every node call.
-pub(crate) fn run_traced(seed: u64, mode: Mode, layout: Layout, trace: bool) -> Outcome {
+pub(crate) fn run_traced(
+    seed: u64,
+    mode: Mode,
+    layout: Layout,
+    sharded: bool,
+    trace: bool,
+) -> Outcome {
     count_panics();
     PANICS.with(|p| p.set(0));
     let _rng = crate::rng::seed(seed);
@@ -181,7 +212,7 @@ pub(crate) fn run_traced(seed: u64, mode: Mode, layout: Layout, trace: bool) -> 
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let mut out = rt.block_on(world(mode, layout, trace));
+    let mut out = rt.block_on(world(mode, layout, sharded, trace));
     drop(rt);
     crate::hooks::pause::clear();
     // Tasks of the crate that panicked (tokio swallows those panics).
@@ -211,13 +242,17 @@ fn count_panics() {
     });
 }
 
-async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
+async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcome {
     let log = Log::new();
     let mut params = Params::draw(Instant::now());
     params.sets = mode == Mode::Sets;
     params.fair = mode == Mode::Fair;
     params.layout = layout;
+    if sharded {
+        params.shards = 2 + usize::from(crate::rng::up_to(1) == 1);
+    }
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
+    let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();
     let mut links = Vec::new();
     let spin = node::Spin::new(log.clone());
@@ -229,14 +264,18 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
             .zip(&mine)
             .enumerate()
             .map(|(i, (n, l))| {
-                Arc::new(SimNode {
+                let node = SimNode {
                     trace: trace.then(|| (log.clone(), checker::Who(p, 99), i)),
                     node: Arc::clone(n),
                     link: Arc::clone(l),
                     process: Arc::clone(&process),
                     timeout: params.node_timeout,
                     spin: Arc::clone(&spin),
-                }) as Arc<dyn NodeOps>
+                };
+                match member.as_ref().filter(|m| m.node == i) {
+                    Some(m) => Arc::new(ShardedNode::new(node, m, p)) as Arc<dyn NodeOps>,
+                    None => Arc::new(node) as Arc<dyn NodeOps>,
+                }
             })
             .collect();
         let manager = LockManager::builder()
@@ -269,8 +308,12 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
     log.push(
         WORLD,
         Ev::Fault(format!(
-            "{} nodes, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms, {:?} layout",
+            "{} nodes{}, {} processes x {} tasks, lease {:?}, node timeout {:?}, fault gap <= {}ms, {:?} layout",
             params.nodes,
+            member.as_ref().map_or(String::new(), |m| format!(
+                " (node {} a cluster of {} shards)",
+                m.node, params.shards
+            )),
             params.procs,
             params.tasks,
             params.lease,
@@ -288,9 +331,13 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: LOCKS.iter().map(|l| lock_key(layout, l)).collect(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
+        member: member.clone(),
     };
     let monitor = tokio::spawn(watch.run(params.client_end));
     let faults = tokio::spawn(faults::schedule(Arc::clone(&ctx), mode));
+    let shard_faults = member
+        .clone()
+        .map(|m| tokio::spawn(shard_faults::faults(m, log.clone(), params.clone())));
     let mut tasks = Vec::new();
     for p in 0..params.procs {
         for t in 0..params.tasks {
@@ -299,11 +346,13 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
             tasks.push(tokio::spawn(crate::clock::test::scope(process, task)));
         }
     }
-    if let Err(e) = faults.await {
-        log.push(
-            WORLD,
-            Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
-        );
+    for task in std::iter::once(faults).chain(shard_faults) {
+        if let Err(e) = task.await {
+            log.push(
+                WORLD,
+                Ev::Violation(Invariant::Liveness, format!("fault task: {e}")),
+            );
+        }
     }
     let grace = params.client_end + Duration::from_secs(5);
     for (k, task) in tasks.into_iter().enumerate() {
@@ -324,6 +373,9 @@ async fn world(mode: Mode, layout: Layout, trace: bool) -> Outcome {
     }
     let _ = monitor.await;
     faults::heal_all(&ctx);
+    if let Some(m) = &member {
+        m.heal_all();
+    }
     for p in &ctx.procs {
         if tokio::time::timeout(Duration::from_secs(5), p.manager.flush())
             .await

@@ -49,6 +49,17 @@ impl NodeCtl {
         })
     }
 
+    /// The switches of one shard of a sharded member, whose data (`fake`)
+    /// every shard of the member shares.
+    pub(crate) fn sharing(fake: Arc<FakeNode>) -> Arc<Self> {
+        Arc::new(Self {
+            fake,
+            health: Mutex::new(Health::Up),
+            slow: Mutex::new(Duration::ZERO),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
     pub(crate) fn set_health(&self, h: Health) {
         *locked(&self.health) = h;
     }

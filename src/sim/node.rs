@@ -90,13 +90,26 @@ impl Spin {
         }
         at.1 >= bound
     }
+
+    /// `reply`, delayed by `slow` when the run is spinning (counts one call).
+    pub(crate) fn slowed<T: Send + 'static>(
+        &self,
+        what: &str,
+        slow: Duration,
+        reply: BoxFuture<'static, T>,
+    ) -> BoxFuture<'static, T> {
+        if !self.spinning(what) {
+            return reply;
+        }
+        Box::pin(async move {
+            tokio::time::sleep(slow).await;
+            reply.await
+        })
+    }
 }
 
-fn never<T: Send + 'static>() -> BoxFuture<'static, Result<T, NodeError>> {
-    Box::pin(async {
-        futures::future::pending::<()>().await;
-        Err(NodeError::timeout())
-    })
+fn never<T: Send + 'static, E: Send + 'static>() -> BoxFuture<'static, Result<T, E>> {
+    Box::pin(futures::future::pending())
 }
 
 impl SimNode {
@@ -110,14 +123,7 @@ impl SimNode {
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
         let reply = self.call_now(what, f);
-        if !self.spin.spinning(what) {
-            return reply;
-        }
-        let slow = self.timeout;
-        Box::pin(async move {
-            tokio::time::sleep(slow).await;
-            reply.await
-        })
+        self.spin.slowed(what, self.timeout, reply)
     }
 
     fn call_now<T: std::fmt::Debug + Send + 'static>(
@@ -125,18 +131,84 @@ impl SimNode {
         what: &'static str,
         f: impl FnOnce(&FakeNode) -> BoxFuture<'static, Result<T, NodeError>> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, NodeError>> {
-        let health = self.node.health();
-        let cut = match self.process.cut() {
+        let path = Path {
+            node: &self.node,
+            link: &self.link,
+            process: &self.process,
+            shard: None,
+        };
+        let reply = path.send(&self.trace, what, f);
+        Box::pin(async move {
+            match reply.await {
+                Ok(r) => r,
+                Err(Lost::Refused) => Err(NodeError::new(NodeErrorKind::Connection, "refused")),
+                Err(Lost::Reset) => Err(NodeError::new(NodeErrorKind::Connection, "reset")),
+            }
+        })
+    }
+}
+
+/// How a call failed on its way, without an answer of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The connection was refused: nothing was sent.
+    Refused,
+    /// The connection was reset after the node ran the call.
+    Reset,
+}
+
+/// One shard of a sharded member on one client's way: its switches and
+/// this client's connection to it.
+#[derive(Clone)]
+pub(crate) struct ShardWay {
+    pub(crate) index: usize,
+    pub(crate) ctl: Arc<NodeCtl>,
+    pub(crate) link: Arc<LinkCtl>,
+}
+
+/// The switches a call passes: the process's, the client↔node link's, the
+/// node's, and, on a sharded member, the shard's and the client↔shard
+/// connection's (which then carries the requests in order).
+pub(crate) struct Path<'a> {
+    pub(crate) node: &'a Arc<NodeCtl>,
+    pub(crate) link: &'a Arc<LinkCtl>,
+    pub(crate) process: &'a Arc<LinkCtl>,
+    pub(crate) shard: Option<&'a ShardWay>,
+}
+
+impl Path<'_> {
+    /// Sends the request unless a fault drops it; the node applies it when
+    /// it arrives (at once, or after the link's jitter when the node is
+    /// slow, always in the order sent) if it is still up then; the reply
+    /// comes back after more jitter unless a fault drops it.
+    pub(crate) fn send<T: std::fmt::Debug + Send + 'static>(
+        &self,
+        trace: &Option<(Log, Who, usize)>,
+        what: &'static str,
+        f: impl FnOnce(&FakeNode) -> BoxFuture<'static, T> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, Lost>> {
+        let shard = self.shard.cloned();
+        let mut health = self.node.health();
+        if let (Health::Up, Some(s)) = (health, &shard) {
+            health = s.ctl.health();
+        }
+        let mut cut = match self.process.cut() {
             Cut::None => self.link.cut(),
             c => c,
         };
-        if let Some((log, who, node)) = &self.trace {
+        if let (Cut::None, Some(s)) = (cut, &shard) {
+            cut = s.link.cut();
+        }
+        if let Some((log, who, node)) = trace {
+            let on = shard
+                .as_ref()
+                .map_or(String::new(), |s| format!("shard {} ", s.index));
             log.push(
                 *who,
                 Ev::Call {
                     node: *node,
                     call: what,
-                    fate: format!("{health:?} {cut:?}"),
+                    fate: format!("{on}{health:?} {cut:?}"),
                 },
             );
         }
@@ -144,7 +216,7 @@ impl SimNode {
             Health::Fail | Health::Down => {
                 return Box::pin(async {
                     tokio::task::yield_now().await;
-                    Err(NodeError::new(NodeErrorKind::Connection, "refused"))
+                    Err(Lost::Refused)
                 })
             }
             Health::BlackHole => return never(),
@@ -153,16 +225,24 @@ impl SimNode {
         if cut == Cut::Requests {
             return never();
         }
-        let jitter = || self.node.jitter().unwrap_or_default();
+        let jitter = || {
+            let by_shard = shard.as_ref().and_then(|s| s.ctl.jitter());
+            by_shard.or_else(|| self.node.jitter()).unwrap_or_default()
+        };
         let (there, back) = (jitter(), jitter());
         let (tx, rx) = oneshot::channel();
-        let node = Arc::clone(&self.node);
+        let node = Arc::clone(self.node);
+        let on = shard.as_ref().map(|s| Arc::clone(&s.ctl));
+        let epochs = move |node: &NodeCtl, on: &Option<Arc<NodeCtl>>| {
+            (node.epoch(), on.as_ref().map(|s| s.epoch()))
+        };
         let apply = move || -> BoxFuture<'static, ()> {
             // Arrived: a node that went down meanwhile never saw it.
-            if node.health() != Health::Up {
+            let up = |n: &NodeCtl| n.health() == Health::Up;
+            if !up(&node) || on.as_deref().is_some_and(|s| !up(s)) {
                 return Box::pin(async {});
             }
-            let epoch = node.epoch();
+            let epoch = epochs(&node, &on);
             let reply = f(&node.fake);
             Box::pin(async move {
                 let r = reply.await;
@@ -170,9 +250,11 @@ impl SimNode {
             })
         };
         // Applied now, in call order, when nothing is queued on the link.
-        let applied = self.link.send(there, apply).map(|apply| apply());
-        let node = Arc::clone(&self.node);
-        let trace = self.trace.clone();
+        let wire = shard.as_ref().map_or(self.link, |s| &s.link);
+        let applied = wire.send(there, apply).map(|apply| apply());
+        let node = Arc::clone(self.node);
+        let on = shard.as_ref().map(|s| Arc::clone(&s.ctl));
+        let trace = trace.clone();
         Box::pin(async move {
             if let Some(reply) = applied {
                 reply.await;
@@ -184,12 +266,12 @@ impl SimNode {
                 return never().await;
             }
             if cut == Cut::Resets {
-                return Err(NodeError::new(NodeErrorKind::Connection, "reset"));
+                return Err(Lost::Reset);
             }
             if !back.is_zero() {
                 tokio::time::sleep(back).await;
             }
-            if node.epoch() != epoch {
+            if epochs(&node, &on) != epoch {
                 // The connection died with the node: the reply is lost.
                 return never().await;
             }
@@ -203,7 +285,7 @@ impl SimNode {
                     },
                 );
             }
-            r
+            Ok(r)
         })
     }
 }
@@ -243,10 +325,10 @@ impl TestNode for SimNode {
         })
     }
 
-    fn forced(&self, keys: &Keys) -> Box<dyn FnOnce() + Send> {
+    fn forced(&self, keys: &Keys) -> Arc<dyn Fn() + Send + Sync> {
         let log = self.spin.log.clone();
         let lock = LOCKS.iter().position(|l| **l == *keys.name);
-        Box::new(move || {
+        Arc::new(move || {
             // An administrative break lands on this node now, maybe after
             // `force_unlock` returned: holds that exist now are broken.
             if let Some(lock) = lock {

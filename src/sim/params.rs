@@ -54,6 +54,9 @@ pub(crate) struct Params {
     /// The key layout of every manager (set from the run, not drawn: a
     /// seed draws the same history up to where the layouts differ).
     pub(crate) layout: Layout,
+    /// Shards of the sharded member (node 0), 2 or 3, drawn after the rest
+    /// in a sharded run only; 0 when every node is a standalone one.
+    pub(crate) shards: usize,
 }
 
 impl Params {
@@ -82,6 +85,7 @@ impl Params {
             sets: false,
             fair: false,
             layout: Layout::Quorumlock,
+            shards: 0,
         }
     }
 }

@@ -110,6 +110,7 @@ async fn world(scenario: Scenario) -> (Vec<(Invariant, String)>, String) {
         procs: procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: vec![super::params::lock_key(Layout::Quorumlock, "x")],
         bound: Bound::new(QUEUE_TIMEOUT, NODE_TIMEOUT, BACKOFF_MAX),
+        member: None,
     };
     let monitor = tokio::spawn(watch.run(start + RUN));
     let at = |ms: u64| tokio::time::sleep_until(start + Duration::from_millis(ms));

@@ -6,6 +6,7 @@ use std::time::Instant as WallClock;
 
 use super::checker::Invariant;
 use super::params::Mode;
+use super::replay::{env_u64, mutation_name, replay_command, Setup};
 use super::scenario::{self, Scenario};
 use super::{run, run_traced};
 use crate::hooks::mutation::{self, Mutation};
@@ -31,6 +32,15 @@ const REDISSON_SEEDS: u64 = 500;
 
 /// Seeds of the sets and fair modes in Redisson's key layout per `cargo test`.
 const REDISSON_SETS_FAIR_SEEDS: u64 = 200;
+
+/// Seeds of the safe mode with node 0 a sharded member per `cargo test`.
+const SHARDS_SEEDS: u64 = SHARDS_CI_SEEDS;
+
+/// Seeds of the fair and pause-heavy modes with node 0 a sharded member
+/// per `cargo test`.
+const SHARDS_FAIR_PAUSES_SEEDS: u64 = SHARDS_CI_SEEDS / 2;
+
+const SHARDS_CI_SEEDS: u64 = 400;
 
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
@@ -71,63 +81,13 @@ const REGRESSIONS: &[(u64, Mode, Layout, Invariant)] = &[
     (3, Mode::Resets, Layout::Quorumlock, Invariant::Spin),
 ];
 
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Safe => "safe",
-        Mode::Pauses => "pauses",
-        Mode::UnsafeRestart => "unsafe-restart",
-        Mode::UnsafeClock => "unsafe-clock",
-        Mode::Sets => "sets",
-        Mode::Fair => "fair",
-        Mode::Resets => "resets",
-    }
-}
-
-fn layout_name(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Redisson => "redisson",
-        _ => "quorumlock",
-    }
-}
-
-fn mutation_name(m: Mutation) -> &'static str {
-    match m {
-        Mutation::NoRollback => "no-rollback",
-        Mutation::RenewLapsed => "renew-lapsed",
-        Mutation::SingleTryFence => "single-try-fence",
-        Mutation::PerNodeOrder => "per-node-order",
-        Mutation::DeferredUnbounded => "deferred-unbounded",
-        Mutation::DeferToFair => "defer-to-fair",
-        Mutation::RingQuorum => "ring-quorum",
-        Mutation::IgnoreResume => "ignore-resume",
-    }
-}
-
-fn replay_command(seed: u64, mode: Mode, layout: Layout, m: Option<Mutation>) -> String {
-    let mut env = format!("QUORUMLOCK_SIM_SEED={seed}");
-    if mode != Mode::Safe {
-        env += &format!(" QUORUMLOCK_SIM_MODE={}", mode_name(mode));
-    }
-    if layout != Layout::Quorumlock {
-        env += &format!(" QUORUMLOCK_SIM_LAYOUT={}", layout_name(layout));
-    }
-    if let Some(m) = m {
-        env += &format!(" QUORUMLOCK_SIM_MUTATION={}", mutation_name(m));
-    }
-    format!("{env} cargo test --all-features --lib sim::tests::replay -- --nocapture")
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 /// Sees one seed's violations; returns whether to stop.
 type SeedCheck<'a> = dyn Fn(u64, &[(Invariant, String)]) -> bool + Sync + 'a;
 
-/// Runs seeds `0..seeds` in `layout` on two threads; `f` sees each seed's
+/// Runs seeds `0..seeds` of `setup` on two threads; `f` sees each seed's
 /// violations and returns whether to stop early. Returns the number of
 /// seeds run.
-fn sweep(seeds: u64, mode: Mode, layout: Layout, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 {
+fn sweep(seeds: u64, setup: Setup, m: Option<Mutation>, f: &SeedCheck<'_>) -> u64 {
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -140,7 +100,7 @@ fn sweep(seeds: u64, mode: Mode, layout: Layout, m: Option<Mutation>, f: &SeedCh
                     if seed >= seeds {
                         return;
                     }
-                    let out = run(seed, mode, layout);
+                    let out = run(seed, setup.mode, setup.layout, setup.sharded);
                     done.fetch_add(1, Ordering::Relaxed);
                     if f(seed, &out.violations) {
                         stop.store(true, Ordering::Relaxed);
@@ -153,14 +113,9 @@ fn sweep(seeds: u64, mode: Mode, layout: Layout, m: Option<Mutation>, f: &SeedCh
 }
 
 /// The first seed (smallest) whose history violates `want`, and the seeds it took.
-fn first_catch(
-    mode: Mode,
-    layout: Layout,
-    m: Option<Mutation>,
-    want: &[Invariant],
-) -> Option<(u64, String)> {
+fn first_catch(setup: Setup, m: Option<Mutation>, want: &[Invariant]) -> Option<(u64, String)> {
     let found = std::sync::Mutex::new(None::<(u64, String)>);
-    sweep(CATCH_BUDGET, mode, layout, m, &|seed, v| {
+    sweep(CATCH_BUDGET, setup, m, &|seed, v| {
         let hit = v.iter().find(|(i, _)| want.contains(i));
         if let Some((i, what)) = hit {
             let mut f = crate::sync::locked(&found);
@@ -174,15 +129,14 @@ fn first_catch(
     found.into_inner().ok().flatten()
 }
 
-/// Runs as many seeds of `mode` in `layout` as the variable `seeds_var`
-/// says (`seeds` when unset): no invariant but the known-failing ones may
-/// break.
-fn keeps_every_invariant(mode: Mode, layout: Layout, seeds_var: &str, seeds: u64) {
+/// Runs as many seeds of `setup` as the variable `seeds_var` says (`seeds`
+/// when unset): no invariant but the known-failing ones may break.
+fn keeps_every_invariant(setup: Setup, seeds_var: &str, seeds: u64) {
     let seeds = env_u64(seeds_var).unwrap_or(seeds);
     let failures = std::sync::Mutex::new(Vec::new());
     let known = std::sync::Mutex::new(std::collections::BTreeMap::<String, (u64, u64)>::new());
     let started = WallClock::now();
-    let ran = sweep(seeds, mode, layout, None, &|seed, v| {
+    let ran = sweep(seeds, setup, None, &|seed, v| {
         for (i, what) in v {
             if KNOWN_FAILING.contains(i) {
                 let mut k = crate::sync::locked(&known);
@@ -197,9 +151,7 @@ fn keeps_every_invariant(mode: Mode, layout: Layout, seeds_var: &str, seeds: u64
     });
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "sim: {ran} {}-mode seeds ({} layout) in {secs:.1}s ({:.0} seeds/s)",
-        mode_name(mode),
-        layout_name(layout),
+        "sim: {ran} seeds of {setup} in {secs:.1}s ({:.0} seeds/s)",
         ran as f64 / secs
     );
     for (inv, (seed, n)) in known.into_inner().unwrap_or_default() {
@@ -219,7 +171,7 @@ fn keeps_every_invariant(mode: Mode, layout: Layout, seeds_var: &str, seeds: u64
         panic!(
             "{} violations in {ran} seeds; first: seed {seed}: {inv:?}: {what}\nreplay: {}",
             failures.len(),
-            replay_command(*seed, mode, layout, None)
+            replay_command(*seed, setup, None)
         );
     }
 }
@@ -228,14 +180,15 @@ fn keeps_every_invariant(mode: Mode, layout: Layout, seeds_var: &str, seeds: u64
 fn same_seed_same_history() {
     let seeds = env_u64("QUORUMLOCK_SIM_DET_SEEDS").unwrap_or(8);
     let runs = (0..seeds)
-        .map(|seed| (seed, Layout::Quorumlock))
-        .chain((0..seeds / 2).map(|seed| (seed, Layout::Redisson)));
-    for (seed, layout) in runs {
-        let a = run_traced(seed, Mode::Safe, layout, true);
-        let b = run_traced(seed, Mode::Safe, layout, true);
+        .map(|seed| (seed, Layout::Quorumlock, false))
+        .chain((0..seeds / 2).map(|seed| (seed, Layout::Redisson, false)))
+        .chain((0..seeds / 2).map(|seed| (seed, Layout::Quorumlock, true)));
+    for (seed, layout, sharded) in runs {
+        let a = run_traced(seed, Mode::Safe, layout, sharded, true);
+        let b = run_traced(seed, Mode::Safe, layout, sharded, true);
         assert!(
             a.log == b.log,
-            "seed {seed} ({layout:?}) diverged:\n{}\n---\n{}",
+            "seed {seed} ({layout:?}, sharded {sharded}) diverged:\n{}\n---\n{}",
             a.log,
             b.log
         );
@@ -243,54 +196,57 @@ fn same_seed_same_history() {
     }
 }
 
-fn must_catch(mode: Mode, layout: Layout, m: Option<Mutation>, want: &[Invariant]) {
+fn must_catch(setup: Setup, m: Option<Mutation>, want: &[Invariant]) {
     let started = WallClock::now();
-    let Some((seed, what)) = first_catch(mode, layout, m, want) else {
+    let Some((seed, what)) = first_catch(setup, m, want) else {
         panic!(
-            "{} ({} layout) {:?} found no {want:?} violation in {CATCH_BUDGET} seeds",
-            mode_name(mode),
-            layout_name(layout),
+            "{setup} {:?} found no {want:?} violation in {CATCH_BUDGET} seeds",
             m.map(mutation_name)
         );
     };
     eprintln!(
-        "sim: {} ({} layout) {}: caught at seed {seed} ({} seeds, {:.1}s): {what}\n  replay: {}",
-        mode_name(mode),
-        layout_name(layout),
+        "sim: {setup} {}: caught at seed {seed} ({} seeds, {:.1}s): {what}\n  replay: {}",
         m.map_or("", mutation_name),
         seed + 1,
         started.elapsed().as_secs_f64(),
-        replay_command(seed, mode, layout, m)
+        replay_command(seed, setup, m)
     );
 }
 
-/// The sweeps, one test a row: `name: Mode [in Layout] [with Mutation] =>
-/// verdict`, every manager in `Layout` (by default `Quorumlock`), where the
+/// The sweeps, one test a row: `name: Mode [in Layout] [on Shards] [with
+/// Mutation] => verdict`, every manager in `Layout` (by default
+/// `Quorumlock`), node 0 a sharded member `on Shards` (see `shards`), where the
 /// verdict is `keeps(VAR or SEEDS)` (as many seeds as the
 /// variable `VAR` says, `SEEDS` when unset, and no invariant but the
 /// known-failing ones breaks; no mutation) or `breaks[invariants]` (some
 /// seed within [`CATCH_BUDGET`], with the mutation switched on, breaks one
 /// of them).
 macro_rules! sweeps {
-    ($($(#[$doc:meta])* $name:ident: $mode:ident $(in $layout:ident)? $(with $m:ident)?
-        => $verdict:ident $args:tt;)+) => {$(
+    ($($(#[$doc:meta])* $name:ident: $mode:ident $(in $layout:ident)? $(on $shards:ident)?
+        $(with $m:ident)? => $verdict:ident $args:tt;)+) => {$(
         $(#[$doc])*
         #[test]
         fn $name() {
-            let layout = sweeps!(@layout $($layout)?);
-            sweeps!(@$verdict Mode::$mode, layout, [$($m)?], $args);
+            let setup = Setup {
+                mode: Mode::$mode,
+                layout: sweeps!(@layout $($layout)?),
+                sharded: sweeps!(@sharded $($shards)?),
+            };
+            sweeps!(@$verdict setup, [$($m)?], $args);
         }
     )+};
     (@layout) => { Layout::Quorumlock };
     (@layout $layout:ident) => { Layout::$layout };
-    (@keeps $mode:expr, $layout:expr, [], ($var:literal or $seeds:ident)) => {
-        keeps_every_invariant($mode, $layout, $var, $seeds)
+    (@sharded) => { false };
+    (@sharded Shards) => { true };
+    (@keeps $setup:expr, [], ($var:literal or $seeds:ident)) => {
+        keeps_every_invariant($setup, $var, $seeds)
     };
-    (@breaks $mode:expr, $layout:expr, [], [$($want:ident),+]) => {
-        must_catch($mode, $layout, None, &[$(Invariant::$want),+])
+    (@breaks $setup:expr, [], [$($want:ident),+]) => {
+        must_catch($setup, None, &[$(Invariant::$want),+])
     };
-    (@breaks $mode:expr, $layout:expr, [$m:ident], [$($want:ident),+]) => {
-        must_catch($mode, $layout, Some(Mutation::$m), &[$(Invariant::$want),+])
+    (@breaks $setup:expr, [$m:ident], [$($want:ident),+]) => {
+        must_catch($setup, Some(Mutation::$m), &[$(Invariant::$want),+])
     };
 }
 
@@ -367,46 +323,22 @@ sweeps! {
     /// `tests::safety::fencing_tokens_never_repeat_when_raising_a_lagging_node_fails`
     /// shows it with hand-placed faults.
     mutation_single_try_fence_raise_is_caught: Pauses with SingleTryFence => breaks[Fencing];
-}
 
-/// `QUORUMLOCK_SIM_SEED=S` replays one seed and prints its history.
-#[test]
-fn replay() {
-    let Some(seed) = env_u64("QUORUMLOCK_SIM_SEED") else {
-        return;
-    };
-    let mode = match std::env::var("QUORUMLOCK_SIM_MODE").as_deref() {
-        Ok("unsafe-restart") => Mode::UnsafeRestart,
-        Ok("unsafe-clock") => Mode::UnsafeClock,
-        Ok("pauses") => Mode::Pauses,
-        Ok("sets") => Mode::Sets,
-        Ok("fair") => Mode::Fair,
-        Ok("resets") => Mode::Resets,
-        _ => Mode::Safe,
-    };
-    let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {
-        Ok("redisson") => Layout::Redisson,
-        _ => Layout::Quorumlock,
-    };
-    let m = match std::env::var("QUORUMLOCK_SIM_MUTATION").as_deref() {
-        Ok("no-rollback") => Some(Mutation::NoRollback),
-        Ok("renew-lapsed") => Some(Mutation::RenewLapsed),
-        Ok("single-try-fence") => Some(Mutation::SingleTryFence),
-        Ok("per-node-order") => Some(Mutation::PerNodeOrder),
-        Ok("deferred-unbounded") => Some(Mutation::DeferredUnbounded),
-        Ok("defer-to-fair") => Some(Mutation::DeferToFair),
-        Ok("ring-quorum") => Some(Mutation::RingQuorum),
-        Ok("ignore-resume") => Some(Mutation::IgnoreResume),
-        _ => None,
-    };
-    let _m = m.map(mutation::enable);
-    let trace = std::env::var("QUORUMLOCK_SIM_TRACE").is_ok();
-    let out = run_traced(seed, mode, layout, trace);
-    println!("{}", out.log);
-    for (i, what) in &out.violations {
-        println!("VIOLATION {i:?}: {what}");
-    }
-    println!("seed {seed}: {} violations", out.violations.len());
+    /// Node 0 a Redis Cluster of 2 or 3 shards (one vote), its locks'
+    /// slots migrating during the run and its shards failing, black-holed,
+    /// slow or resetting replies after the call ran: every call through
+    /// the production retry rules (`node::cluster_retry`).
+    sharded_member_keeps_every_invariant:
+        Safe on Shards => keeps("QUORUMLOCK_SIM_SHARDS_SEEDS" or SHARDS_SEEDS);
+    sharded_member_fair_mode_keeps_every_invariant:
+        Fair on Shards => keeps("QUORUMLOCK_SIM_SHARDS_FAIR_SEEDS" or SHARDS_FAIR_PAUSES_SEEDS);
+    sharded_member_pause_heavy_mode_keeps_every_invariant:
+        Pauses on Shards => keeps("QUORUMLOCK_SIM_SHARDS_PAUSE_SEEDS" or SHARDS_FAIR_PAUSES_SEEDS);
+    /// Sending an acquire or a forced release again after its reply was
+    /// lost to a reset (the rule redis-rs's own cluster retries break) is
+    /// seen on the shard that runs it twice.
+    mutation_resend_may_have_run_is_caught:
+        Safe on Shards with ResendMayHaveRun => breaks[Resent];
 }
 
 #[test]
@@ -415,11 +347,16 @@ fn regression_seeds_keep_their_invariant_once_fixed() {
         if KNOWN_FAILING.contains(&inv) {
             continue;
         }
-        let out = run(seed, mode, layout);
+        let out = run(seed, mode, layout, false);
         if let Some((_, what)) = out.violations.iter().find(|(i, _)| *i == inv) {
+            let setup = Setup {
+                mode,
+                layout,
+                sharded: false,
+            };
             panic!(
                 "seed {seed}: {inv:?}: {what}\nreplay: {}",
-                replay_command(seed, mode, layout, None)
+                replay_command(seed, setup, None)
             );
         }
     }

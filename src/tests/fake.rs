@@ -21,6 +21,7 @@ use crate::{Error, LockGuard, LockManager, LockManagerBuilder, MultiLockGuard, O
 mod scripts;
 mod test_node;
 
+pub(crate) use self::scripts::renew_or_repair;
 pub(crate) use self::test_node::{Script, TestNode};
 use super::fake_queue::Queue;
 
@@ -227,6 +228,24 @@ impl FakeNode {
         expire(&mut s);
     }
 
+    /// Every key it holds (unexpired), sorted, as `holds_key` counts them.
+    pub(crate) fn key_names(&self) -> Vec<String> {
+        let mut s = locked(&self.state);
+        expire(&mut s);
+        let mut keys: Vec<String> = s.locks.keys().cloned().collect();
+        keys.extend(s.fences.keys().cloned());
+        keys.extend(s.foreign.iter().cloned());
+        for q in s.queues.keys() {
+            keys.push(q.clone());
+            if let Some(base) = q.strip_suffix(":queue") {
+                keys.push(format!("{base}:timeouts"));
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// The unexpired lock keys, sorted.
     pub(crate) fn lock_keys(&self) -> Vec<String> {
         let mut s = locked(&self.state);
@@ -281,6 +300,20 @@ impl FakeNode {
 }
 
 impl State {
+    /// Whether `key` exists (a lock, a counter, a queue's sorted sets, a
+    /// foreign value; a channel is never a key), as a cluster shard sees
+    /// it when it routes a call over a migrating slot.
+    pub(crate) fn holds_key(&self, key: &str) -> bool {
+        let queue = |k: &str| self.queues.contains_key(k);
+        self.locks.contains_key(key)
+            || self.fences.contains_key(key)
+            || self.foreign.contains(key)
+            || queue(key)
+            || key
+                .strip_suffix(":timeouts")
+                .is_some_and(|base| queue(&format!("{base}:queue")))
+    }
+
     /// What a script meets reading `key`: an error when it holds a value
     /// of another type.
     fn read(&self, key: &str) -> Result<(), NodeError> {

@@ -11,14 +11,13 @@ use tokio::time::Instant;
 use super::{wrong_type, Entry, State};
 use crate::error::NodeError;
 use crate::keys::{fences, Keys};
-use crate::node::{Grant, NodeLockState, Place, Released, RenewBatch, Renewed};
+use crate::node::{Grant, NodeLockState, Place, Released, RenewItem, Renewed};
 use crate::tests::fake_queue::Queue;
 
 /// `renew.lua` (extend, report missing keys) or, with `repair`,
 /// `repair.lua` (also re-create missing keys and raise the fence).
-pub(super) fn renew_or_repair(s: &mut State, batch: &RenewBatch, repair: bool) -> Vec<Renewed> {
-    batch
-        .items
+pub(crate) fn renew_or_repair(s: &mut State, items: &[RenewItem], repair: bool) -> Vec<Renewed> {
+    items
         .iter()
         .map(|item| {
             let expires = Instant::now() + item.lease;

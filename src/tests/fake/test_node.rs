@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use crate::error::NodeError;
 use crate::keys::Keys;
+use crate::node::script_call::Resend;
+use crate::node::script_keys;
 use crate::node::{
     Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed,
 };
@@ -37,6 +39,32 @@ pub(crate) trait TestNode: Send + Sync + 'static {
         script: impl Script<T>,
     ) -> Answer<T>;
 
+    /// [`TestNode::reach`] for a call that names the keys `keys` gives (its
+    /// `KEYS`, as a real member's call names them: `node::script_keys`)
+    /// and may be sent again as `resend` says: the in-memory node takes it
+    /// as any call; a sharded one (`sim::shards`) routes it by their slot.
+    fn reach_keyed<T: Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        (keys, resend): (impl FnOnce() -> crate::node::script_keys::Names, Resend),
+        script: impl Script<T> + Clone,
+    ) -> Answer<T> {
+        let _ = (keys, resend);
+        self.reach(what, script)
+    }
+
+    /// A renewal (or, with `repair`, repair) batch: one call here.
+    fn reach_batch(
+        &self,
+        what: &'static str,
+        batch: Arc<RenewBatch>,
+        repair: bool,
+    ) -> Answer<Vec<Renewed>> {
+        self.reach(what, move |s| {
+            Ok(scripts::renew_or_repair(s, &batch.items, repair))
+        })
+    }
+
     /// The release messages the waiters receive: the in-memory node's.
     fn release_feed(&self) -> Option<Arc<dyn Feed>> {
         Some(Arc::new(HubFeed(self.fake().hub())))
@@ -48,9 +76,9 @@ pub(crate) trait TestNode: Send + Sync + 'static {
     }
 
     /// What else happens as a forced release lands on the node, run just
-    /// before its script.
-    fn forced(&self, _keys: &Keys) -> Box<dyn FnOnce() + Send> {
-        Box::new(|| {})
+    /// before its script (each time it lands).
+    fn forced(&self, _keys: &Keys) -> Arc<dyn Fn() + Send + Sync> {
+        Arc::new(|| {})
     }
 }
 
@@ -78,63 +106,74 @@ impl<N: TestNode> NodeOps for N {
     }
 
     fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
-        let (keys, c, place) = (Arc::clone(keys), claim.clone(), place.cloned());
-        self.acquired(self.reach("acquire", move |s| match place {
-            None => scripts::acquire(s, &keys, &c.holder, c.lease, c.count, false),
-            Some(p) => scripts::acquire_queued(s, &keys, &c.holder, c.lease, c.count, &p),
+        let (k, c, p) = (Arc::clone(keys), claim.clone(), place.cloned());
+        let queued = place.is_some();
+        let names = move || match queued {
+            false => script_keys::acquire(keys),
+            true => script_keys::acquire_queued(keys),
+        };
+        let names = (names, Resend::Never);
+        self.acquired(self.reach_keyed("acquire", names, move |s| match p {
+            None => scripts::acquire(s, &k, &c.holder, c.lease, c.count, false),
+            Some(p) => scripts::acquire_queued(s, &k, &c.holder, c.lease, c.count, &p),
         }))
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
-        let (keys, c) = (Arc::clone(keys), claim.clone());
-        self.reach("reenter", move |s| {
-            scripts::acquire(s, &keys, &c.holder, c.lease, c.count, true)
+        let (k, c) = (Arc::clone(keys), claim.clone());
+        let names = (|| script_keys::acquire(keys), Resend::Never);
+        self.reach_keyed("reenter", names, move |s| {
+            scripts::acquire(s, &k, &c.holder, c.lease, c.count, true)
         })
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        self.reach("leave", move |s| scripts::leave(s, &keys, &waiter))
+        let (k, waiter) = (Arc::clone(keys), Arc::clone(waiter));
+        let names = (|| script_keys::leave(keys), Resend::AfterBrokenConnection);
+        self.reach_keyed("leave", names, move |s| scripts::leave(s, &k, &waiter))
     }
 
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
-        let (keys, c) = (Arc::clone(keys), claim.clone());
-        self.reach("acquire_all", move |s| {
-            scripts::acquire_all(s, &keys, &c.holder, c.lease, c.count)
+        let (k, c) = (Arc::clone(keys), claim.clone());
+        let names = (|| script_keys::acquire_all(keys), Resend::Never);
+        self.reach_keyed("acquire_all", names, move |s| {
+            scripts::acquire_all(s, &k, &c.holder, c.lease, c.count)
         })
     }
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
-        let (keys, c) = (Arc::clone(keys), claim.clone());
-        self.reach("release", move |s| {
-            scripts::release(s, &keys, &c.holder, c.count, c.lease, token)
+        let (k, c) = (Arc::clone(keys), claim.clone());
+        let names = (|| script_keys::release(keys), Resend::AfterBrokenConnection);
+        self.reach_keyed("release", names, move |s| {
+            scripts::release(s, &k, &c.holder, c.count, c.lease, token)
         })
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.reach("renew", move |s| {
-            Ok(scripts::renew_or_repair(s, &batch, false))
-        })
+        self.reach_batch("renew", batch, false)
     }
 
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.reach("repair", move |s| {
-            Ok(scripts::renew_or_repair(s, &batch, true))
-        })
+        self.reach_batch("repair", batch, true)
     }
 
     fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
-        let keys = keys.to_vec();
-        self.reach("raise_fence", move |s| {
-            scripts::raise_fence(s, &keys, token)
+        let k = keys.to_vec();
+        let names = (
+            || script_keys::raise_fences(keys),
+            Resend::AfterBrokenConnection,
+        );
+        self.reach_keyed("raise_fence", names, move |s| {
+            scripts::raise_fence(s, &k, token)
         })
     }
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
-        let (landed, keys) = (self.forced(keys), Arc::clone(keys));
-        self.reach("force_release", move |s| {
+        let (landed, k) = (self.forced(keys), Arc::clone(keys));
+        let names = (|| script_keys::force_release(keys), Resend::Never);
+        self.reach_keyed("force_release", names, move |s| {
             landed();
-            scripts::force_release(s, &keys)
+            scripts::force_release(s, &k)
         })
     }
 
