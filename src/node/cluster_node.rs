@@ -81,6 +81,11 @@ pub(crate) struct ClusterNode {
     /// `cluster(<seed>,...)`, without credentials.
     addr: String,
     shards: Shards,
+    /// The watchdog's renewal and repair pipelines, over a second cluster
+    /// connection (one more connection to each shard, sharing the slot
+    /// map), so that acquisitions and releases never queue behind a long
+    /// renewal pipeline on the client side, as on a master.
+    renewals: Shards,
     /// `WAIT` after each write a quorum counts (`replica_wait`).
     wait: Option<ReplicaWait>,
     /// How long a call is sent again after answers proving it did not run
@@ -165,10 +170,13 @@ impl ClusterNode {
             .tcp_settings(tcp)
             .build()
             .map_err(|e| Error::invalid("cluster seeds", format!("{addr}: {e}")))?;
-        let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
-            .await
-            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let (conn, renew_conn) = tokio::time::timeout(
+            connect_timeout,
+            futures::future::try_join(client.get_async_connection(), client.get_async_connection()),
+        )
+        .await
+        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+        .map_err(|e| failure(NodeError::from_redis(&e)))?;
         let seed_host = specs
             .first()
             .and_then(|s| match s.client.get_connection_info().addr() {
@@ -181,13 +189,19 @@ impl ClusterNode {
             run_id: Some(map.identity()),
             policy,
         };
+        let shards = Shards {
+            conn,
+            map: Arc::new(Mutex::new(map)),
+            seed_host,
+        };
+        let renewals = Shards {
+            conn: renew_conn,
+            ..shards.clone()
+        };
         Ok(Self {
             addr,
-            shards: Shards {
-                conn,
-                map: Arc::new(Mutex::new(map)),
-                seed_host,
-            },
+            shards,
+            renewals,
             wait: config.replica_wait,
             patience: config.node_timeout,
             info,
@@ -213,6 +227,10 @@ impl Server for ClusterNode {
 
     fn is_cluster(&self) -> bool {
         true
+    }
+
+    fn shard_breaks(&self) -> Vec<u16> {
+        locked(&self.shards.map).shard_breaks()
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
@@ -338,9 +356,10 @@ impl Server for ClusterNode {
         })
     }
 
-    /// A renew or repair batch (see `cluster_batch`).
+    /// A renew or repair batch (see `cluster_batch`), on the renewal
+    /// connection.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        Box::pin(send_batch(self.shards.clone(), batch, self.wait))
+        Box::pin(send_batch(self.renewals.clone(), batch, self.wait))
     }
 }
 
