@@ -291,7 +291,9 @@ fn share(spread: Duration, done: usize, total: usize) -> Duration {
 /// (slow nodes, a busy client) doubles its waves, up to [`WAVE`] locks, so
 /// that it still ends in time. A node that fails a wave (an error or no
 /// answer in time) is not asked again this tick: its answers count as
-/// failures, so a dead node costs one timeout per tick, not one per wave.
+/// failures, so a dead node costs one timeout per tick, not one per wave;
+/// a cluster member, whose waves sit on one of its shards at a time, only
+/// until the waves reach the next shard (one timeout per shard).
 pub(crate) async fn tick(wd: &Watchdog) {
     let began = clock::monotonic();
     let mut holds = wd.live(clock::now());
@@ -319,6 +321,12 @@ pub(crate) async fn tick(wd: &Watchdog) {
         let due = began + share(spread, done, holds.len());
         if clock::monotonic() > due + gap {
             size = size.saturating_mul(2).min(max_wave);
+        }
+        if cuts.binary_search(&done).is_ok() {
+            // A new shard of each cluster member: one that failed a wave
+            // on the shard before is asked again (a shard that fails costs
+            // its own locks, never those of the member's other shards).
+            order::shard_changed(&wd.nodes, &mut down);
         }
         clock::sleep_until(due).await;
         wd.nodes.metrics.wave_started(due);

@@ -29,7 +29,7 @@ pub(super) fn by_shard(nodes: &Nodes, holds: &mut [Arc<Hold>]) -> Vec<usize> {
     breaks.dedup();
     // Stable: the names of one `lock_all` set (one slot on a cluster
     // member) stay together, in the order they were registered.
-    holds.sort_by_cached_key(|h| h.keys.slot());
+    holds.sort_by_key(|h| h.keys.slot());
     let slots: Vec<u16> = holds.iter().map(|h| h.keys.slot()).collect();
     cuts(&slots, &breaks)
 }
@@ -44,6 +44,16 @@ fn cuts(slots: &[u16], breaks: &[u16]) -> Vec<usize> {
         .collect();
     cuts.dedup();
     cuts
+}
+
+/// At a shard's edge: the cluster members that failed a wave (on the
+/// shard before) are no longer down; masters stay down for the tick.
+pub(super) fn shard_changed(nodes: &Nodes, down: &mut [bool]) {
+    for (i, d) in down.iter_mut().enumerate() {
+        if nodes.node(i).is_cluster() {
+            *d = false;
+        }
+    }
 }
 
 /// The end of the wave that starts at hold `done`: `size` holds later, at
