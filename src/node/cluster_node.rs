@@ -8,7 +8,9 @@
 //! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
 //! the shard, whatever their slots), one pipeline per shard: one round
 //! trip per shard per wave; a lock the shard no longer serves goes by its
-//! slot (`cluster_batch`).
+//! slot (`cluster_batch`). The batches go over a second cluster connection
+//! of their own, as a master's renewals do, so that acquisitions never
+//! queue behind them on the client side.
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran
