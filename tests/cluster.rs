@@ -925,7 +925,9 @@ async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
     }
     let ticks = s1.ticks - s0.ticks;
     let (calls, counted) = (calls1 - calls0, s1.script_calls - s0.script_calls);
-    // Waves of 100 locks (12 a tick), each one call on each of 3 shards.
+    // At most: waves of 100 locks (12 a tick), each one call on each of
+    // 3 shards. (Waves now follow the shards: about 12 calls a tick in
+    // all, see `a_shard_gets_one_full_call_per_100_of_its_locks_per_tick`.)
     let per_tick = 3 * locks.div_ceil(100) as u64;
     eprintln!(
         "{locks} locks over {} slots: {ticks} ticks, {calls} script calls on the shards, \
