@@ -11,6 +11,8 @@ mod support;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, Quorum};
 use support::local_cluster::{
     cluster, kill_shard_subscribers, raw_at, reshard_cluster, LocalCluster, Migration,
@@ -923,7 +925,9 @@ async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
     }
     let ticks = s1.ticks - s0.ticks;
     let (calls, counted) = (calls1 - calls0, s1.script_calls - s0.script_calls);
-    // Waves of 100 locks (12 a tick), each one call on each of 3 shards.
+    // At most: waves of 100 locks (12 a tick), each one call on each of
+    // 3 shards. (Waves now follow the shards: about 12 calls a tick in
+    // all, see `a_shard_gets_one_full_call_per_100_of_its_locks_per_tick`.)
     let per_tick = 3 * locks.div_ceil(100) as u64;
     eprintln!(
         "{locks} locks over {} slots: {ticks} ticks, {calls} script calls on the shards, \
@@ -999,4 +1003,157 @@ async fn a_lock_whose_slot_moves_is_renewed_by_slot_beside_its_shards_other_lock
         other.release().await.expect("release");
     }
     Migration::run(c, slot, from).await;
+}
+
+/// Per shard, the watchdog renews a tick's locks in `ceil(locks of the
+/// shard / 100)` script calls, as a master renews as many: its waves
+/// follow the slots and end where a shard's slots end, so each wave's
+/// locks sit on one shard. (Waves of 100 locks over the whole member gave
+/// each shard a call of about a third of them per wave: three calls where
+/// a master makes one.) Counted by the shards (`INFO commandstats`, on the
+/// resharding cluster, which no other test uses meanwhile) and by the
+/// watchdog's stats.
+#[tokio::test]
+async fn a_shard_gets_one_full_call_per_100_of_its_locks_per_tick() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(1500);
+    let m = build(resharded_only().lease(lease)).await;
+    let c = reshard_cluster();
+    let locks = 1500;
+    let names: Vec<String> = (0..locks).map(|i| unique(&format!("full{i}"))).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in names.chunks(locks / 16) {
+        let (m, chunk) = (m.clone(), chunk.to_vec());
+        tasks.spawn(async move {
+            let mut held = Vec::new();
+            for n in chunk {
+                held.push(m.try_lock(&n, Duration::ZERO).await.expect("lock"));
+            }
+            held
+        });
+    }
+    let mut guards = Vec::new();
+    while let Some(held) = tasks.join_next().await {
+        guards.extend(held.unwrap());
+    }
+    // One renewal tick first (the shards load the per-shard script).
+    tokio::time::sleep(lease / 2).await;
+    let topology = c.topology(&[]).await;
+    let masters = topology.masters();
+    let per_shard: Vec<u64> = masters
+        .iter()
+        .map(|&p| {
+            let held = names
+                .iter()
+                .filter(|n| topology.master_of(lock_slot(n).unwrap()) == Some(p))
+                .count();
+            held.div_ceil(100) as u64
+        })
+        .collect();
+    let per_tick: u64 = per_shard.iter().sum();
+    let s0 = m.watchdog_stats();
+    let mut calls0 = Vec::new();
+    for &p in &masters {
+        calls0.push(script_calls_on(p).await);
+    }
+    tokio::time::sleep(lease * 2).await;
+    let s1 = m.watchdog_stats();
+    let mut calls = Vec::new();
+    for (&p, c0) in masters.iter().zip(&calls0) {
+        calls.push(script_calls_on(p).await - c0);
+    }
+    let ticks = s1.ticks - s0.ticks;
+    let counted = s1.script_calls - s0.script_calls;
+    eprintln!(
+        "{locks} locks: {ticks} ticks, calls per shard {calls:?} (a tick: {per_shard:?}), \
+         {counted} counted by the watchdog, {} round trips",
+        s1.round_trips - s0.round_trips
+    );
+    assert!(ticks >= 3, "{ticks} ticks");
+    // The window holds `ticks` whole ticks, and parts of one more.
+    for ((&p, &n), &per) in masters.iter().zip(&calls).zip(&per_shard) {
+        assert!(
+            n <= (ticks + 1) * per && n >= (ticks - 1) * per,
+            "shard {p}: {n} calls in {ticks} ticks, {per} a tick expected"
+        );
+    }
+    assert!(
+        counted <= (ticks + 1) * per_tick && counted >= (ticks - 1) * per_tick,
+        "{counted} counted in {ticks} ticks, {per_tick} a tick expected"
+    );
+    assert_eq!(s1.losses, 0, "{s1:?}");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// The watchdog's renewals reach a shard over a connection of their own,
+/// as on a master: a shard's `MONITOR` shows the acquire and a status
+/// read of a lock from one client address and every renewal of it from
+/// another, so that an acquisition never waits behind a renewal pipeline
+/// queued on the client side.
+#[tokio::test]
+async fn renewals_reach_a_shard_over_a_connection_of_their_own() {
+    let lease = Duration::from_millis(600);
+    let m = build(
+        LockManager::builder()
+            .cluster(cluster().urls())
+            .lease(lease),
+    )
+    .await;
+    let name = unique("ownconn");
+    let port = cluster().port_of_slot(lock_slot(&name).unwrap());
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let monitor = client.get_async_monitor().await.unwrap();
+    let mut lines = Box::pin(monitor.into_on_message::<String>());
+    let g = m.lock(&name).await.expect("lock");
+    tokio::time::sleep(lease * 2).await;
+    m.status(&name).await.expect("status");
+    // `<time> [<db> <addr>] "<command>" "<arg>" ...`, the lock's lines
+    // only, not those its scripts run (`[0 lua]`), up to the status read.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next())
+            .await
+            .expect("the status read reaches MONITOR")
+            .expect("MONITOR open");
+        if !line.contains(&name) || line.contains(" lua]") {
+            continue;
+        }
+        let Some((addr, rest)) = line
+            .split_once('[')
+            .and_then(|(_, r)| r.split_once(']'))
+            .and_then(|(a, rest)| Some((a.split_whitespace().nth(1)?.to_owned(), rest)))
+        else {
+            continue;
+        };
+        let command = rest.split_whitespace().next().unwrap_or("").to_uppercase();
+        let status = command == "\"HGETALL\"";
+        seen.push((addr, command));
+        if status {
+            break;
+        }
+    }
+    // The acquire comes first (`EVALSHA`, or `EVAL` with the script's
+    // body after `NOSCRIPT`); each renewal is an `EVALSHA` after it.
+    let (main, _) = seen.last().unwrap();
+    let first = seen
+        .iter()
+        .position(|(_, c)| c == "\"EVALSHA\"" || c == "\"EVAL\"")
+        .expect("the acquire");
+    assert_eq!(
+        &seen[first].0, main,
+        "acquire and status share a connection"
+    );
+    let renewals: Vec<&String> = seen[first + 1..]
+        .iter()
+        .filter(|(_, c)| c == "\"EVALSHA\"")
+        .map(|(a, _)| a)
+        .collect();
+    assert!(renewals.len() >= 2, "renewals: {seen:?}");
+    assert!(
+        renewals.iter().all(|a| *a != main),
+        "renewals from the acquisitions' connection {main}: {seen:?}"
+    );
+    g.release().await.expect("release");
 }

@@ -518,6 +518,53 @@ async fn a_shard_that_fails_its_renewals_costs_only_its_own_locks() {
     }
 }
 
+/// The same with 600 locks, more than one wave a tick: the waves follow
+/// the slots, each on one shard, so the paused shard's waves fail whole.
+/// The member is asked again once the waves reach the next shard: the
+/// locks of the other two shards are kept. (While a member that failed a
+/// wave stayed down for the rest of the tick, the paused shard, first in
+/// slot order, cost every lock.)
+#[tokio::test]
+async fn a_shard_that_fails_whole_waves_costs_only_its_own_locks() {
+    let _serial = serial().await;
+    let c = replica_cluster();
+    let lease = Duration::from_millis(600);
+    let m = build(only(lease)).await;
+    let topology = c.topology(&[]).await;
+    let paused = topology.master_of(0).expect("slot 0 served");
+    let mut held = Vec::new();
+    for i in 0..600 {
+        let name = unique(&format!("waves{i}"));
+        let port = topology.master_of(lock_slot(&name).unwrap()).unwrap();
+        let g = m.try_lock(&name, Duration::ZERO).await.expect("lock");
+        held.push((port, g));
+    }
+    let mut pause = redis::cmd("CLIENT");
+    pause.arg("PAUSE").arg(2500).arg("WRITE");
+    let () = pause.query_async(&mut raw_at(paused).await).await.unwrap();
+    tokio::time::sleep(lease * 3).await;
+    let mut unpause = redis::cmd("CLIENT");
+    unpause.arg("UNPAUSE");
+    let () = unpause
+        .query_async(&mut raw_at(paused).await)
+        .await
+        .unwrap();
+    let kept = held
+        .iter()
+        .filter(|(p, g)| *p != paused && g.is_held() && !g.is_lost())
+        .count();
+    let others = held.iter().filter(|(p, _)| *p != paused).count();
+    let lost_paused = held
+        .iter()
+        .filter(|(p, g)| *p == paused && g.is_lost())
+        .count();
+    assert_eq!(kept, others, "locks of the other shards kept");
+    assert_eq!(lost_paused, held.len() - others, "the paused shard's lost");
+    for (_, g) in held {
+        let _ = g.release().await;
+    }
+}
+
 /// What `replica_wait(1, 100 ms)` costs (a measurement, not a check; run
 /// it by name, see docs/BENCHMARKS.md): the latency of `try_lock` on a
 /// healthy cluster, without and with it, interleaved in rounds of 50, and

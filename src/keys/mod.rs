@@ -49,6 +49,9 @@ pub(crate) struct Keys {
     pub(crate) foreign_channel: Option<String>,
     /// `<prefix>{<name>}`: the start of the channel's and queue's keys.
     base: String,
+    /// The hash slot of every key of the lock, computed once: the watchdog
+    /// reads it for every hold of every wave.
+    slot: u16,
 }
 
 impl Keys {
@@ -68,13 +71,15 @@ impl Keys {
     /// The keys of `name` in `layout`.
     pub(crate) fn in_layout(layout: Layout, prefix: &str, name: &str) -> Self {
         let base = format!("{prefix}{{{name}}}");
+        let slot = slot_of(name.as_bytes());
         Self {
             name: name.into(),
             lock: layout.key_at(&base, name),
-            fence: fence_key(prefix, slot_of(name.as_bytes())),
+            fence: fence_key(prefix, slot),
             channel: format!("{base}:released"),
             foreign_channel: layout.foreign_channel(name),
             base,
+            slot,
         }
     }
 }
@@ -107,7 +112,7 @@ impl Keys {
 
     /// The hash slot of every key of the lock: its name's.
     pub(crate) fn slot(&self) -> u16 {
-        name_slot(&self.name)
+        self.slot
     }
 }
 

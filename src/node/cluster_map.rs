@@ -99,6 +99,24 @@ impl SlotMap {
         (first <= slot && slot <= last).then_some(shard)
     }
 
+    /// The slots at which the shard serving the slots changes, ascending:
+    /// the first slot of each range whose shard is not the one of the
+    /// range before it (a slot after one no shard serves counts as a
+    /// change). Empty for a cluster of one shard.
+    pub(crate) fn shard_breaks(&self) -> Vec<u16> {
+        let mut breaks = Vec::new();
+        let mut before: Option<(u16, usize)> = None;
+        for &(first, last, shard) in &self.ranges {
+            if let Some((end, prev)) = before {
+                if prev != shard || u32::from(end) + 1 != u32::from(first) {
+                    breaks.push(first);
+                }
+            }
+            before = Some((last, shard));
+        }
+        breaks
+    }
+
     /// How many of the 16384 slots are served.
     pub(crate) fn covered(&self) -> usize {
         self.ranges
@@ -241,6 +259,24 @@ mod tests {
         assert_eq!(map.identity(), "cluster:a,b,c");
         let part = SlotMap::parse(&Value::Array(vec![range(0, 99, 1, "a")]), "h").expect("ok");
         assert_eq!(part.shard_of(100), None);
+    }
+
+    /// Where the serving shard changes: between shards, not between two
+    /// adjacent ranges of one shard; after a gap too.
+    #[test]
+    fn shard_breaks_are_where_the_serving_shard_changes() {
+        let map = SlotMap::parse(&three(), "h").expect("parses");
+        assert_eq!(map.shard_breaks(), [5461, 10923]);
+        let split = Value::Array(vec![
+            range(0, 99, 7001, "a"),
+            range(100, 199, 7001, "a"),
+            range(200, 16000, 7002, "b"),
+            range(16100, 16383, 7002, "b"),
+        ]);
+        let split = SlotMap::parse(&split, "h").expect("parses");
+        assert_eq!(split.shard_breaks(), [200, 16100]);
+        let one = SlotMap::parse(&Value::Array(vec![range(0, 16383, 1, "a")]), "h");
+        assert!(one.expect("parses").shard_breaks().is_empty());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
 //! the shard, whatever their slots), one pipeline per shard: one round
 //! trip per shard per wave; a lock the shard no longer serves goes by its
-//! slot (`cluster_batch`).
+//! slot (`cluster_batch`). The batches go over a second cluster connection
+//! of their own, as a master's renewals do, so that acquisitions never
+//! queue behind them on the client side.
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran
@@ -75,6 +77,11 @@ pub(crate) struct ClusterNode {
     /// `cluster(<seed>,...)`, without credentials.
     addr: String,
     shards: Shards,
+    /// The watchdog's renewal and repair pipelines, over a second cluster
+    /// connection (one more connection to each shard, sharing the slot
+    /// map), so that acquisitions and releases never queue behind a long
+    /// renewal pipeline on the client side, as on a master.
+    renewals: Shards,
     /// `WAIT` after each write a quorum counts (`replica_wait`).
     wait: Option<ReplicaWait>,
     /// How long a call is sent again after answers proving it did not run
@@ -159,10 +166,13 @@ impl ClusterNode {
             .tcp_settings(tcp)
             .build()
             .map_err(|e| Error::invalid("cluster seeds", format!("{addr}: {e}")))?;
-        let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
-            .await
-            .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-            .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let (conn, renew_conn) = tokio::time::timeout(
+            connect_timeout,
+            futures::future::try_join(client.get_async_connection(), client.get_async_connection()),
+        )
+        .await
+        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+        .map_err(|e| failure(NodeError::from_redis(&e)))?;
         let seed_host = specs
             .first()
             .and_then(|s| match s.client.get_connection_info().addr() {
@@ -175,13 +185,19 @@ impl ClusterNode {
             run_id: Some(map.identity()),
             policy,
         };
+        let shards = Shards {
+            conn,
+            map: Arc::new(Mutex::new(map)),
+            seed_host,
+        };
+        let renewals = Shards {
+            conn: renew_conn,
+            ..shards.clone()
+        };
         Ok(Self {
             addr,
-            shards: Shards {
-                conn,
-                map: Arc::new(Mutex::new(map)),
-                seed_host,
-            },
+            shards,
+            renewals,
             wait: config.replica_wait,
             patience: config.node_timeout,
             info,
@@ -207,6 +223,10 @@ impl Server for ClusterNode {
 
     fn is_cluster(&self) -> bool {
         true
+    }
+
+    fn shard_breaks(&self) -> Vec<u16> {
+        locked(&self.shards.map).shard_breaks()
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
@@ -300,9 +320,10 @@ impl Server for ClusterNode {
         })
     }
 
-    /// A renew or repair batch (see `cluster_batch`).
+    /// A renew or repair batch (see `cluster_batch`), on the renewal
+    /// connection.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        Box::pin(send_batch(self.shards.clone(), batch, self.wait))
+        Box::pin(send_batch(self.renewals.clone(), batch, self.wait))
     }
 }
 

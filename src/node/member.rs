@@ -34,6 +34,11 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// See [`NodeOps::is_cluster`].
     fn is_cluster(&self) -> bool;
 
+    /// See [`NodeOps::shard_breaks`].
+    fn shard_breaks(&self) -> Vec<u16> {
+        Vec::new()
+    }
+
     /// See [`NodeOps::batch_cost`].
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost;
 
@@ -136,6 +141,10 @@ impl<S: Server> NodeOps for Member<S> {
 
     fn is_cluster(&self) -> bool {
         self.0.is_cluster()
+    }
+
+    fn shard_breaks(&self) -> Vec<u16> {
+        self.0.shard_breaks()
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {

@@ -183,6 +183,15 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
         false
     }
 
+    /// The hash slots at which the shard serving the slots changes (see
+    /// `SlotMap::shard_breaks`), ascending: a cluster member of several
+    /// shards; empty for a master. The watchdog orders its holds by slot
+    /// and ends a wave at each, so that a wave renews the locks of one
+    /// shard (one full script call per 100 of its locks).
+    fn shard_breaks(&self) -> Vec<u16> {
+        Vec::new()
+    }
+
     /// What sending `batch` costs here: one pipeline carrying one script
     /// call per [`RENEW_CHUNK`] locks (a cluster member: one pipeline per
     /// shard, one call per shard and chunk).

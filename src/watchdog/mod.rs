@@ -1,6 +1,8 @@
 //! One watchdog per manager: renews every held lock on every node, in waves
 //! of 100 to [`WAVE`] locks spread over half the renew interval, one round
-//! trip per node per wave, on a connection of its own; repairs nodes that
+//! trip per node per wave (on a cluster member, per shard the wave's locks
+//! sit on: waves are ordered by slot and end where a shard's slots end, so
+//! that a wave's locks sit on one shard), on a connection of its own; repairs nodes that
 //! lost a key while a quorum of the others confirms the hold; and signals
 //! locks that can no longer show a quorum. This module keeps the registry
 //! of holds, paces the ticks and their waves, and counts; [`wave`] renews
@@ -21,6 +23,7 @@ use crate::nodes::Nodes;
 use crate::sync::locked;
 use crate::telemetry::Cause;
 
+mod order;
 mod wave;
 
 /// Counters of the watchdog since the manager was built.
@@ -31,12 +34,18 @@ pub struct WatchdogStats {
     pub ticks: u64,
     /// Round trips sent, summed over nodes (one pipeline per master per
     /// wave; for a member that is a Redis Cluster, one per shard its locks
-    /// sit on).
+    /// sit on). With a cluster member of several shards and more locks
+    /// than one wave takes, the waves follow the slots and end where a
+    /// shard's slots end, so each wave's locks sit on one shard of it:
+    /// one round trip per wave there too, and one wave more per shard
+    /// (thus one pipeline more per master of the same manager) per tick.
     pub round_trips: u64,
     /// Renewal and repair script calls sent, summed over nodes: one per
     /// 100 locks on a master; on a cluster member, one per shard and 100
     /// locks of it in a wave (a per-shard script renews locks of any slots
-    /// of its shard), and one per slot for locks of a slot no shard serves
+    /// of its shard; the waves being cut at the shards' edges, a shard of
+    /// `n` locks costs `ceil(n / 100)` calls a tick, as a master of `n`
+    /// locks), and one per slot for locks of a slot no shard serves
     /// in the member's map (the per-slot calls of locks a shard answers it
     /// no longer serves, mid-resharding, are not counted).
     pub script_calls: u64,
@@ -276,19 +285,35 @@ fn share(spread: Duration, done: usize, total: usize) -> Duration {
 }
 
 /// One renewal round: every registered hold, wave by wave, the waves paced
-/// evenly over the spread of [`plan`]. A tick that falls behind that pace
+/// evenly over the spread of [`plan`]; with a cluster member of several
+/// shards, the holds by slot and each wave on one shard of it
+/// ([`order`]). A tick that falls behind that pace
 /// (slow nodes, a busy client) doubles its waves, up to [`WAVE`] locks, so
 /// that it still ends in time. A node that fails a wave (an error or no
 /// answer in time) is not asked again this tick: its answers count as
-/// failures, so a dead node costs one timeout per tick, not one per wave.
+/// failures, so a dead node costs one timeout per tick, not one per wave;
+/// a cluster member, whose waves sit on one of its shards at a time, only
+/// until the waves reach the next shard (one timeout per shard).
 pub(crate) async fn tick(wd: &Watchdog) {
     let began = clock::monotonic();
-    let holds = wd.live(clock::now());
+    let mut holds = wd.live(clock::now());
     if holds.is_empty() {
         return;
     }
     let max_wave = wd.wave.load(Ordering::Relaxed).max(1);
     let (mut size, spread) = plan(holds.len(), &wd.nodes.config, max_wave);
+    // More than one wave on a manager with a cluster member of several
+    // shards: waves by slot, each on one shard of it (`order`), of whole
+    // script calls but for the last of a shard.
+    let cuts = if holds.len() > size {
+        order::by_shard(&wd.nodes, &mut holds)
+    } else {
+        Vec::new()
+    };
+    if !cuts.is_empty() {
+        let chunk = MIN_WAVE.min(max_wave);
+        size = size.next_multiple_of(chunk).min(max_wave);
+    }
     let gap = share(spread, size, holds.len());
     let mut down = vec![false; wd.nodes.len()];
     let mut done = 0;
@@ -297,9 +322,15 @@ pub(crate) async fn tick(wd: &Watchdog) {
         if clock::monotonic() > due + gap {
             size = size.saturating_mul(2).min(max_wave);
         }
+        if cuts.binary_search(&done).is_ok() {
+            // A new shard of each cluster member: one that failed a wave
+            // on the shard before is asked again (a shard that fails costs
+            // its own locks, never those of the member's other shards).
+            order::shard_changed(&wd.nodes, &mut down);
+        }
         clock::sleep_until(due).await;
         wd.nodes.metrics.wave_started(due);
-        let end = done.saturating_add(size).min(holds.len());
+        let end = order::wave_end(done, size, holds.len(), &cuts);
         wave::renew(wd, &holds[done..end], &mut down).await;
         done = end;
     }

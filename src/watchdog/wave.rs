@@ -142,7 +142,8 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
 }
 
 /// Counts the nodes that failed the wave (an error, or no answer in time)
-/// and marks them down for the rest of the tick; logs each once a tick. A
+/// and marks them down for the rest of the tick (a cluster member: until
+/// the waves reach its next shard); logs each once so. A
 /// member that answered for some locks only (a cluster member with a
 /// shard that failed) is not down: its failed locks are counted.
 fn note_failures(
