@@ -881,23 +881,10 @@ async fn script_calls_on(port: u16) -> u64 {
         .sum()
 }
 
-/// Thousands of locks over about as many slots are renewed in about one
-/// script call per shard per wave (and per 100 locks of a shard, counted
-/// in the unit tests of `cluster_batch`), not one per slot: the per-shard
-/// script renews locks of any slots of its shard. Counted by the shards
-/// themselves (`INFO commandstats`, on the resharding cluster, which no
-/// other test uses meanwhile) and by the watchdog's stats.
-#[tokio::test]
-async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
-    let _serial = reshard_serial().await;
-    let lease = Duration::from_millis(1500);
-    let m = build(resharded_only().lease(lease)).await;
-    let locks = 1200;
-    let names: Vec<String> = (0..locks).map(|i| unique(&format!("many{i}"))).collect();
-    let slots: std::collections::HashSet<u16> =
-        names.iter().map(|n| lock_slot(n).unwrap()).collect();
+/// Takes every one of `names` with `try_lock(ZERO)`, 16 tasks at once.
+async fn hold_all(m: &LockManager, names: &[String]) -> Vec<quorumlock::LockGuard> {
     let mut tasks = tokio::task::JoinSet::new();
-    for chunk in names.chunks(locks / 16) {
+    for chunk in names.chunks(names.len().div_ceil(16)) {
         let (m, chunk) = (m.clone(), chunk.to_vec());
         tasks.spawn(async move {
             let mut held = Vec::new();
@@ -911,6 +898,25 @@ async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
     while let Some(held) = tasks.join_next().await {
         guards.extend(held.unwrap());
     }
+    guards
+}
+
+/// Thousands of locks over about as many slots are renewed in about one
+/// script call per shard per wave (and per 100 locks of a shard, counted
+/// in the unit tests of `cluster_batch`), not one per slot: the per-shard
+/// script renews locks of any slots of its shard. Counted by the shards
+/// themselves (`INFO commandstats`, on the resharding cluster, which no
+/// other test uses meanwhile) and by the watchdog's stats.
+#[tokio::test]
+async fn many_locks_over_many_slots_renew_in_one_call_per_shard_and_chunk() {
+    let _serial = reshard_serial().await;
+    let lease = Duration::from_millis(1500);
+    let m = build(resharded_only().lease(lease)).await;
+    let locks: usize = 1200;
+    let names: Vec<String> = (0..locks).map(|i| unique(&format!("many{i}"))).collect();
+    let slots: std::collections::HashSet<u16> =
+        names.iter().map(|n| lock_slot(n).unwrap()).collect();
+    let guards = hold_all(&m, &names).await;
     // One renewal tick first (the shards load the per-shard script).
     tokio::time::sleep(lease / 2).await;
     let masters = reshard_cluster().master_ports();
@@ -1019,23 +1025,9 @@ async fn a_shard_gets_one_full_call_per_100_of_its_locks_per_tick() {
     let lease = Duration::from_millis(1500);
     let m = build(resharded_only().lease(lease)).await;
     let c = reshard_cluster();
-    let locks = 1500;
+    let locks: usize = 1500;
     let names: Vec<String> = (0..locks).map(|i| unique(&format!("full{i}"))).collect();
-    let mut tasks = tokio::task::JoinSet::new();
-    for chunk in names.chunks(locks / 16) {
-        let (m, chunk) = (m.clone(), chunk.to_vec());
-        tasks.spawn(async move {
-            let mut held = Vec::new();
-            for n in chunk {
-                held.push(m.try_lock(&n, Duration::ZERO).await.expect("lock"));
-            }
-            held
-        });
-    }
-    let mut guards = Vec::new();
-    while let Some(held) = tasks.join_next().await {
-        guards.extend(held.unwrap());
-    }
+    let guards = hold_all(&m, &names).await;
     // One renewal tick first (the shards load the per-shard script).
     tokio::time::sleep(lease / 2).await;
     let topology = c.topology(&[]).await;

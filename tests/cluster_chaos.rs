@@ -42,6 +42,19 @@ use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, NodeErrorKin
 use support::local_cluster::{raw_at, replica_cluster, LocalCluster, Migration};
 use support::unique;
 
+/// Pauses the writes of the master on `port` (`CLIENT PAUSE WRITE`, no
+/// failover) for `d`, under 2.5 s (the pause's own limit, a safety net
+/// should the test stop before `UNPAUSE`).
+async fn pause_writes(port: u16, d: Duration) {
+    let mut pause = redis::cmd("CLIENT");
+    pause.arg("PAUSE").arg(2500).arg("WRITE");
+    let () = pause.query_async(&mut raw_at(port).await).await.unwrap();
+    tokio::time::sleep(d).await;
+    let mut unpause = redis::cmd("CLIENT");
+    unpause.arg("UNPAUSE");
+    let () = unpause.query_async(&mut raw_at(port).await).await.unwrap();
+}
+
 /// One test at a time: each faults the one cluster.
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -491,16 +504,7 @@ async fn a_shard_that_fails_its_renewals_costs_only_its_own_locks() {
         flush.arg("FLUSH");
         let () = flush.query_async(&mut raw_at(port).await).await.unwrap();
     }
-    let mut pause = redis::cmd("CLIENT");
-    pause.arg("PAUSE").arg(2500).arg("WRITE");
-    let () = pause.query_async(&mut raw_at(paused).await).await.unwrap();
-    tokio::time::sleep(lease * 3).await;
-    let mut unpause = redis::cmd("CLIENT");
-    unpause.arg("UNPAUSE");
-    let () = unpause
-        .query_async(&mut raw_at(paused).await)
-        .await
-        .unwrap();
+    pause_writes(paused, lease * 3).await;
     for (port, g) in &held {
         if *port == paused {
             assert!(g.is_lost(), "{} on the paused shard is lost", g.name());
@@ -539,16 +543,7 @@ async fn a_shard_that_fails_whole_waves_costs_only_its_own_locks() {
         let g = m.try_lock(&name, Duration::ZERO).await.expect("lock");
         held.push((port, g));
     }
-    let mut pause = redis::cmd("CLIENT");
-    pause.arg("PAUSE").arg(2500).arg("WRITE");
-    let () = pause.query_async(&mut raw_at(paused).await).await.unwrap();
-    tokio::time::sleep(lease * 3).await;
-    let mut unpause = redis::cmd("CLIENT");
-    unpause.arg("UNPAUSE");
-    let () = unpause
-        .query_async(&mut raw_at(paused).await)
-        .await
-        .unwrap();
+    pause_writes(paused, lease * 3).await;
     let kept = held
         .iter()
         .filter(|(p, g)| *p != paused && g.is_held() && !g.is_lost())
