@@ -295,7 +295,7 @@ impl Server for ClusterNode {
             // The rules of `cluster_retry`, shared with the simulator.
             let mut retry = Retry::new(resend, patience);
             loop {
-                let mut cmd = script.call(retry.send_body(), &keys);
+                let mut cmd = keys.call(script, retry.send_body());
                 args(&mut cmd);
                 let e = match send(&mut conn, cmd, (retry.route(), slot), wait).await {
                     Ok((v, acks)) => {

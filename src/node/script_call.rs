@@ -120,7 +120,7 @@ impl ScriptCall {
             tries -= 1;
             let loaded = &self.loaded[script.id];
             let send_body = !loaded.load(Ordering::Acquire);
-            let mut cmd = script.call(send_body, keys);
+            let mut cmd = keys.call(script, send_body);
             args(&mut cmd);
             match cmd.query_async(&mut self.conn).await {
                 Ok(v) => {

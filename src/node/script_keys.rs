@@ -12,6 +12,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use crate::keys::{fences, Keys};
+use crate::scripts::Lua;
 
 /// The key names of one script call, in the order its script reads them.
 /// A call about one lock names them from the lock's [`Keys`] as the call
@@ -64,8 +65,16 @@ impl Names {
         }
     }
 
+    /// A call of `script` over these names (`EVAL` when `send_body`, else
+    /// `EVALSHA`): add the arguments to it.
+    pub(crate) fn call(&self, script: &Lua, send_body: bool) -> redis::Cmd {
+        let mut cmd = script.header(send_body, self.len(), self.bytes());
+        self.write(&mut cmd);
+        cmd
+    }
+
     /// Writes each name as one argument of `cmd`.
-    pub(crate) fn write(&self, cmd: &mut redis::Cmd) {
+    fn write(&self, cmd: &mut redis::Cmd) {
         match self {
             Self::One(keys, parts) => {
                 for &part in *parts {
@@ -250,7 +259,7 @@ mod tests {
                 raise_fences(one),
                 acquire_all(one),
             ] {
-                let cmd = crate::scripts::RELEASE.call(false, &names);
+                let cmd = names.call(&crate::scripts::RELEASE, false);
                 let args: Vec<String> = cmd
                     .args_iter()
                     .map(|a| match a {

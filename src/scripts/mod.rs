@@ -31,8 +31,6 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::node::script_keys::Names;
-
 /// What `release.lua` appends to its release message when the release is a
 /// rollback (token 0): waiters of other managers retry after their backoff
 /// instead of at once (see `wait::bells`).
@@ -97,9 +95,10 @@ impl Lua {
         cmd
     }
 
-    /// `EVAL <body> …` when `send_body`, else `EVALSHA <digest> …`, with the
-    /// keys; add the arguments to it.
-    pub(crate) fn call(&self, send_body: bool, keys: &Names) -> redis::Cmd {
+    /// `EVAL <body> <keys>` when `send_body`, else `EVALSHA <digest>
+    /// <keys>`, sized for `keys` names of about `key_bytes` bytes in all
+    /// and a few arguments: write the key names next, then the arguments.
+    pub(crate) fn header(&self, send_body: bool, keys: usize, key_bytes: usize) -> redis::Cmd {
         let (name, script) = if send_body {
             ("EVAL", &self.body)
         } else {
@@ -107,10 +106,9 @@ impl Lua {
         };
         // Sized once for the name, the script, the keys and a few
         // arguments, so that building the call does not grow its buffers.
-        let data = name.len() + script.len() + keys.bytes() + 96;
-        let mut cmd = redis::Cmd::with_capacity(keys.len() + 8, data);
-        cmd.arg(name).arg(script).arg(keys.len());
-        keys.write(&mut cmd);
+        let data = name.len() + script.len() + key_bytes + 96;
+        let mut cmd = redis::Cmd::with_capacity(keys + 8, data);
+        cmd.arg(name).arg(script).arg(keys);
         cmd
     }
 }
