@@ -19,6 +19,20 @@ pub(crate) struct RenewItem {
     pub(crate) lease: Duration,
 }
 
+#[cfg(test)]
+impl RenewItem {
+    /// The lock `name` (prefix `ql:`) held by owner `o`.
+    pub(crate) fn named(name: &str, count: u32, token: u64, lease: Duration) -> Self {
+        Self {
+            keys: Arc::new(Keys::new("ql:", name)),
+            owner: "o".into(),
+            count,
+            token,
+            lease,
+        }
+    }
+}
+
 /// Locks per script call in a renewal batch; one pipeline carries them all.
 pub(crate) const RENEW_CHUNK: usize = 100;
 

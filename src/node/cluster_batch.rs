@@ -361,39 +361,21 @@ fn timed_out() -> redis::RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::cluster_map::slots_reply;
     use std::time::Duration;
-
-    use crate::keys::Keys;
 
     /// A batch goes per shard, one call per 100 locks of a shard whatever
     /// their slots; a lock of a slot no shard serves goes by its slot.
     #[test]
     fn a_batch_groups_per_shard_in_chunks() {
         let items: Vec<RenewItem> = (0..1000)
-            .map(|i| RenewItem {
-                keys: Arc::new(Keys::new("ql:", &format!("n{i}"))),
-                owner: "o".into(),
-                count: 1,
-                token: 1,
-                lease: Duration::from_secs(1),
-            })
+            .map(|i| RenewItem::named(&format!("n{i}"), 1, 1, Duration::from_secs(1)))
             .collect();
-        let range = |f: i64, l: i64, id: &str| {
-            redis::Value::Array(vec![
-                redis::Value::Int(f),
-                redis::Value::Int(l),
-                redis::Value::Array(vec![
-                    redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                    redis::Value::Int(7000),
-                    redis::Value::BulkString(id.as_bytes().to_vec()),
-                ]),
-            ])
-        };
         // Slots 16000 to 16383 served by no shard.
-        let reply = redis::Value::Array(vec![
-            range(0, 5460, "a"),
-            range(5461, 10922, "b"),
-            range(10923, 15999, "c"),
+        let reply = slots_reply(&[
+            (0, 5460, 7000, "a"),
+            (5461, 10922, 7000, "b"),
+            (10923, 15999, 7000, "c"),
         ]);
         let map = SlotMap::parse(&reply, "h").expect("parses");
         let (parts, alone) = by_shard_items(&map, &items);
@@ -427,13 +409,7 @@ mod tests {
     fn a_shard_call_declares_one_key_and_passes_the_others() {
         let items: Vec<RenewItem> = ["a", "b", "c"]
             .iter()
-            .map(|n| RenewItem {
-                keys: Arc::new(Keys::new("ql:", n)),
-                owner: "o".into(),
-                count: 2,
-                token: 7,
-                lease: Duration::from_millis(900),
-            })
+            .map(|n| RenewItem::named(n, 2, 7, Duration::from_millis(900)))
             .collect();
         let batch = RenewBatch::new(items.clone());
         let mut pipe = redis::pipe();

@@ -224,6 +224,18 @@ pub(crate) fn check_seeds(maps: &[(String, SlotMap)]) -> Result<(), String> {
     Ok(())
 }
 
+/// A `CLUSTER SLOTS` reply: per range, its first and last slot and its
+/// master's port and id (on 127.0.0.1).
+#[cfg(test)]
+pub(super) fn slots_reply(ranges: &[(i64, i64, i64, &str)]) -> Value {
+    Value::Array(
+        ranges
+            .iter()
+            .map(|&(first, last, port, id)| tests::range(first, last, port, id))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +244,7 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
-    fn range(first: i64, last: i64, port: i64, id: &str) -> Value {
+    pub(super) fn range(first: i64, last: i64, port: i64, id: &str) -> Value {
         Value::Array(vec![
             Value::Int(first),
             Value::Int(last),

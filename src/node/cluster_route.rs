@@ -292,10 +292,7 @@ pub(super) async fn status_values(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Duration;
-
-    use crate::keys::Keys;
 
     fn server_error(text: &str) -> RedisError {
         let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("parses");
@@ -365,13 +362,7 @@ mod tests {
     #[test]
     fn a_batch_splits_per_slot_and_groups_per_shard() {
         let items: Vec<RenewItem> = (0..500)
-            .map(|i| RenewItem {
-                keys: Arc::new(Keys::new("ql:", &format!("n{}", i % 250))),
-                owner: "o".into(),
-                count: 1,
-                token: 1,
-                lease: Duration::from_secs(1),
-            })
+            .map(|i| RenewItem::named(&format!("n{}", i % 250), 1, 1, Duration::from_secs(1)))
             .collect();
         let groups = slot_groups(&items, 0..items.len());
         let mut seen = vec![0; items.len()];
@@ -383,22 +374,11 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&n| n == 1), "every item once");
-        let reply = redis::Value::Array(
-            [(0, 5460, "a"), (5461, 10922, "b"), (10923, 16383, "c")]
-                .iter()
-                .map(|&(f, l, id)| {
-                    redis::Value::Array(vec![
-                        redis::Value::Int(f),
-                        redis::Value::Int(l),
-                        redis::Value::Array(vec![
-                            redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                            redis::Value::Int(7000),
-                            redis::Value::BulkString(id.as_bytes().to_vec()),
-                        ]),
-                    ])
-                })
-                .collect(),
-        );
+        let reply = crate::node::cluster_map::slots_reply(&[
+            (0, 5460, 7000, "a"),
+            (5461, 10922, 7000, "b"),
+            (10923, 16383, 7000, "c"),
+        ]);
         let map = SlotMap::parse(&reply, "h").expect("parses");
         let all: Vec<usize> = (0..groups.len()).collect();
         let parts = by_shard(&map, &groups, &all);

@@ -307,13 +307,7 @@ mod tests {
     fn batch_items_keep_their_keys_in_their_slot() {
         let items: Vec<RenewItem> = ["a", "b", "c", "orders:42"]
             .into_iter()
-            .map(|n| RenewItem {
-                keys: Arc::new(Keys::new("ql:", n)),
-                owner: "owner".into(),
-                count: 1,
-                token: 7,
-                lease: Duration::from_secs(1),
-            })
+            .map(|n| RenewItem::named(n, 1, 7, Duration::from_secs(1)))
             .collect();
         for (repair, per_item) in [(false, 1), (true, 2)] {
             let batch = if repair {
