@@ -11,15 +11,24 @@
 //!   `30000,100000`);
 //! - `QUORUMLOCK_CLUSTER_KINDS`: `masters`, `clusters` or both (default
 //!   `masters,clusters`);
-//! - `QUORUMLOCK_CLUSTER_SHARDS`: masters per cluster member (default 3).
+//! - `QUORUMLOCK_CLUSTER_SHARDS`: masters per cluster member (default 3;
+//!   1 is a one-node cluster serving every slot, which isolates cluster
+//!   mode's own cost from the sharding);
+//! - `QUORUMLOCK_CLUSTER_MEMBERS`: quorum members (default 3; 1 takes the
+//!   quorum's fan-out off the client, to reach many locks on few cores).
 //!
 //! Per case: 64 tasks take the locks with `try_lock(ZERO)`, the manager
 //! holds them for 8 s, then releases them. It reports the locks lost, the
 //! node memory and node CPU (`used_cpu_user` + `used_cpu_sys`) per lock per
-//! renewal tick and per member (summed over a member's shards), and for
-//! cluster members how evenly the shards share the keys (`DBSIZE` while
+//! renewal tick and per member (summed over a member's shards), the same
+//! net of the servers' idle CPU (measured for 3 s before the case: a
+//! cluster node's bus and cron cost it whether or not it holds locks), the
+//! watchdog's own client-side work per lock renewed, and for cluster
+//! members how evenly the shards share the keys (`DBSIZE` while
 //! held) and the script calls (`INFO commandstats`, `evalsha` + `eval`,
-//! over the whole case: acquire, renewals, release). Prints markdown;
+//! over the whole case: acquire, renewals, release). A tick's figures are
+//! those of the window's renewals per lock held (a window of 8 s holds
+//! whole ticks and parts of two). Prints markdown;
 //! `docs/BENCHMARKS.md` keeps the last run.
 
 #![allow(clippy::cast_precision_loss)]
@@ -38,7 +47,7 @@ use support::local_cluster::LocalCluster;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Three members of one kind, and a raw connection to each of their
+/// The members of one kind, and a raw connection to each of their
 /// servers (a master, or every master of a cluster), by member.
 struct Members {
     kind: &'static str,
@@ -139,6 +148,7 @@ fn spread(v: &[f64]) -> (f64, f64) {
 
 struct Row {
     kind: &'static str,
+    members: usize,
     shards: usize,
     locks: usize,
     failed: usize,
@@ -148,13 +158,21 @@ struct Row {
     ticks: u64,
     node_bytes_per_lock: f64,
     node_us_per_lock_tick: f64,
+    node_net_us_per_lock_tick: f64,
+    idle_ms_per_sec: f64,
     busiest_shard_ms_per_tick: f64,
     round_trips_per_tick: f64,
     scripts_per_tick: f64,
+    /// The watchdog's own work (`WatchdogStats::busy_micros`) per lock
+    /// renewed (over every member).
+    busy_us_per_lock: f64,
     keys: (f64, f64),
     scripts: (f64, f64),
     keys_per_shard: Vec<f64>,
 }
+
+/// How long the servers' idle CPU is measured before each case.
+const IDLE: Duration = Duration::from_secs(3);
 
 /// Holds `locks` locks over `m` for `hold` at `lease`.
 async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Result<Row, BoxError> {
@@ -167,6 +185,15 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
     .iter()
     .sum();
     let scripts0 = each(m, |c| async move { script_calls(&c).await }).await;
+    let cpu = |c: MultiplexedConnection| async move {
+        info(&c, "cpu", &["used_cpu_user", "used_cpu_sys"]).await
+    };
+    // The servers' own CPU per second with nothing held, over `IDLE`.
+    let idle0 = each(m, cpu).await;
+    tokio::time::sleep(IDLE).await;
+    let idle1 = each(m, cpu).await;
+    let idle_per_sec =
+        idle1.iter().zip(&idle0).map(|(a, b)| a - b).sum::<f64>() / IDLE.as_secs_f64();
     let run = rand::random::<u32>();
     let next = Arc::new(AtomicUsize::new(0));
     let began = Instant::now();
@@ -206,11 +233,10 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
     .sum();
     let keys_per_shard = each(m, dbsize).await;
     let s0 = manager.watchdog_stats();
-    let cpu = |c: MultiplexedConnection| async move {
-        info(&c, "cpu", &["used_cpu_user", "used_cpu_sys"]).await
-    };
     let cpu0 = each(m, cpu).await;
+    let held_from = Instant::now();
     tokio::time::sleep(hold).await;
+    let held_secs = held_from.elapsed().as_secs_f64();
     let s1 = manager.watchdog_stats();
     let cpu1 = each(m, cpu).await;
     let ticks = s1.ticks.saturating_sub(s0.ticks).max(1);
@@ -225,7 +251,11 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
     let scripts: Vec<f64> = scripts1.iter().zip(&scripts0).map(|(a, b)| a - b).collect();
     let cpu: Vec<f64> = cpu1.iter().zip(&cpu0).map(|(a, b)| a - b).collect();
     let members = m.conns.len() as f64;
-    let ticks_f = ticks as f64;
+    // Per tick: per lock renewed, times the locks held. The renewals of the
+    // window count the partial ticks at its two ends for what they did
+    // (dividing by whole ticks counted them as a full tick's work more,
+    // up to a sixth when ticks overrun).
+    let ticks_f = (s1.locks_renewed - s0.locks_renewed).max(1) as f64 / held as f64;
     // Keys and script calls per shard, compared within each member.
     let (mut keys, mut calls) = ((f64::INFINITY, 0.0f64), (f64::INFINITY, 0.0f64));
     for member in 0..m.conns.len() {
@@ -237,6 +267,7 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
     }
     Ok(Row {
         kind: m.kind,
+        members: m.conns.len(),
         shards: m.shards(),
         locks,
         failed,
@@ -246,9 +277,17 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
         ticks,
         node_bytes_per_lock: (mem - mem0) / held as f64 / members,
         node_us_per_lock_tick: cpu.iter().sum::<f64>() * 1e6 / ticks_f / held as f64 / members,
+        node_net_us_per_lock_tick: (cpu.iter().sum::<f64>() - idle_per_sec * held_secs).max(0.0)
+            * 1e6
+            / ticks_f
+            / held as f64
+            / members,
+        idle_ms_per_sec: idle_per_sec * 1e3 / members,
         busiest_shard_ms_per_tick: cpu.iter().copied().fold(0.0, f64::max) * 1e3 / ticks_f,
         round_trips_per_tick: (s1.round_trips - s0.round_trips) as f64 / ticks_f / members,
         scripts_per_tick: (s1.script_calls - s0.script_calls) as f64 / ticks_f / members,
+        busy_us_per_lock: (s1.busy_micros - s0.busy_micros) as f64
+            / (s1.locks_renewed - s0.locks_renewed).max(1) as f64,
         keys,
         scripts: calls,
         keys_per_shard,
@@ -257,13 +296,13 @@ async fn held(m: &Members, locks: usize, lease: Duration, hold: Duration) -> Res
 
 fn table(rows: &[Row]) -> String {
     let mut t = String::from(
-        "| members | locks held | lease | failed `try_lock(ZERO)` | acquired in (s) | lost | tick overruns | ticks | node memory per lock per member (bytes) | node CPU per lock per tick per member (µs) | busiest server CPU per tick (ms) | round trips per tick per member | script calls per tick per member | keys per shard, min / max over mean | script calls per shard, min / max over mean |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| members | locks held | lease | failed `try_lock(ZERO)` | acquired in (s) | lost | tick overruns | ticks | node memory per lock per member (bytes) | node CPU per lock per tick per member (µs) | idle node CPU per member (ms/s) | the same net of idle (µs) | busiest server CPU per tick (ms) | round trips per tick per member | script calls per tick per member | watchdog busy per lock renewed (µs) | keys per shard, min / max over mean | script calls per shard, min / max over mean |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         let members = if r.kind == "masters" {
-            "3 masters".to_owned()
+            format!("{} masters", r.members)
         } else {
-            format!("3 clusters of {} shards", r.shards)
+            format!("{} clusters of {} shards", r.members, r.shards)
         };
         let balance = |(a, b): (f64, f64)| {
             if r.kind == "masters" {
@@ -273,7 +312,7 @@ fn table(rows: &[Row]) -> String {
             }
         };
         t.push_str(&format!(
-            "| {members} | {} | 3 s | {} | {:.1} | {} | {} | {} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {} | {} |\n",
+            "| {members} | {} | 3 s | {} | {:.1} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.0} | {:.2} | {} | {} |\n",
             r.locks,
             r.failed,
             r.acquire_secs,
@@ -282,9 +321,12 @@ fn table(rows: &[Row]) -> String {
             r.ticks,
             r.node_bytes_per_lock,
             r.node_us_per_lock_tick,
+            r.idle_ms_per_sec,
+            r.node_net_us_per_lock_tick,
             r.busiest_shard_ms_per_tick,
             r.round_trips_per_tick,
             r.scripts_per_tick,
+            r.busy_us_per_lock,
             balance(r.keys),
             balance(r.scripts),
         ));
@@ -310,12 +352,15 @@ async fn run() -> Result<(), BoxError> {
     let shards: usize = std::env::var("QUORUMLOCK_CLUSTER_SHARDS")
         .unwrap_or_else(|_| "3".to_owned())
         .parse()?;
+    let members: usize = std::env::var("QUORUMLOCK_CLUSTER_MEMBERS")
+        .unwrap_or_else(|_| "3".to_owned())
+        .parse()?;
     let mut sets = Vec::new();
     // Kept alive until the end: dropping them stops the servers.
     let mut masters_alive = None;
     let mut clusters_alive = Vec::new();
     if kinds.contains("masters") {
-        let nodes = LocalNodes::start(3)?;
+        let nodes = LocalNodes::start(members)?;
         let mut conns = Vec::new();
         for u in nodes.urls() {
             conns.push(connect(std::slice::from_ref(&u)).await?);
@@ -329,8 +374,12 @@ async fn run() -> Result<(), BoxError> {
     }
     if kinds.contains("clusters") {
         let (mut urls, mut conns) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            let c = LocalCluster::start(shards);
+        for _ in 0..members {
+            let c = if shards == 1 {
+                LocalCluster::start_single()
+            } else {
+                LocalCluster::start(shards)
+            };
             urls.push(c.urls());
             conns.push(connect(&c.urls()).await?);
             clusters_alive.push(c);

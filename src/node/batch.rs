@@ -165,18 +165,25 @@ impl RenewBatch {
     }
 }
 
+/// A command's arguments as text, as sent (tests).
+#[cfg(test)]
+pub(crate) fn cmd_args(cmd: &redis::Cmd) -> Vec<String> {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 impl RenewBatch {
     /// The key names (`KEYS`) of each script call of the pipeline, as sent.
     pub(crate) fn script_keys(&self) -> Vec<Vec<String>> {
-        let text = |a: redis::Arg<&[u8]>| match a {
-            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => String::new(),
-        };
         self.pipeline()
             .cmd_iter()
             .map(|cmd| {
-                let args: Vec<String> = cmd.args_iter().map(text).collect();
+                let args = cmd_args(cmd);
                 let n: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
                 args.into_iter().skip(3).take(n).collect()
             })

@@ -415,13 +415,7 @@ mod tests {
         let mut pipe = redis::pipe();
         batch.add_shard_call(&mut pipe, items.iter());
         let cmd = pipe.cmd_iter().next().expect("one call");
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
+        let args = crate::node::batch::cmd_args(cmd);
         let lock = |i: usize| items[i].keys.lock.clone();
         assert_eq!(args[0], "EVALSHA");
         assert_eq!(args[1], crate::scripts::RENEW_SHARD.sha());

@@ -186,8 +186,9 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// The hash slots at which the shard serving the slots changes (see
     /// `SlotMap::shard_breaks`), ascending: a cluster member of several
     /// shards; empty for a master. The watchdog orders its holds by slot
-    /// and ends a wave at each, so that a wave renews the locks of one
-    /// shard (one full script call per 100 of its locks).
+    /// and starts a lane at each, so that a wave renews the locks of one
+    /// shard (one full script call per 100 of its locks) and the shards'
+    /// lanes run at the same time.
     fn shard_breaks(&self) -> Vec<u16> {
         Vec::new()
     }

@@ -260,13 +260,7 @@ mod tests {
                 acquire_all(one),
             ] {
                 let cmd = names.call(&crate::scripts::RELEASE, false);
-                let args: Vec<String> = cmd
-                    .args_iter()
-                    .map(|a| match a {
-                        redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                        _ => String::new(),
-                    })
-                    .collect();
+                let args = crate::node::batch::cmd_args(&cmd);
                 let listed = names.to_vec();
                 assert_eq!(args[2], listed.len().to_string(), "{args:?}");
                 assert_eq!(names.len(), listed.len());

@@ -1,8 +1,9 @@
 -- Renew many locks on one node in a single call (the watchdog's batch).
 --
--- KEYS  the lock hashes, one per lock in the batch
+-- KEYS  the lock hashes, one per lock in the batch; read as K[ko + i], nk
+--       of them, bound by the prelude
 -- ARGV  triples, one per lock: holder id, authoritative hold count, lease in
---       milliseconds
+--       milliseconds; read as A[ao + i]
 --
 -- Returns one code per lock:
 --   1 extended: our holder held it; count converged, lease refreshed;
@@ -17,9 +18,10 @@
 --
 -- The common path costs two calls per lock: HGET and PEXPIRE.
 local out = {}
-for i = 1, #KEYS do
-  local lock = KEYS[i]
-  local holder, count, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+for i = 1, nk do
+  local lock = K[ko + i]
+  local a = ao + 3 * i
+  local holder, count, lease = A[a - 2], A[a - 1], A[a]
   local held = redis.pcall('hget', lock, holder)
   if type(held) == 'table' then
     out[i] = hget_error(held)

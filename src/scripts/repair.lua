@@ -2,9 +2,10 @@
 -- confirmed in the same watchdog tick (the watchdog's repair batch).
 --
 -- KEYS  pairs, one per lock: the lock hash <prefix>{name}, then the fence
---       counter of its slot <prefix>fence:{tag} (locks of one slot share it)
+--       counter of its slot <prefix>fence:{tag} (locks of one slot share
+--       it); read as K[ko + i], nk of them, bound by the prelude
 -- ARGV  quadruples, one per lock: holder id, authoritative hold count,
---       fencing token, lease in milliseconds
+--       fencing token, lease in milliseconds; read as A[ao + i]
 --
 -- Returns one code per lock:
 --   2 repaired: the key was missing and is re-created for our holder; its
@@ -33,10 +34,11 @@ local function counter(fence)
   end
   return counters[fence]
 end
-for i = 1, #KEYS / 2 do
-  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
-  local holder, count = ARGV[4 * i - 3], ARGV[4 * i - 2]
-  local token, lease = tonumber(ARGV[4 * i - 1]), ARGV[4 * i]
+for i = 1, nk / 2 do
+  local lock, fence = K[ko + 2 * i - 1], K[ko + 2 * i]
+  local a = ao + 4 * i
+  local holder, count = A[a - 3], A[a - 2]
+  local token, lease = tonumber(A[a - 1]), A[a]
   local held = redis.pcall('hget', lock, holder)
   if type(held) == 'table' then
     out[i] = hget_error(held)

@@ -289,6 +289,11 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
             .backoff(Backoff::new(Duration::from_millis(5), BACKOFF_MAX).expect("valid backoff"))
             .build_with(ops)
             .expect("a valid simulated cluster");
+        if member.is_some() {
+            // Waves of one lock: a tick of several holds renews them in
+            // one lane per shard of the sharded member, the lanes at once.
+            manager.inner.watchdog.set_wave(1);
+        }
         let client_id = manager
             .new_owner()
             .id()

@@ -377,6 +377,21 @@ impl TestNode for ShardedNode {
         self.routed(what, keys().to_vec(), resend, script)
     }
 
+    /// Where this client's slot map changes shard, among the slots it
+    /// knows (the lock names' slots): the watchdog's lanes follow them.
+    fn breaks(&self) -> Vec<u16> {
+        let view = locked(&self.view);
+        let mut breaks = Vec::new();
+        let mut before = None;
+        for (&slot, &shard) in view.iter() {
+            if before.is_some_and(|b| b != shard) {
+                breaks.push(slot);
+            }
+            before = Some(shard);
+        }
+        breaks
+    }
+
     fn reach_batch(
         &self,
         what: &'static str,

@@ -118,6 +118,10 @@ pub(crate) struct FakeNode {
     fail_after: Mutex<Option<u64>>,
     state: Arc<Mutex<State>>,
     pub(crate) calls: AtomicU64,
+    /// The slots where its serving shard changes, as a cluster member of
+    /// several shards reports them (`NodeOps::shard_breaks`); none by
+    /// default.
+    breaks: Mutex<Vec<u16>>,
 }
 
 impl FakeNode {
@@ -128,7 +132,18 @@ impl FakeNode {
             fail_after: Mutex::new(None),
             state: Arc::default(),
             calls: AtomicU64::new(0),
+            breaks: Mutex::default(),
         })
+    }
+
+    /// Reports `breaks` as the slots where its serving shard changes, as
+    /// a cluster member of several shards does.
+    pub(crate) fn set_shard_breaks(&self, breaks: Vec<u16>) {
+        *locked(&self.breaks) = breaks;
+    }
+
+    pub(crate) fn shard_breaks(&self) -> Vec<u16> {
+        locked(&self.breaks).clone()
     }
 
     pub(crate) fn set_mode(&self, mode: Mode) {

@@ -13,7 +13,7 @@ use crate::watchdog::{renew_timeout, tick};
 
 /// Locks per wave here, so that a few hundred locks make several waves.
 const WAVE: usize = 100;
-use crate::{LockGuard, LockManager};
+use crate::{LockGuard, LockManager, WatchdogStats};
 
 async fn holding(n: usize) -> (LockManager, Vec<Arc<FakeNode>>, Vec<LockGuard>) {
     // The builder's default node timeout.
@@ -27,6 +27,15 @@ async fn holding(n: usize) -> (LockManager, Vec<Arc<FakeNode>>, Vec<LockGuard>) 
         guards.push(m.lock(&format!("entity-{i}")).await.expect("lock"));
     }
     (m, fakes, guards)
+}
+
+/// One tick of `m`'s watchdog: how long it took, and the stats before and
+/// after it.
+async fn timed_tick(m: &LockManager) -> (Duration, WatchdogStats, WatchdogStats) {
+    let s0 = m.watchdog_stats();
+    let began = Instant::now();
+    tick(&m.inner.watchdog).await;
+    (began.elapsed(), s0, m.watchdog_stats())
 }
 
 #[tokio::test(start_paused = true)]
@@ -81,15 +90,40 @@ async fn a_tick_behind_its_pace_grows_its_waves() {
     for f in &fakes {
         f.set_mode(Mode::Slow(Duration::from_millis(600)));
     }
-    let s0 = m.watchdog_stats();
-    let began = Instant::now();
-    tick(&m.inner.watchdog).await;
-    let took = began.elapsed();
-    let s1 = m.watchdog_stats();
+    let (took, s0, s1) = timed_tick(&m).await;
     assert!(took < m.config().renew_interval, "tick took {took:?}");
     assert!(s1.round_trips - s0.round_trips < 20 * 5, "waves grew");
     assert_eq!(s1.losses, 0);
     assert_eq!(s1.overruns, 0);
+}
+
+/// On a member of several shards each shard's waves run beside the other
+/// shards' (each shard is a server of its own): a tick takes about one
+/// shard's waves, not the sum of all of them.
+#[tokio::test(start_paused = true)]
+async fn the_waves_of_different_shards_run_at_the_same_time() {
+    let n = 30 * WAVE;
+    let (m, fakes, _guards) = holding(n).await;
+    // Each node a member of three shards (the slots' usual split); every
+    // call takes 600 ms. About ten waves of 100 a shard: 6 s a shard, 18 s
+    // for the three one after another, more than the 10 s renew interval.
+    for f in &fakes {
+        f.set_shard_breaks(vec![5461, 10923]);
+        f.set_mode(Mode::Slow(Duration::from_millis(600)));
+    }
+    let (took, s0, s1) = timed_tick(&m).await;
+    assert!(
+        took < m.config().renew_interval,
+        "tick took {took:?}: the shards' waves ran one after another"
+    );
+    // This tick alone renewed meanwhile (the manager's own watchdog ticks
+    // every 10 s).
+    assert_eq!(s1.locks_renewed - s0.locks_renewed, n as u64);
+    assert_eq!(s1.overruns - s0.overruns, 0);
+    assert_eq!(s1.losses, 0);
+    // Still whole calls: at most one wave more per shard than 30.
+    let waves = (s1.round_trips - s0.round_trips) / 5;
+    assert!((30..=33).contains(&waves), "{waves} waves");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,12 +1,14 @@
 //! One watchdog per manager: renews every held lock on every node, in waves
 //! of 100 to [`WAVE`] locks spread over half the renew interval, one round
 //! trip per node per wave (on a cluster member, per shard the wave's locks
-//! sit on: waves are ordered by slot and end where a shard's slots end, so
-//! that a wave's locks sit on one shard), on a connection of its own; repairs nodes that
-//! lost a key while a quorum of the others confirms the hold; and signals
-//! locks that can no longer show a quorum. This module keeps the registry
-//! of holds, paces the ticks and their waves, and counts; [`wave`] renews
-//! one wave (mark → send → tally → repair → finish).
+//! sit on: holds are ordered by slot, in one lane per shard whose waves
+//! run beside the other lanes', so that a wave's locks sit on one shard
+//! and the shards renew at the same time), on a connection of its own;
+//! repairs nodes that lost a key while a quorum of the others confirms the
+//! hold; and signals locks that can no longer show a quorum. This module
+//! keeps the registry of holds, paces the ticks and their lanes' waves, and
+//! counts; [`wave`] renews one wave (mark → send → tally → repair →
+//! finish).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -35,10 +37,11 @@ pub struct WatchdogStats {
     /// Round trips sent, summed over nodes (one pipeline per master per
     /// wave; for a member that is a Redis Cluster, one per shard its locks
     /// sit on). With a cluster member of several shards and more locks
-    /// than one wave takes, the waves follow the slots and end where a
-    /// shard's slots end, so each wave's locks sit on one shard of it:
-    /// one round trip per wave there too, and one wave more per shard
-    /// (thus one pipeline more per master of the same manager) per tick.
+    /// than one wave takes, the holds follow the slots in one lane per
+    /// shard (the lanes run at the same time), so each wave's locks sit on
+    /// one shard of it: one round trip per wave there too, and one wave
+    /// more per shard (thus one pipeline more per master of the same
+    /// manager) per tick.
     pub round_trips: u64,
     /// Renewal and repair script calls sent, summed over nodes: one per
     /// 100 locks on a master; on a cluster member, one per shard and 100
@@ -286,14 +289,14 @@ fn share(spread: Duration, done: usize, total: usize) -> Duration {
 
 /// One renewal round: every registered hold, wave by wave, the waves paced
 /// evenly over the spread of [`plan`]; with a cluster member of several
-/// shards, the holds by slot and each wave on one shard of it
-/// ([`order`]). A tick that falls behind that pace
-/// (slow nodes, a busy client) doubles its waves, up to [`WAVE`] locks, so
-/// that it still ends in time. A node that fails a wave (an error or no
-/// answer in time) is not asked again this tick: its answers count as
-/// failures, so a dead node costs one timeout per tick, not one per wave;
-/// a cluster member, whose waves sit on one of its shards at a time, only
-/// until the waves reach the next shard (one timeout per shard).
+/// shards, the holds by slot in lanes, one per shard ([`order`]), whose
+/// waves run at the same time. A lane that falls behind that pace (slow
+/// nodes, a busy client) doubles its waves, up to [`WAVE`] locks, so that
+/// it still ends in time. A node that fails a wave (an error or no answer
+/// in time) is not asked again in its lane this tick: its answers count as
+/// failures, so a dead node costs one timeout per lane (the lanes wait at
+/// the same time), not one per wave; a shard that fails costs its own
+/// lane's locks only.
 pub(crate) async fn tick(wd: &Watchdog) {
     let began = clock::monotonic();
     let mut holds = wd.live(clock::now());
@@ -303,8 +306,8 @@ pub(crate) async fn tick(wd: &Watchdog) {
     let max_wave = wd.wave.load(Ordering::Relaxed).max(1);
     let (mut size, spread) = plan(holds.len(), &wd.nodes.config, max_wave);
     // More than one wave on a manager with a cluster member of several
-    // shards: waves by slot, each on one shard of it (`order`), of whole
-    // script calls but for the last of a shard.
+    // shards: holds by slot, in one lane per shard of it (`order`), each
+    // lane's waves of whole script calls but for its last.
     let cuts = if holds.len() > size {
         order::by_shard(&wd.nodes, &mut holds)
     } else {
@@ -314,30 +317,51 @@ pub(crate) async fn tick(wd: &Watchdog) {
         let chunk = MIN_WAVE.min(max_wave);
         size = size.next_multiple_of(chunk).min(max_wave);
     }
-    let gap = share(spread, size, holds.len());
-    let mut down = vec![false; wd.nodes.len()];
-    let mut done = 0;
-    while done < holds.len() {
-        let due = began + share(spread, done, holds.len());
-        if clock::monotonic() > due + gap {
-            size = size.saturating_mul(2).min(max_wave);
-        }
-        if cuts.binary_search(&done).is_ok() {
-            // A new shard of each cluster member: one that failed a wave
-            // on the shard before is asked again (a shard that fails costs
-            // its own locks, never those of the member's other shards).
-            order::shard_changed(&wd.nodes, &mut down);
-        }
-        clock::sleep_until(due).await;
-        wd.nodes.metrics.wave_started(due);
-        let end = order::wave_end(done, size, holds.len(), &cuts);
-        wave::renew(wd, &holds[done..end], &mut down).await;
-        done = end;
-    }
+    let pace = Pace {
+        began,
+        spread,
+        size,
+        max_wave,
+    };
+    // A shard is a server of its own: its lane runs beside the others, and
+    // the tick takes about as long as one shard's waves.
+    let lanes = order::lanes(&cuts, holds.len());
+    futures::future::join_all(lanes.into_iter().map(|r| lane(wd, &holds[r], pace))).await;
     add(&wd.counters.ticks, 1);
     let took = clock::monotonic().saturating_duration_since(began);
     if took > wd.interval() {
         add(&wd.counters.overruns, 1);
         warn!(locks = holds.len(), ?took, interval = ?wd.interval(), "a renewal tick took longer than the renew interval: the lease is short for this many locks");
+    }
+}
+
+/// How a tick's lanes pace their waves.
+#[derive(Clone, Copy)]
+struct Pace {
+    began: Instant,
+    spread: Duration,
+    /// Locks per wave to start with.
+    size: usize,
+    max_wave: usize,
+}
+
+/// Renews `holds` (one lane of a tick) in waves paced evenly over the
+/// spread, doubling the waves when behind; a node that fails a wave is
+/// down for the rest of the lane.
+async fn lane(wd: &Watchdog, holds: &[Arc<Hold>], pace: Pace) {
+    let mut size = pace.size;
+    let gap = share(pace.spread, size, holds.len());
+    let mut down = vec![false; wd.nodes.len()];
+    let mut done = 0;
+    while done < holds.len() {
+        let due = pace.began + share(pace.spread, done, holds.len());
+        if clock::monotonic() > due + gap {
+            size = size.saturating_mul(2).min(pace.max_wave);
+        }
+        clock::sleep_until(due).await;
+        wd.nodes.metrics.wave_started(due);
+        let end = done.saturating_add(size).min(holds.len());
+        wave::renew(wd, &holds[done..end], &mut down).await;
+        done = end;
     }
 }

@@ -65,6 +65,12 @@ pub(crate) trait TestNode: Send + Sync + 'static {
         })
     }
 
+    /// The slots where the serving shard changes (`NodeOps::shard_breaks`):
+    /// the in-memory node's setting (none unless a test sets them).
+    fn breaks(&self) -> Vec<u16> {
+        self.fake().shard_breaks()
+    }
+
     /// The release messages the waiters receive: the in-memory node's.
     fn release_feed(&self) -> Option<Arc<dyn Feed>> {
         Some(Arc::new(HubFeed(self.fake().hub())))
@@ -103,6 +109,10 @@ impl<N: TestNode> NodeOps for N {
 
     fn feed(&self) -> Option<Arc<dyn Feed>> {
         self.release_feed()
+    }
+
+    fn shard_breaks(&self) -> Vec<u16> {
+        self.breaks()
     }
 
     fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
