@@ -78,6 +78,10 @@ pub struct Tally {
     pub given_up: u64,
     /// Any other error (nodes too slow or down), counted and carried on.
     pub errors: u64,
+    /// The manager's watchdog counters at the end of the run. Repairs may
+    /// be non-zero: a worker's lock granted by a quorum while another
+    /// worker's attempt held a node is re-created there by the next tick.
+    pub watchdog: quorumlock::WatchdogStats,
 }
 
 /// Names the workers contend for.
@@ -163,6 +167,7 @@ pub async fn workload(urls: &[String], run: Duration) -> Result<Tally, quorumloc
         total.errors += 1;
     }
     manager.flush().await;
+    total.watchdog = manager.watchdog_stats();
     Ok(total)
 }
 

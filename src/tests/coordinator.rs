@@ -404,6 +404,36 @@ fn fence_at_10_and_job_taken_on_3_and_4(fakes: &[Arc<FakeNode>]) {
     fakes[4].take(KEY, "other", Duration::from_secs(5));
 }
 
+/// Repairs are not only for nodes that lost a key: a lock granted by a
+/// quorum while another owner held a minority is created there by the
+/// first tick after that owner let go. So plain contention counts repairs
+/// (`WatchdogStats::repairs`, `quorumlock_repairs_total`).
+#[tokio::test(start_paused = true)]
+async fn a_node_taken_at_the_grant_is_filled_by_the_next_tick_once_free() {
+    let (m, fakes) = cluster_with(5, crate::tests::fake::renewed_each_second);
+    fakes[3].take(KEY, "other", 100 * MS);
+    fakes[4].take(KEY, "other", 100 * MS);
+    let g = try_now(&m).await.expect("3 of 5 grant");
+    let mine = fakes[0].holder(KEY).expect("held on node 0").0;
+    let owners = || -> Vec<Option<String>> {
+        fakes
+            .iter()
+            .map(|f| f.holder(KEY).map(|(o, _)| o))
+            .collect()
+    };
+    assert_eq!(owners()[3].as_deref(), Some("other"));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        owners(),
+        vec![Some(mine); 5],
+        "the tick filled nodes 3 and 4"
+    );
+    assert_eq!(m.watchdog_stats().repairs, 2);
+    assert_eq!(m.watchdog_stats().losses, 0);
+    g.release().await.expect("release");
+    assert_eq!(holders(&fakes), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_fence_is_not_raised_on_nodes_that_answered_taken() {
     let (m, fakes) = cluster(5, Quorum::Majority);
