@@ -137,13 +137,16 @@ pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
 }
 
 /// The one fence counter per node of the layout before per-slot counters,
-/// `<prefix>fence`, and every per-slot counter: what `build()` adopts
-/// (`scripts/adopt_fence.lua`).
-pub(crate) fn legacy_fence_keys(prefix: &str) -> (String, Vec<String>) {
-    (
-        format!("{prefix}fence"),
-        (0..SLOTS).map(|s| fence_key(prefix, s)).collect(),
-    )
+/// `<prefix>fence`: what `build()` adopts (`scripts/adopt_fence.lua`) when a
+/// node still has it.
+pub(crate) fn legacy_fence_key(prefix: &str) -> String {
+    format!("{prefix}fence")
+}
+
+/// Every per-slot fence counter, in slot order: where `build()` raises an
+/// adopted [`legacy_fence_key`] to. Named only when a node has one to adopt.
+pub(crate) fn fence_keys(prefix: &str) -> Vec<String> {
+    (0..SLOTS).map(|s| fence_key(prefix, s)).collect()
 }
 
 /// The key of the fence counter that serves the lock `name` under the key

@@ -110,11 +110,12 @@ impl RedisNode {
     }
 
     /// Adopts the node's fence counter of the layout before per-slot
-    /// counters (`<prefix>fence`, see [`keys::legacy_fence_keys`]): every
+    /// counters (`<prefix>fence`, see [`keys::legacy_fence_key`]): every
     /// per-slot counter is raised to it and it is deleted, in one script,
     /// so that no name's token goes back after an upgrade. A node without
     /// one (every node but one that served an older version) costs one
-    /// `EXISTS`. Returns the adopted value (0: none).
+    /// `EXISTS`, and the 16,384 counters are not even named. Returns the
+    /// adopted value (0: none).
     pub(crate) async fn adopt_legacy_fence(
         &self,
         index: usize,
@@ -124,7 +125,7 @@ impl RedisNode {
         let failure = |e: NodeError| Error::Connect {
             failures: vec![e.at(index, &self.addr)],
         };
-        let (old, counters) = keys::legacy_fence_keys(prefix);
+        let old = keys::legacy_fence_key(prefix);
         let mut conn = self.conn.clone();
         let adopt = async {
             let exists: bool = redis::cmd("EXISTS")
@@ -136,7 +137,7 @@ impl RedisNode {
             }
             redis::Script::new(scripts::ADOPT_FENCE)
                 .key(&old)
-                .key(counters)
+                .key(keys::fence_keys(prefix))
                 .invoke_async::<u64>(&mut conn)
                 .await
         };
