@@ -154,7 +154,9 @@ Scans every node for the lock hashes under the key prefix (SCAN with MATCH
 `<prefix>{*}` and COUNT --batch, never KEYS) and reads each lock found with
 one pipeline per batch (HGETALL, PTTL and ZCARD of its queue), so a node
 holding 100,000 locks answers other clients between batches; a cluster
-member is scanned on the master of each of its shards. Locks are
+member is scanned on the master of each of its shards, listed again for
+every scan (with --watch, a failover or a resharding shows in the next
+frame). Locks are
 listed by waiters (most first), then by name: holder (host@pid when the
 holder id tells, the raw id otherwise), hold count, the smallest PTTL over
 the nodes that hold it, waiters (the longest queue over the nodes), and on

@@ -37,7 +37,7 @@ pub async fn run(global: &Global, args: TopArgs) -> Result<u8, Failure> {
     }
     let cluster = Cluster::connect(global, None, Need::Any).await?;
     let mut view = Top {
-        shards: (0..cluster.total).map(|_| None).collect(),
+        known: (0..cluster.total).map(|_| Vec::new()).collect(),
         members: cluster.direct(),
         cluster,
         limit: args.limit,
@@ -64,8 +64,9 @@ struct Top {
     cluster: Cluster,
     /// Each member.
     members: Vec<DirectNode>,
-    /// What a scan walks for each member, once listed ([`Top::walk`]).
-    shards: Vec<Option<Vec<DirectNode>>>,
+    /// What the last scan walked, by member, kept for their connections
+    /// ([`Top::walk`]).
+    known: Vec<Vec<DirectNode>>,
     limit: usize,
     batch: usize,
     /// Show a progress bar while scanning (not while watching).
@@ -104,8 +105,8 @@ impl View for Top {
         let results = join_all(scans).await;
         bar.borrow().finish();
         for node in walk.into_iter().flatten() {
-            if let Some(shards) = self.shards.get_mut(node.index) {
-                shards.get_or_insert_with(Vec::new).push(node);
+            if let Some(known) = self.known.get_mut(node.index) {
+                known.push(node);
             }
         }
         let failures: Vec<String> = results
@@ -145,28 +146,24 @@ impl View for Top {
 
 impl Top {
     /// What the scans walk, by member: a master itself, the master of each
-    /// shard of a cluster member. Shards are listed once; a member whose
-    /// shards could not be listed is an error, asked again next time.
+    /// shard of a cluster member. The shards are listed again for every
+    /// frame (under `--watch`, a failover or a resharding changes them);
+    /// a node already known keeps its connection. A member whose shards
+    /// cannot be listed is an error for this frame.
     async fn walk(&mut self) -> Vec<Result<DirectNode, (usize, String, String)>> {
         let lists =
             self.members
                 .iter_mut()
-                .zip(&mut self.shards)
-                .map(|(member, shards)| async move {
-                    if shards.is_none() {
-                        *shards = member
-                            .masters()
-                            .await
-                            .map_err(|e| {
-                                (
-                                    member.index,
-                                    member.addr.clone(),
-                                    format!("cannot list its shards: {e}"),
-                                )
-                            })
-                            .map(Some)?;
-                    }
-                    Ok(std::mem::take(shards).unwrap_or_default())
+                .zip(&mut self.known)
+                .map(|(member, known)| async move {
+                    let listed = member.masters().await.map_err(|e| {
+                        (
+                            member.index,
+                            member.addr.clone(),
+                            format!("cannot list its shards: {e}"),
+                        )
+                    })?;
+                    Ok(reuse(listed, std::mem::take(known)))
                 });
         let mut walk = Vec::new();
         for r in join_all(lists).await {
@@ -177,6 +174,20 @@ impl Top {
         }
         walk
     }
+}
+
+/// `listed`, each replaced by the node of `known` at the same address (with
+/// its connection) if there is one.
+fn reuse(listed: Vec<DirectNode>, mut known: Vec<DirectNode>) -> Vec<DirectNode> {
+    listed
+        .into_iter()
+        .map(
+            |node| match known.iter().position(|k| k.addr == node.addr) {
+                Some(i) => known.swap_remove(i),
+                None => node,
+            },
+        )
+        .collect()
 }
 
 /// What the nodes hold for one lock, merged.
