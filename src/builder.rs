@@ -4,12 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "tls-rustls")]
+mod cluster_tls;
+
 use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::manager::LockManager;
 use crate::node::cluster_node::ClusterNode;
+use crate::node::cluster_spec::ClusterSpec;
 use crate::node::member::{Member, Server};
 use crate::node::redis_node::RedisNode;
 use crate::node::{redact, NodeOps, NodeSpec};
@@ -26,8 +30,9 @@ use crate::node::{redact, NodeOps, NodeSpec};
 pub struct LockManagerBuilder {
     urls: Vec<String>,
     clients: Vec<redis::Client>,
-    /// Members that are each a Redis Cluster: their seed URLs.
-    clusters: Vec<Vec<String>>,
+    /// Members that are each a Redis Cluster: their seed URLs (and
+    /// certificates).
+    clusters: Vec<ClusterSpec>,
     quorum: Quorum,
     lease: Duration,
     renew_interval: Option<Duration>,
@@ -52,14 +57,7 @@ impl std::fmt::Debug for LockManagerBuilder {
         f.debug_struct("LockManagerBuilder")
             .field("urls", &urls)
             .field("clients", &self.clients.len())
-            .field(
-                "clusters",
-                &self
-                    .clusters
-                    .iter()
-                    .map(|seeds| seeds.iter().map(|u| redact(u)).collect::<Vec<_>>())
-                    .collect::<Vec<_>>(),
-            )
+            .field("clusters", &self.clusters)
             .field("quorum", &self.quorum)
             .field("lease", &self.lease)
             .field("renew_interval", &self.renew_interval)
@@ -157,6 +155,9 @@ impl LockManagerBuilder {
     /// `build()` checks that every seed is a cluster node and that the
     /// seeds tell one topology covering every slot, and that each seed runs
     /// Redis 7 or later (its release messages go over sharded pub/sub).
+    /// Its connections use the seeds' scheme: `rediss://` seeds trust the
+    /// public roots; for a CA of your own or a client certificate, see
+    /// `cluster_with_tls` (feature `tls-rustls`).
     /// Not yet on a cluster member: `lock_all` over names of several hash slots
     /// (refused with [`Error::InvalidInput`](crate::Error::InvalidInput)),
     /// and connecting later with
@@ -167,8 +168,10 @@ impl LockManagerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.clusters
-            .push(seed_urls.into_iter().map(Into::into).collect());
+        self.clusters.push(ClusterSpec {
+            seeds: seed_urls.into_iter().map(Into::into).collect(),
+            ..ClusterSpec::default()
+        });
         self
     }
 
@@ -438,7 +441,7 @@ impl LockManagerBuilder {
             self.clusters
                 .iter()
                 .enumerate()
-                .map(|(k, seeds)| ClusterNode::connect(specs.len() + k, seeds, &config)),
+                .map(|(k, member)| ClusterNode::connect(specs.len() + k, member, &config)),
         )
         .await;
         for (k, r) in clusters.into_iter().enumerate() {

@@ -319,6 +319,145 @@ mod tls {
         (ca.pem().into_bytes(), args)
     }
 
+    /// A one-node Redis Cluster that serves every slot, over TLS only
+    /// (clients and cluster bus), with the certificates of `certificates`.
+    fn tls_cluster(dir: &std::path::Path) -> (LocalNodes, Vec<u8>) {
+        let (ca, mut args) = certificates(dir);
+        args.extend(["--cluster-enabled", "yes", "--tls-cluster", "yes"].map(str::to_owned));
+        let nodes = LocalNodes::start_with(1, Extra { args, tls: true })
+            .expect("start a TLS-only cluster node");
+        let cli = |args: &[&str]| {
+            let out = std::process::Command::new("redis-cli")
+                // OpenSSL's checks of the test certificate are not under
+                // test: only the library's (rustls) are.
+                .args(["--tls", "--insecure"])
+                .args(["-h", "127.0.0.1", "-p", &nodes.port(0).to_string()])
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run redis-cli");
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        let added = cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        assert!(added.contains("OK"), "CLUSTER ADDSLOTSRANGE: {added}");
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+            assert!(std::time::Instant::now() < until, "no cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (nodes, ca)
+    }
+
+    /// A cluster member whose nodes show a certificate of a CA of our own:
+    /// `cluster_with_tls` with that CA locks, reads the status and wakes a
+    /// waiter through sharded pub/sub, all over TLS; `cluster` alone (the
+    /// public roots) is refused at build; the command line's `--tls-ca`
+    /// applies to a `cluster:` member, `status` and `top` alike.
+    #[tokio::test]
+    async fn a_cluster_member_over_tls_with_a_trusted_ca() {
+        let dir = std::env::temp_dir().join(unique("quorumlock-tls-cluster"));
+        let (nodes, ca) = tls_cluster(&dir);
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca),
+        };
+        let untrusted = LockManager::builder()
+            .cluster(nodes.urls())
+            .build()
+            .await
+            .expect_err("a certificate from an unknown CA is refused");
+        assert!(untrusted.to_string().contains("127.0.0.1"), "{untrusted}");
+
+        let m = LockManager::builder()
+            .cluster_with_tls(nodes.urls(), certs)
+            .build()
+            .await
+            .expect("a cluster member over TLS");
+        let name = unique("tls-cluster");
+        let held = m.lock(&name).await.expect("lock over TLS");
+        let status = m.status(&name).await.expect("status over TLS");
+        assert_eq!(status.holder(), Some(held.holder_id()));
+        // A waiter subscribes on the shard (SSUBSCRIBE over TLS) and is
+        // woken by the release.
+        let waiter = tokio::spawn({
+            let (m, name) = (m.clone(), name.clone());
+            async move { m.lock(&name).await }
+        });
+        let channel = format!("quorumlock:{{{name}}}:released");
+        let mut raw = redis::Client::build_with_tls(
+            nodes.url(0).as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(dir.join("ca.pem")).expect("the CA")),
+            },
+        )
+        .expect("a TLS client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect over TLS");
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query_async(&mut raw)
+                .await
+                .expect("PUBSUB SHARDNUMSUB");
+            if n > 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no subscriber on {channel}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        held.release().await.expect("release over TLS");
+        let woken = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is woken")
+            .expect("the waiter task")
+            .expect("the waiter gets the lock");
+
+        #[cfg(feature = "cli")]
+        {
+            let member = format!("cluster:{}", nodes.url(0));
+            let cli = |args: &[&str]| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+                    .env("QUORUMLOCK_NODES", &member)
+                    .env_remove("QUORUMLOCK_QUORUM")
+                    .env_remove("QUORUMLOCK_KEY_PREFIX")
+                    .env_remove("QUORUMLOCK_TLS_CA")
+                    .args(["--tls-ca", &dir.join("ca.pem").to_string_lossy()])
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .expect("run quorumlock")
+            };
+            let out = cli(&["status", "--json", &name]);
+            let (stdout, err) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            assert_eq!(out.status.code(), Some(0), "status with --tls-ca: {err}");
+            assert!(stdout.contains(woken.holder_id()), "{stdout}");
+            let out = cli(&["top", "--limit", "100000"]);
+            let (stdout, err) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            assert_eq!(out.status.code(), Some(0), "top with --tls-ca: {err}");
+            assert!(stdout.contains(&name), "{stdout}");
+            assert!(stdout.contains("on 1 of 1 node(s)"), "{stdout}");
+        }
+        woken.release().await.expect("release");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test]
     async fn locks_work_over_tls_with_a_trusted_ca() {
         let dir = std::env::temp_dir().join(unique("quorumlock-tls"));

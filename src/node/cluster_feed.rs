@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
@@ -39,18 +38,25 @@ use crate::error::NodeError;
 use crate::keys::key_slot;
 use crate::sync::locked;
 
+use super::cluster_spec::Certs;
 use super::feed::{Feed, FeedConn, FeedMessage, FeedSink};
 
-/// A cluster member's feed: its seeds, to open a connection of its own.
+/// A cluster member's feed: its seeds and certificates, to open a
+/// connection of its own.
 pub(crate) struct ClusterFeed {
     seeds: Vec<redis::ConnectionInfo>,
+    certs: Certs,
     timeout: Duration,
 }
 
 impl ClusterFeed {
     /// `timeout` bounds a subscription sent again after a slot moved.
-    pub(crate) fn new(seeds: Vec<redis::ConnectionInfo>, timeout: Duration) -> Self {
-        Self { seeds, timeout }
+    pub(crate) fn new(seeds: Vec<redis::ConnectionInfo>, certs: Certs, timeout: Duration) -> Self {
+        Self {
+            seeds,
+            certs,
+            timeout,
+        }
     }
 }
 
@@ -59,12 +65,12 @@ type Wanted = Arc<Mutex<HashSet<Arc<str>>>>;
 
 impl Feed for ClusterFeed {
     fn open(&self) -> BoxFuture<'static, Result<FeedConn, NodeError>> {
-        let seeds = self.seeds.clone();
+        let builder = self.certs.builder(self.seeds.clone());
         let timeout = self.timeout;
         Box::pin(async move {
             let (tx, rx) = mpsc::unbounded_channel::<PushInfo>();
             let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-            let client = ClusterClient::builder(seeds)
+            let client = builder
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(tx)
                 .connection_timeout(timeout)

@@ -43,7 +43,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::cluster::ClusterClient;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Value};
 
@@ -61,6 +60,7 @@ use super::cluster_route::{
     confirmed, failure, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
 };
 use super::cluster_seed::read_seed;
+use super::cluster_spec::ClusterSpec;
 use super::member::{Call, Confirm, Server};
 use super::reply;
 use super::script_call::map_err;
@@ -99,9 +99,10 @@ impl ClusterNode {
     /// connects.
     pub(crate) async fn connect(
         index: usize,
-        seeds: &[String],
+        member: &ClusterSpec,
         config: &Config,
     ) -> Result<Self, Error> {
+        let seeds = &member.seeds;
         let connect_timeout = config.connect_timeout;
         if seeds.is_empty() {
             return Err(Error::invalid(
@@ -111,7 +112,7 @@ impl ClusterNode {
         }
         let specs = seeds
             .iter()
-            .map(|u| NodeSpec::from_url(u))
+            .map(|u| member.certs.node(NodeSpec::from_url(u)?))
             .collect::<Result<Vec<_>, _>>()?;
         let label = specs
             .iter()
@@ -158,9 +159,15 @@ impl ClusterNode {
             .iter()
             .map(|s| s.client.get_connection_info().clone())
             .collect();
-        let feed = Arc::new(ClusterFeed::new(infos.clone(), connect_timeout));
+        let feed = Arc::new(ClusterFeed::new(
+            infos.clone(),
+            member.certs.clone(),
+            connect_timeout,
+        ));
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let client = ClusterClient::builder(infos)
+        let client = member
+            .certs
+            .builder(infos)
             .retries(0)
             .connection_timeout(connect_timeout)
             .tcp_settings(tcp)

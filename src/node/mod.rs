@@ -30,6 +30,7 @@ pub(crate) mod cluster_node;
 pub(crate) mod cluster_retry;
 pub(crate) mod cluster_route;
 mod cluster_seed;
+pub(crate) mod cluster_spec;
 mod feed;
 pub(crate) mod member;
 pub(crate) mod redis_node;

@@ -161,7 +161,28 @@ fn malformed_cluster_entries_are_one_line_and_status_2() {
         assert!(err.contains(says), "{what}: {err}");
         assert!(!err.contains("s3cret"), "{what}: {err}");
     }
+    // `--tls-ca` applies to cluster members too: a CA file that cannot be
+    // read, and a cluster seed that is not `rediss://`, are usage errors.
     let out = run(ql_on(&mixed()).args(["--tls-ca", "/nonexistent", "status", &name]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("cluster members"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--tls-ca /nonexistent"),
+        "{}",
+        stderr(&out)
+    );
+    let ca = scratch("ca").join("ca.pem");
+    std::fs::write(&ca, "any bytes: the seeds are checked first").expect("write a CA file");
+    let out = run(ql_on(&[format!("cluster:{seed}")]).args([
+        "--tls-ca",
+        &ca.to_string_lossy(),
+        "status",
+        &name,
+    ]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--tls-ca is for rediss:// nodes; a seed of node 0 is not one"),
+        "{err}"
+    );
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{redis, Error, Layout, LockManager, NodeFailure, Quorum};
+use quorumlock::{redis, Error, Layout, LockManager, LockManagerBuilder, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
 use crate::direct::{DirectNode, Target};
@@ -57,12 +57,6 @@ impl Cluster {
         // The manager numbers its masters first, then its cluster members,
         // each in the order given: so do the rows and messages.
         let (urls, seeds): (Vec<String>, Vec<Vec<String>>) = split(members);
-        if global.tls_ca.is_some() && !seeds.is_empty() {
-            return Err(Failure::usage(
-                "--tls-ca does not apply to cluster members yet: their rediss:// seeds trust \
-                 the public roots only",
-            ));
-        }
         let total = urls.len() + seeds.len();
         let required = global.quorum.required(total)?;
         let (quorum, needed) = match need {
@@ -71,19 +65,22 @@ impl Cluster {
             // wants reachable here: status and force unlock count nothing.
             Need::Any => (Quorum::AtLeast(1), 1),
         };
-        let mut builder = match &global.tls_ca {
+        let ca = global.tls_ca.as_deref().map(read_ca).transpose()?;
+        let mut builder = match &ca {
             None => LockManager::builder().nodes(urls.clone()),
             Some(ca) => {
-                let ca = read_ca(ca)?;
                 let mut b = LockManager::builder();
                 for (i, url) in urls.iter().enumerate() {
-                    b = b.client(tls_client(i, url, &ca)?);
+                    b = b.client(tls_client(i, url, ca)?);
                 }
                 b
             }
         };
-        for s in &seeds {
-            builder = builder.cluster(s.clone());
+        for (k, s) in seeds.iter().enumerate() {
+            builder = match &ca {
+                None => builder.cluster(s.clone()),
+                Some(ca) => tls_cluster(builder, urls.len() + k, s, ca)?,
+            };
         }
         builder = builder
             .quorum(quorum)
@@ -96,7 +93,7 @@ impl Cluster {
         match builder.build().await {
             Ok(manager) => {
                 let down = manager.unreachable_at_build().to_vec();
-                let targets = targets(&urls, &seeds, global.tls_ca.as_deref())?;
+                let targets = targets(&urls, &seeds, ca.as_deref())?;
                 Ok(Self {
                     manager,
                     total,
@@ -178,11 +175,10 @@ fn split(members: Vec<Member>) -> (Vec<String>, Vec<Vec<String>>) {
 fn targets(
     urls: &[String],
     seeds: &[Vec<String>],
-    ca: Option<&std::path::Path>,
+    ca: Option<&[u8]>,
 ) -> Result<Vec<Target>, Failure> {
-    let ca = ca.map(read_ca).transpose()?;
     let masters = urls.iter().enumerate().map(|(i, url)| {
-        match &ca {
+        match ca {
             Some(ca) => tls_client(i, url, ca),
             None => redis::Client::open(url.as_str())
                 .map_err(|e| Failure::usage(format!("node {i}: {e}"))),
@@ -190,7 +186,7 @@ fn targets(
         .map(Target::Master)
     });
     let clusters = seeds.iter().enumerate().map(|(k, s)| {
-        Target::cluster(s).map_err(|e| Failure::usage(format!("node {}: {e}", urls.len() + k)))
+        Target::cluster(s, ca).map_err(|e| Failure::usage(format!("node {}: {e}", urls.len() + k)))
     });
     masters.chain(clusters).collect()
 }
@@ -210,21 +206,54 @@ fn tls_client(i: usize, url: &str, ca: &[u8]) -> Result<redis::Client, Failure> 
             "--tls-ca is for rediss:// nodes; node {i} is not one"
         )));
     }
-    redis::Client::build_with_tls(
-        url,
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca.to_vec()),
-        },
-    )
-    .map_err(|e| Failure::usage(format!("--tls-ca: node {i}: {e}")))
+    redis::Client::build_with_tls(url, trusting(ca))
+        .map_err(|e| Failure::usage(format!("--tls-ca: node {i}: {e}")))
 }
 
 #[cfg(not(feature = "tls-rustls"))]
 fn tls_client(_i: usize, _url: &str, _ca: &[u8]) -> Result<redis::Client, Failure> {
-    Err(Failure::usage(
-        "--tls-ca needs TLS support: build quorumlock with the tls-rustls feature",
-    ))
+    Err(no_tls())
+}
+
+/// `builder` with cluster member `i` (its seeds `seeds`) added, trusting
+/// `ca` for its nodes' certificates.
+#[cfg(feature = "tls-rustls")]
+fn tls_cluster(
+    builder: LockManagerBuilder,
+    i: usize,
+    seeds: &[String],
+    ca: &[u8],
+) -> Result<LockManagerBuilder, Failure> {
+    if !seeds.iter().all(|s| s.starts_with("rediss://")) {
+        return Err(Failure::usage(format!(
+            "--tls-ca is for rediss:// nodes; a seed of node {i} is not one"
+        )));
+    }
+    Ok(builder.cluster_with_tls(seeds.to_vec(), trusting(ca)))
+}
+
+#[cfg(not(feature = "tls-rustls"))]
+fn tls_cluster(
+    _builder: LockManagerBuilder,
+    _i: usize,
+    _seeds: &[String],
+    _ca: &[u8],
+) -> Result<LockManagerBuilder, Failure> {
+    Err(no_tls())
+}
+
+/// Certificates that trust `ca` and show no client certificate.
+#[cfg(feature = "tls-rustls")]
+pub fn trusting(ca: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    }
+}
+
+#[cfg(not(feature = "tls-rustls"))]
+fn no_tls() -> Failure {
+    Failure::usage("--tls-ca needs TLS support: build quorumlock with the tls-rustls feature")
 }
 
 /// Node failures on one line.

@@ -25,31 +25,51 @@ pub enum Target {
     /// A standalone master.
     Master(redis::Client),
     /// A Redis Cluster, through its seeds; `seed` is the first one's
-    /// connection (its credentials and TLS reach the shards' masters).
+    /// connection (its credentials and TLS reach the shards' masters), `ca`
+    /// the CA of `--tls-ca`, trusted by every connection to it.
     Cluster {
         client: Box<ClusterClient>,
         seed: ConnectionInfo,
+        ca: Option<Vec<u8>>,
     },
 }
 
 impl Target {
-    /// A cluster target over `seeds` (URLs the library accepted already).
-    pub fn cluster(seeds: &[String]) -> Result<Self, String> {
+    /// A cluster target over `seeds` (URLs the library accepted already),
+    /// trusting `ca` if given.
+    pub fn cluster(seeds: &[String], ca: Option<&[u8]>) -> Result<Self, String> {
         let seed = seeds
             .first()
             .ok_or_else(|| "a cluster member needs a seed".to_owned())?
             .as_str()
             .into_connection_info()
             .map_err(|e| e.to_string())?;
-        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+        let builder = ClusterClient::builder(seeds.iter().map(String::as_str))
             .connection_timeout(NODE_TIMEOUT)
-            .response_timeout(NODE_TIMEOUT)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .response_timeout(NODE_TIMEOUT);
+        #[cfg(feature = "tls-rustls")]
+        let builder = match ca {
+            Some(ca) => builder.certs(crate::cluster::trusting(ca)),
+            None => builder,
+        };
+        let client = builder.build().map_err(|e| e.to_string())?;
         Ok(Self::Cluster {
             client: Box::new(client),
             seed,
+            ca: ca.map(<[u8]>::to_vec),
         })
+    }
+
+    /// A client for the shard master at `info`, of a cluster that trusts
+    /// `ca` if given.
+    fn shard(info: ConnectionInfo, ca: Option<&[u8]>) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls-rustls")]
+        if let Some(ca) = ca {
+            return redis::Client::build_with_tls(info, crate::cluster::trusting(ca));
+        }
+        #[cfg(not(feature = "tls-rustls"))]
+        let _ = ca;
+        redis::Client::open(info)
     }
 }
 
@@ -108,14 +128,14 @@ impl DirectNode {
     /// the master itself; for a cluster, the master of each shard (from
     /// `CLUSTER SLOTS`), reached directly with the seeds' credentials.
     pub async fn masters(&mut self) -> Result<Vec<Self>, String> {
-        let Target::Cluster { seed, .. } = &self.target else {
+        let Target::Cluster { seed, ca, .. } = &self.target else {
             return Ok(vec![Self::new(
                 self.index,
                 self.addr.clone(),
                 self.target.clone(),
             )]);
         };
-        let seed = ConnectionInfo::clone(seed);
+        let (seed, ca) = (ConnectionInfo::clone(seed), ca.clone());
         let mut pipe = redis::pipe();
         pipe.cmd("CLUSTER").arg("SLOTS");
         let (slots,): (Value,) = self.query(&pipe).await?;
@@ -123,7 +143,7 @@ impl DirectNode {
             .into_iter()
             .map(|info| {
                 let addr = info.addr().to_string();
-                redis::Client::open(info)
+                Target::shard(info, ca.as_deref())
                     .map(|c| Self::new(self.index, addr, Target::Master(c)))
                     .map_err(|e| e.to_string())
             })

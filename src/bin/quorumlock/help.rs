@@ -12,7 +12,7 @@ Nodes:
   Rows and messages number the masters first, then the clusters, each in
   the order given; a status row names the shard that answered (SHARD).
   Write a + or , inside a password as %2B or %2C. A cluster member must
-  answer at the start, and --tls-ca does not apply to it.
+  answer at the start; --tls-ca applies to its rediss:// seeds and shards.
 
 Layout:
   --layout (or QUORUMLOCK_LAYOUT) says where the locks live, as the
