@@ -370,7 +370,15 @@ mod tls {
             .build()
             .await
             .expect_err("a certificate from an unknown CA is refused");
-        assert!(untrusted.to_string().contains("127.0.0.1"), "{untrusted}");
+        assert!(
+            matches!(untrusted, quorumlock::Error::Connect { .. }),
+            "{untrusted:?}"
+        );
+        let text = untrusted.to_string();
+        assert!(
+            text.contains("127.0.0.1") && text.contains("UnknownIssuer"),
+            "{text}"
+        );
 
         let m = LockManager::builder()
             .cluster_with_tls(nodes.urls(), certs)
