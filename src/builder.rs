@@ -14,6 +14,7 @@ use crate::layout::Layout;
 use crate::manager::LockManager;
 use crate::node::cluster_node::ClusterNode;
 use crate::node::cluster_spec::ClusterSpec;
+use crate::node::lazy_cluster::LazyCluster;
 use crate::node::member::{Member, Server};
 use crate::node::redis_node::RedisNode;
 use crate::node::{redact, NodeOps, NodeSpec};
@@ -158,11 +159,11 @@ impl LockManagerBuilder {
     /// Its connections use the seeds' scheme: `rediss://` seeds trust the
     /// public roots; for a CA of your own or a client certificate, see
     /// `cluster_with_tls` (feature `tls-rustls`).
-    /// Not yet on a cluster member: `lock_all` over names of several hash slots
-    /// (refused with [`Error::InvalidInput`](crate::Error::InvalidInput)),
-    /// and connecting later with
-    /// [`allow_unreachable`](Self::allow_unreachable) (a cluster member must
-    /// answer at build).
+    /// With [`allow_unreachable`](Self::allow_unreachable), a cluster
+    /// member that does not answer at build is connected in the background
+    /// and checked then, as a master is. Not yet on a cluster member:
+    /// `lock_all` over names of several hash slots (refused with
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput)).
     pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -274,10 +275,12 @@ impl LockManagerBuilder {
         /// Let `build` succeed while some nodes are down, as long as a quorum
         /// of them is reachable (default: every node must answer).
         ///
-        /// The unreachable nodes are connected on first use and take part as
-        /// soon as they answer; their role is checked then, and a node that
-        /// turns out not to be a master is never used. A service can then
-        /// start during a minority outage, as RedLock is meant to tolerate.
+        /// The unreachable nodes are connected on first use (a cluster
+        /// member: in the background, every half second) and take part as
+        /// soon as they answer; their role is checked then (a cluster
+        /// member: every check `build()` makes of one), and a node that
+        /// fails it is never used. A service can then start during a
+        /// minority outage, as RedLock is meant to tolerate.
         allow_unreachable(allow: bool);
         /// Refuse every node whose `maxmemory-policy` is not `noeviction`
         /// (default: such a node is used, with a warning).
@@ -370,7 +373,7 @@ impl LockManagerBuilder {
     ///   cluster as another member, or, with
     ///   [`replica_wait`](Self::replica_wait), a shard with fewer replicas
     ///   than it asks (or no cluster member at all); [`Error::Connect`] if it cannot be
-    ///   reached (even with `allow_unreachable`). A node given with
+    ///   reached (with `allow_unreachable`: as for a master). A node given with
     ///   [`node`](Self::node) that belongs to a cluster of several shards is
     ///   [`Error::Config`] too: add its cluster with `cluster`.
     ///
@@ -453,15 +456,20 @@ impl LockManagerBuilder {
                         .map_err(Error::Config)?;
                     nodes.push(Arc::new(Member(node)));
                 }
+                Err(Error::Connect { failures: f }) if self.allow_unreachable => {
+                    let addr = f.first().map(|f| f.addr.clone()).unwrap_or_default();
+                    tracing::warn!(node = i, %addr, "cluster member unreachable at build; connecting in the background");
+                    let member = self.clusters[k].clone();
+                    let admission = Arc::clone(&admission);
+                    let lazy = LazyCluster::start(i, addr, member, config.clone(), admission);
+                    nodes.push(Arc::new(Member(lazy)));
+                    failures.extend(f);
+                }
                 Err(Error::Connect { failures: f }) => failures.extend(f),
                 Err(e) => return Err(e),
             }
         }
-        let cluster_down = failures.iter().any(|f| f.node >= specs.len());
         let reachable = members - failures.len();
-        if cluster_down {
-            return Err(Error::Connect { failures });
-        }
         if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });
         }

@@ -1149,3 +1149,110 @@ async fn renewals_reach_a_shard_over_a_connection_of_their_own() {
     );
     g.release().await.expect("release");
 }
+
+/// Whether the cluster node on `port` (serving every slot) has the lock
+/// hash of `name`.
+async fn has_lock_on(port: u16, name: &str) -> bool {
+    let key = quorumlock::Layout::Quorumlock
+        .lock_key("quorumlock:", name)
+        .unwrap();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut raw_at(port).await)
+        .await
+        .unwrap();
+    n == 1
+}
+
+/// Waits at most 10 s until `ok` holds.
+async fn eventually(what: &str, mut ok: impl AsyncFnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !ok().await {
+        assert!(std::time::Instant::now() < until, "not within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A cluster member that does not answer at build, with
+/// `allow_unreachable`: the manager builds on the masters' quorum and
+/// connects the member in the background; once it answers, the watchdog
+/// re-creates there the lock held meanwhile, new grants reach it, and
+/// releases delete both. (`build()` used to fail with `Error::Connect`
+/// whatever `allow_unreachable` said.)
+#[tokio::test]
+async fn a_cluster_member_down_at_build_is_connected_later() {
+    let c = LocalCluster::start_single();
+    let port = c.nodes.port(0);
+    c.nodes.stop(0);
+    let masters = nodes().urls();
+    let m = LockManager::builder()
+        .nodes(masters[..2].to_vec())
+        .cluster(c.nodes.urls())
+        .quorum(Quorum::Majority)
+        .allow_unreachable(true)
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(300))
+        .lease(Duration::from_secs(3))
+        .build()
+        .await;
+    let m = match m {
+        Ok(m) => m,
+        Err(e) => {
+            c.nodes.resume(0);
+            panic!("a quorum of 2 masters answered, yet: {e}");
+        }
+    };
+    let down: Vec<usize> = m.unreachable_at_build().iter().map(|f| f.node).collect();
+    assert_eq!(down, vec![2]);
+    let held_name = unique("lazy-held");
+    let held = m.lock(&held_name).await.expect("2 of 3 grant");
+    c.nodes.resume(0);
+    eventually(
+        "the watchdog re-creates the held lock on the member",
+        || has_lock_on(port, &held_name),
+    )
+    .await;
+    let fresh_name = unique("lazy-fresh");
+    let fresh = m.lock(&fresh_name).await.expect("lock");
+    eventually("a new grant reaches the member", || {
+        has_lock_on(port, &fresh_name)
+    })
+    .await;
+    let status = m.status(&fresh_name).await.expect("status");
+    let member = status.nodes[2].state.as_ref().expect("the member answers");
+    assert_eq!(member.shard, Some(format!("127.0.0.1:{port}")));
+    held.release().await.expect("release");
+    fresh.release().await.expect("release");
+    assert!(!has_lock_on(port, &held_name).await);
+    assert!(!has_lock_on(port, &fresh_name).await);
+}
+
+/// A cluster member down at build whose seed, once it answers, is a
+/// standalone server: refused as `build()` would have refused it (every
+/// call to it fails with `NodeErrorKind::Refused`), while the masters'
+/// quorum keeps locking.
+#[tokio::test]
+async fn a_member_down_at_build_that_answers_as_a_standalone_server_is_refused() {
+    let standalone = support::local::LocalNodes::start(1).expect("start a standalone server");
+    standalone.stop(0);
+    let masters = nodes().urls();
+    let m = LockManager::builder()
+        .nodes(masters[..2].to_vec())
+        .cluster(standalone.urls())
+        .quorum(Quorum::Majority)
+        .allow_unreachable(true)
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    standalone.resume(0);
+    let m = m.expect("builds on the masters' quorum");
+    let name = unique("lazy-refused");
+    eventually("the member is refused", async || {
+        let status = m.status(&name).await.expect("status");
+        matches!(&status.nodes[2].state, Err(f) if f.kind == quorumlock::NodeErrorKind::Refused)
+    })
+    .await;
+    let g = m.lock(&name).await.expect("the masters grant");
+    g.release().await.expect("release");
+}

@@ -32,6 +32,7 @@ pub(crate) mod cluster_route;
 mod cluster_seed;
 pub(crate) mod cluster_spec;
 mod feed;
+pub(crate) mod lazy_cluster;
 pub(crate) mod member;
 pub(crate) mod redis_node;
 mod reply;

@@ -11,8 +11,9 @@ Nodes:
     export QUORUMLOCK_NODES=redis://redis-a:6379,cluster:redis://c1:7000+redis://c2:7000,redis://redis-b:6379
   Rows and messages number the masters first, then the clusters, each in
   the order given; a status row names the shard that answered (SHARD).
-  Write a + or , inside a password as %2B or %2C. A cluster member must
-  answer at the start; --tls-ca applies to its rediss:// seeds and shards.
+  Write a + or , inside a password as %2B or %2C. A cluster member down at
+  the start is connected later, as a master is; --tls-ca applies to its
+  rediss:// seeds and shards.
 
 Layout:
   --layout (or QUORUMLOCK_LAYOUT) says where the locks live, as the
