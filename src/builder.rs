@@ -156,9 +156,8 @@ impl LockManagerBuilder {
     /// `build()` checks that every seed is a cluster node and that the
     /// seeds tell one topology covering every slot, and that each seed runs
     /// Redis 7 or later (its release messages go over sharded pub/sub).
-    /// Its connections use the seeds' scheme: `rediss://` seeds trust the
-    /// public roots; for a CA of your own or a client certificate, see
-    /// `cluster_with_tls` (feature `tls-rustls`).
+    /// `rediss://` seeds trust the public roots; for a CA of your own or a
+    /// client certificate, see `cluster_with_tls` (feature `tls-rustls`).
     /// With [`allow_unreachable`](Self::allow_unreachable), a cluster
     /// member that does not answer at build is connected in the background
     /// and checked then, as a master is. Not yet on a cluster member:

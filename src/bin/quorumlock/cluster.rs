@@ -5,6 +5,8 @@ use std::time::Duration;
 use quorumlock::{redis, Error, Layout, LockManager, LockManagerBuilder, NodeFailure, Quorum};
 
 use crate::cli::{Global, NODES_EXAMPLE};
+#[cfg(feature = "tls-rustls")]
+use crate::direct::trusting;
 use crate::direct::{DirectNode, Target};
 use crate::exit::{Failure, UNAVAILABLE};
 use crate::members::{self, Member};
@@ -240,15 +242,6 @@ fn tls_cluster(
     _ca: &[u8],
 ) -> Result<LockManagerBuilder, Failure> {
     Err(no_tls())
-}
-
-/// Certificates that trust `ca` and show no client certificate.
-#[cfg(feature = "tls-rustls")]
-pub fn trusting(ca: &[u8]) -> redis::TlsCertificates {
-    redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(ca.to_vec()),
-    }
 }
 
 #[cfg(not(feature = "tls-rustls"))]

@@ -49,7 +49,7 @@ impl Target {
             .response_timeout(NODE_TIMEOUT);
         #[cfg(feature = "tls-rustls")]
         let builder = match ca {
-            Some(ca) => builder.certs(crate::cluster::trusting(ca)),
+            Some(ca) => builder.certs(trusting(ca)),
             None => builder,
         };
         let client = builder.build().map_err(|e| e.to_string())?;
@@ -65,11 +65,20 @@ impl Target {
     fn shard(info: ConnectionInfo, ca: Option<&[u8]>) -> redis::RedisResult<redis::Client> {
         #[cfg(feature = "tls-rustls")]
         if let Some(ca) = ca {
-            return redis::Client::build_with_tls(info, crate::cluster::trusting(ca));
+            return redis::Client::build_with_tls(info, trusting(ca));
         }
         #[cfg(not(feature = "tls-rustls"))]
         let _ = ca;
         redis::Client::open(info)
+    }
+}
+
+/// Certificates that trust `ca` and show no client certificate.
+#[cfg(feature = "tls-rustls")]
+pub fn trusting(ca: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
     }
 }
 
