@@ -380,6 +380,14 @@ mod tls {
             "{text}"
         );
 
+        let plain = LockManager::builder()
+            .cluster_with_tls(["redis://127.0.0.1:1"], certs.clone())
+            .build()
+            .await
+            .expect_err("a redis:// seed with certificates");
+        assert!(plain.is_invalid_input(), "{plain:?}");
+        assert!(plain.to_string().contains("rediss://"), "{plain}");
+
         let m = LockManager::builder()
             .cluster_with_tls(nodes.urls(), certs)
             .build()

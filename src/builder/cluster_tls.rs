@@ -14,9 +14,11 @@ impl LockManagerBuilder {
     /// cluster (`CLUSTER SLOTS`), so their certificates must name the
     /// hosts the cluster announces.
     ///
-    /// Needs the `tls-rustls` feature. `build()` reports a certificate
-    /// the member's nodes show that `certs` does not trust as
-    /// [`Error::Connect`](crate::Error::Connect) naming the seed.
+    /// Needs the `tls-rustls` feature. `build()` refuses a seed that is
+    /// not `rediss://` with [`Error::InvalidInput`](crate::Error::InvalidInput),
+    /// and reports a certificate the member's nodes show that `certs` does
+    /// not trust as [`Error::Connect`](crate::Error::Connect) naming the
+    /// seed.
     pub fn cluster_with_tls<I, S>(mut self, seed_urls: I, certs: redis::TlsCertificates) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -42,11 +42,21 @@ impl Certs {
         false
     }
 
-    /// `spec` with a client that uses these certificates.
+    /// `spec` with a client that uses these certificates; a seed that is
+    /// not `rediss://` with certificates is [`Error::InvalidInput`].
     pub(crate) fn node(&self, spec: NodeSpec) -> Result<NodeSpec, Error> {
         #[cfg(feature = "tls-rustls")]
         if let Some(certs) = &self.0 {
             let info = spec.client.get_connection_info().clone();
+            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                return Err(Error::invalid(
+                    "cluster seeds",
+                    format!(
+                        "{}: cluster_with_tls takes rediss:// seeds (TLS), not this one",
+                        spec.addr
+                    ),
+                ));
+            }
             let client = redis::Client::build_with_tls(info, certs.clone())
                 .map_err(|e| Error::invalid("cluster seeds", format!("{}: {e}", spec.addr)))?;
             return Ok(NodeSpec { client, ..spec });
