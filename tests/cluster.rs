@@ -15,7 +15,7 @@ use futures::StreamExt;
 
 use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, Quorum};
 use support::local_cluster::{
-    cluster, kill_shard_subscribers, raw_at, reshard_cluster, LocalCluster, Migration,
+    cluster, has_lock_at, kill_shard_subscribers, raw_at, reshard_cluster, LocalCluster, Migration,
 };
 use support::{nodes, unique};
 
@@ -1150,27 +1150,14 @@ async fn renewals_reach_a_shard_over_a_connection_of_their_own() {
     g.release().await.expect("release");
 }
 
-/// Whether the cluster node on `port` (serving every slot) has the lock
-/// hash of `name`.
-async fn has_lock_on(port: u16, name: &str) -> bool {
-    let key = quorumlock::Layout::Quorumlock
-        .lock_key("quorumlock:", name)
-        .unwrap();
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(&key)
-        .query_async(&mut raw_at(port).await)
-        .await
-        .unwrap();
-    n == 1
-}
-
-/// Waits at most 10 s until `ok` holds.
-async fn eventually(what: &str, mut ok: impl AsyncFnMut() -> bool) {
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    while !ok().await {
-        assert!(std::time::Instant::now() < until, "not within 10 s: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits at most 10 s until `ok` holds; fails the test naming `what` if not.
+async fn within_10s<F, Fut>(what: &str, ok: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let held = support::eventually(Duration::from_secs(10), ok).await;
+    assert!(held, "not within 10 s: {what}");
 }
 
 /// A cluster member that does not answer at build, with
@@ -1207,15 +1194,15 @@ async fn a_cluster_member_down_at_build_is_connected_later() {
     let held_name = unique("lazy-held");
     let held = m.lock(&held_name).await.expect("2 of 3 grant");
     c.nodes.resume(0);
-    eventually(
+    within_10s(
         "the watchdog re-creates the held lock on the member",
-        || has_lock_on(port, &held_name),
+        || has_lock_at(port, &held_name),
     )
     .await;
     let fresh_name = unique("lazy-fresh");
     let fresh = m.lock(&fresh_name).await.expect("lock");
-    eventually("a new grant reaches the member", || {
-        has_lock_on(port, &fresh_name)
+    within_10s("a new grant reaches the member", || {
+        has_lock_at(port, &fresh_name)
     })
     .await;
     let status = m.status(&fresh_name).await.expect("status");
@@ -1223,8 +1210,8 @@ async fn a_cluster_member_down_at_build_is_connected_later() {
     assert_eq!(member.shard, Some(format!("127.0.0.1:{port}")));
     held.release().await.expect("release");
     fresh.release().await.expect("release");
-    assert!(!has_lock_on(port, &held_name).await);
-    assert!(!has_lock_on(port, &fresh_name).await);
+    assert!(!has_lock_at(port, &held_name).await);
+    assert!(!has_lock_at(port, &fresh_name).await);
 }
 
 /// A cluster member down at build whose seed, once it answers, is a
@@ -1248,7 +1235,7 @@ async fn a_member_down_at_build_that_answers_as_a_standalone_server_is_refused()
     standalone.resume(0);
     let m = m.expect("builds on the masters' quorum");
     let name = unique("lazy-refused");
-    eventually("the member is refused", async || {
+    within_10s("the member is refused", || async {
         let status = m.status(&name).await.expect("status");
         matches!(&status.nodes[2].state, Err(f) if f.kind == quorumlock::NodeErrorKind::Refused)
     })

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use clients::{critical_section, enter, ClientStats};
 use history::History;
 use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, NodeErrorKind};
-use support::local_cluster::{raw_at, replica_cluster, LocalCluster, Migration};
+use support::local_cluster::{has_lock_at, raw_at, replica_cluster, LocalCluster, Migration};
 use support::unique;
 
 /// Pauses the writes of the master on `port` (`CLIENT PAUSE WRITE`, no
@@ -100,22 +100,6 @@ async fn placed(stem: &str) -> (String, u16, u16, u16) {
     let master = c.port_of_slot(slot);
     let replica = c.topology(&[]).await.replica_of(master).unwrap();
     (name, slot, master, replica)
-}
-
-/// Whether the node on `port` (a replica: read after `READONLY`) has the
-/// lock key of `name`.
-async fn has_lock(port: u16, name: &str) -> bool {
-    let key = quorumlock::Layout::Quorumlock
-        .lock_key("quorumlock:", name)
-        .unwrap();
-    let (_, n): ((), i64) = redis::pipe()
-        .cmd("READONLY")
-        .cmd("EXISTS")
-        .arg(&key)
-        .query_async(&mut raw_at(port).await)
-        .await
-        .unwrap();
-    n == 1
 }
 
 /// How a master is taken out.
@@ -282,7 +266,10 @@ async fn a_grant_the_replica_did_not_confirm_does_not_count() {
         .lock(&name)
         .await
         .expect("lock, confirmed by the replica");
-    assert!(has_lock(replica, &name).await, "the replica has the grant");
+    assert!(
+        has_lock_at(replica, &name).await,
+        "the replica has the grant"
+    );
     g.release().await.expect("release");
 
     c.nodes.stop(c.index_of(replica));
@@ -302,7 +289,10 @@ async fn a_grant_the_replica_did_not_confirm_does_not_count() {
         }
         other => panic!("want Unavailable, got {other:?}"),
     }
-    assert!(!has_lock(master, &name).await, "the grant was rolled back");
+    assert!(
+        !has_lock_at(master, &name).await,
+        "the grant was rolled back"
+    );
     let g = off
         .try_lock(&name, Duration::ZERO)
         .await
@@ -541,7 +531,7 @@ async fn top_and_status_watch_follow_a_failover() {
         .await
         .unwrap();
     let started = Instant::now();
-    while !has_lock(replica, &name).await {
+    while !has_lock_at(replica, &name).await {
         assert!(started.elapsed() < Duration::from_secs(5), "not replicated");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -106,16 +106,28 @@ impl LazyCluster {
         }
     }
 
-    /// The connected member, or why a call cannot be sent now.
+    /// The connected member, or why a call cannot be sent now (not yet
+    /// connected: unsent until the next attempt).
     fn node(&self) -> Result<&ClusterNode, NodeError> {
-        match self.state.get() {
-            Some(State::Connected(node)) => Ok(node),
-            Some(State::Refused(why)) => Err(why.clone()),
-            None => Err(NodeError {
-                unsent_until: Some(*locked(&self.next)),
-                ..NodeError::new(NodeErrorKind::Connection, "not connected yet")
-            }),
-        }
+        reach(self.state.get()).map_err(|mut e| {
+            if self.state.get().is_none() {
+                e.unsent_until = Some(*locked(&self.next));
+            }
+            e
+        })
+    }
+}
+
+/// The connected member in `state`, or why it cannot be used (refused, or
+/// not connected yet).
+fn reach(state: Option<&State>) -> Result<&ClusterNode, NodeError> {
+    match state {
+        Some(State::Connected(node)) => Ok(node),
+        Some(State::Refused(why)) => Err(why.clone()),
+        None => Err(NodeError::new(
+            NodeErrorKind::Connection,
+            "not connected yet",
+        )),
     }
 }
 
@@ -188,16 +200,10 @@ struct LazyFeed {
 impl Feed for LazyFeed {
     fn open(&self) -> BoxFuture<'static, Result<FeedConn, NodeError>> {
         let state = self.state.upgrade();
-        match state.as_deref().and_then(OnceLock::get) {
-            Some(State::Connected(node)) => match node.feed() {
-                Some(feed) => feed.open(),
-                None => failed(NodeError::new(NodeErrorKind::Connection, "no feed")),
-            },
-            Some(State::Refused(why)) => failed(why.clone()),
-            None => failed(NodeError::new(
-                NodeErrorKind::Connection,
-                "not connected yet",
-            )),
+        match reach(state.as_deref().and_then(OnceLock::get)).map(Server::feed) {
+            Ok(Some(feed)) => feed.open(),
+            Ok(None) => failed(NodeError::new(NodeErrorKind::Connection, "no feed")),
+            Err(e) => failed(e),
         }
     }
 }

@@ -371,6 +371,22 @@ pub async fn raw_at(port: u16) -> redis::aio::MultiplexedConnection {
         .expect("connect to a cluster node")
 }
 
+/// Whether the cluster node on `port` (a master, or a replica: read after
+/// `READONLY`) has the lock hash of `name` under the default prefix.
+pub async fn has_lock_at(port: u16, name: &str) -> bool {
+    let key = quorumlock::Layout::Quorumlock
+        .lock_key("quorumlock:", name)
+        .expect("a valid lock name");
+    let (_, n): ((), i64) = redis::pipe()
+        .cmd("READONLY")
+        .cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut raw_at(port).await)
+        .await
+        .expect("READONLY and EXISTS");
+    n == 1
+}
+
 async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> T {
     let mut c = raw_at(port).await;
     cmd.query_async(&mut c)
