@@ -422,7 +422,7 @@ impl LockManagerBuilder {
                     admission
                         .admit(i, &specs[i].addr, &node.info())
                         .map_err(Error::Config)?;
-                    nodes.push(Arc::new(Member(node)));
+                    nodes.push(Arc::new(Member::new(node)));
                 }
                 Err(Error::Connect { failures: f }) if self.allow_unreachable => {
                     tracing::warn!(node = i, addr = %specs[i].addr, "node unreachable at build; connecting on first use");
@@ -433,7 +433,7 @@ impl LockManagerBuilder {
                         connect_timeout,
                         Arc::clone(&admission),
                     )?;
-                    nodes.push(Arc::new(Member(lazy)));
+                    nodes.push(Arc::new(Member::new(lazy)));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),
                 Err(e) => return Err(e),
@@ -453,7 +453,7 @@ impl LockManagerBuilder {
                     admission
                         .admit(i, Server::addr(&node), &node.info())
                         .map_err(Error::Config)?;
-                    nodes.push(Arc::new(Member(node)));
+                    nodes.push(Arc::new(Member::new(node)));
                 }
                 Err(Error::Connect { failures: f }) if self.allow_unreachable => {
                     let addr = f.first().map(|f| f.addr.clone()).unwrap_or_default();
@@ -461,7 +461,7 @@ impl LockManagerBuilder {
                     let member = self.clusters[k].clone();
                     let admission = Arc::clone(&admission);
                     let lazy = LazyCluster::start(i, addr, member, config.clone(), admission);
-                    nodes.push(Arc::new(Member(lazy)));
+                    nodes.push(Arc::new(Member::new(lazy)));
                     failures.extend(f);
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),

@@ -26,6 +26,13 @@ pub enum NodeErrorKind {
     /// [`replica_wait`](crate::LockManagerBuilder::replica_wait) asks, so
     /// it does not count (a grant is rolled back with the attempt).
     NotReplicated,
+    /// A member's call that was to be sent again (after an answer proving
+    /// it had not run: `TRYAGAIN`, `MOVED`, `NOSCRIPT`, a refused
+    /// connection, ...) was not, because a later call of the same hold
+    /// (its release, or its next attempt) had been sent to that member
+    /// meanwhile: sending it would land it behind that call. It did not
+    /// run.
+    Superseded,
 }
 
 impl fmt::Display for NodeErrorKind {
@@ -38,6 +45,7 @@ impl fmt::Display for NodeErrorKind {
             Self::Refused => "refused",
             Self::Server => "server error",
             Self::NotReplicated => "not replicated",
+            Self::Superseded => "superseded",
         })
     }
 }

@@ -865,6 +865,59 @@ async fn calls_wait_out_a_half_done_migration_within_their_timeout() {
     Migration::run(reshard_cluster(), slot, from).await;
 }
 
+/// An acquire that meets `TRYAGAIN` on the cluster member (its slot
+/// half-migrated) waits between tries while the two masters make the
+/// quorum; the holder releases at once, and the release to the member
+/// starts its own, shorter pauses. Once the slot has moved, the release
+/// runs first (`Missing`), and the acquire, sent again after it, used to
+/// grant a released hold on the member for a whole lease (10 s here): a
+/// manager needing that member could not lock. The member owns the order
+/// of a hold's calls: an acquire is never sent again after its release.
+#[tokio::test]
+async fn an_acquire_waiting_between_tries_never_lands_behind_its_release() {
+    let _serial = reshard_serial().await;
+    let urls = nodes().urls();
+    let patient = Duration::from_secs(3);
+    let a = build(
+        LockManager::builder()
+            .node(urls[0].clone())
+            .node(urls[1].clone())
+            .cluster(reshard_cluster().urls())
+            .quorum(Quorum::Majority)
+            .lease(Duration::from_secs(10))
+            .node_timeout(patient),
+    )
+    .await;
+    let b = build(resharded_only().node_timeout(patient)).await;
+    let name = unique("behind");
+    let slot = lock_slot(&name).unwrap();
+    let from = reshard_cluster().port_of_slot(slot);
+    let to = other_shard(from);
+
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    let g = a.lock(&name).await.expect("granted by the two masters");
+    // The member's acquire meets `ASK`, then `TRYAGAIN` on the target (a
+    // key it lacks), and its pause grows to its longest (100 ms).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let release = tokio::spawn(g.release());
+    // The release's first pauses are short: it is sent again first.
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    m.finish().await;
+    release.await.unwrap().expect("released");
+    // Both have had every pause they could wait (100 ms at most).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !has_lock_at(to, &name).await,
+        "no grant of the released hold is left on the member"
+    );
+    let again = b
+        .try_lock(&name, Duration::ZERO)
+        .await
+        .expect("the member is free for another manager");
+    again.release().await.expect("release");
+    Migration::run(reshard_cluster(), slot, from).await;
+}
+
 /// Script calls (`evalsha` and `eval`) the node on `port` ran so far
 /// (`INFO commandstats`).
 async fn script_calls_on(port: u16) -> u64 {

@@ -292,7 +292,7 @@ impl Server for ClusterNode {
         call: Call<T, R>,
     ) -> Answer<R> {
         let (script, resend, args) = (call.script, call.resend, call.args);
-        let (keys, read) = (call.keys, call.read);
+        let (keys, read, stamp) = (call.keys, call.read, call.stamp);
         let wait = self.wait.filter(|_| call.confirm == Confirm::Replicas);
         let patience = self.patience;
         let mut conn = self.shards.conn.clone();
@@ -301,6 +301,9 @@ impl Server for ClusterNode {
             let slot = keys.first().map_or(0, key_slot);
             // The rules of `cluster_retry`, shared with the simulator.
             let mut retry = Retry::new(resend, patience);
+            // Whether a try may have run (a broken connection): a call
+            // superseded after one fails as that try did, not as unrun.
+            let mut may_have_run = None;
             loop {
                 let mut cmd = keys.call(script, retry.send_body());
                 args(&mut cmd);
@@ -314,7 +317,11 @@ impl Server for ClusterNode {
                     }
                     Err(e) => e,
                 };
-                match retry.after(&failure(&e)) {
+                let failed = failure(&e);
+                if failed.next == Next::MayHaveRun {
+                    may_have_run = Some(map_err(&e));
+                }
+                match retry.after(&failed) {
                     Step::Again { moved } => {
                         if moved {
                             locked(&map).shards.clear();
@@ -322,6 +329,12 @@ impl Server for ClusterNode {
                     }
                     Step::Wait(pause) => tokio::time::sleep(pause).await,
                     Step::Stop => return Err(map_err(&e)),
+                }
+                // Never again behind a later call of the same hold (its
+                // release, its next attempt), made while this one waited:
+                // the member owns the order of a hold's calls.
+                if let Err(superseded) = stamp.may_resend() {
+                    return Err(may_have_run.unwrap_or(superseded));
                 }
             }
         })

@@ -13,6 +13,7 @@ use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::scripts::{self, ms};
 
+use super::order::{Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
@@ -57,12 +58,16 @@ pub(crate) trait Server: Send + Sync + 'static {
 }
 
 /// One script call as a member sends it: the script, its key names, when
-/// it may be sent again, whether its write must reach replicas to count,
-/// the arguments it adds, how its reply reads.
+/// it may be sent again, its place among its hold's calls on the member,
+/// whether its write must reach replicas to count, the arguments it adds,
+/// how its reply reads.
 pub(crate) struct Call<T, R> {
     pub(crate) script: &'static scripts::Lua,
     pub(crate) keys: script_keys::Names,
     pub(crate) resend: Resend,
+    /// Checked before every resend ([`Stamp::may_resend`]): a call is
+    /// never sent again once a later call of its hold was made.
+    pub(crate) stamp: Stamp,
     pub(crate) confirm: Confirm,
     pub(crate) args: Box<dyn Fn(&mut redis::Cmd) + Send>,
     pub(crate) read: Box<dyn FnOnce(T) -> Result<R, NodeError> + Send>,
@@ -84,7 +89,7 @@ impl<T, R> Call<T, R> {
     fn new(
         script: &'static scripts::Lua,
         keys: script_keys::Names,
-        (resend, confirm): (Resend, Confirm),
+        (resend, confirm, stamp): (Resend, Confirm, Stamp),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
     ) -> Self {
@@ -92,6 +97,7 @@ impl<T, R> Call<T, R> {
             script,
             keys,
             resend,
+            stamp,
             confirm,
             args: Box::new(args),
             read: Box::new(read),
@@ -101,12 +107,30 @@ impl<T, R> Call<T, R> {
 
 /// How a grant is sent: never again after a broken connection (it could
 /// land behind its own rollback), and counted once replicas have it.
-const GRANT: (Resend, Confirm) = (Resend::Never, Confirm::Replicas);
+fn grant_call(stamp: Stamp) -> (Resend, Confirm, Stamp) {
+    (Resend::Never, Confirm::Replicas, stamp)
+}
 
-/// A real member: a [`Server`] behind [`NodeOps`].
-pub(crate) struct Member<S>(pub(crate) S);
+/// A real member: a [`Server`] behind [`NodeOps`], and the order of each
+/// hold's calls on it ([`Order`]: a call is never sent again behind a
+/// later call of its hold, whatever the server's retry rules).
+pub(crate) struct Member<S>(pub(crate) S, Arc<Order>);
+
+/// The (lock, holder) pair of a call for `holder`.
+fn holder(keys: &Keys, holder: &Arc<str>) -> (Arc<str>, Arc<str>) {
+    (Arc::clone(&keys.name), Arc::clone(holder))
+}
 
 impl<S: Server> Member<S> {
+    pub(crate) fn new(server: S) -> Self {
+        Self(server, Arc::default())
+    }
+
+    /// Stamps a call about these (lock, party) pairs, made now.
+    fn stamp(&self, parties: Vec<(Arc<str>, Arc<str>)>) -> Stamp {
+        self.1.stamp(parties)
+    }
+
     /// The last argument of every script that publishes (`release`,
     /// `leave`, `force_release`, `acquire_queued`): `1` on a cluster member,
     /// whose messages go out with `SPUBLISH` (sharded pub/sub, received on
@@ -122,7 +146,7 @@ impl<S: Server> Member<S> {
         &self,
         script: &'static scripts::Lua,
         names: script_keys::Names,
-        how: (Resend, Confirm),
+        how: (Resend, Confirm, Stamp),
         args: impl Fn(&mut redis::Cmd) + Send + 'static,
         read: impl FnOnce(T) -> Result<R, NodeError> + Send + 'static,
     ) -> Answer<R> {
@@ -159,12 +183,14 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
+            let stamp = self.stamp(vec![holder(keys, &owner)]);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
             let names = script_keys::acquire(keys);
-            return self.run(&scripts::ACQUIRE, names, GRANT, args, read);
+            return self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read);
         };
+        let stamp = self.stamp(vec![holder(keys, &owner), holder(keys, &p.waiter)]);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
@@ -172,20 +198,28 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(sharded);
         };
         let names = script_keys::acquire_queued(keys);
-        self.run(&scripts::ACQUIRE_QUEUED, names, GRANT, args, read)
+        self.run(
+            &scripts::ACQUIRE_QUEUED,
+            names,
+            grant_call(stamp),
+            args,
+            read,
+        )
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire(keys);
+        let stamp = self.stamp(vec![holder(keys, &owner)]);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
-        self.run(&scripts::ACQUIRE, names, GRANT, args, read)
+        self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read)
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
+        let stamp = self.stamp(vec![holder(keys, waiter)]);
         let waiter = Arc::clone(waiter);
         let names = script_keys::leave(keys);
         let sharded = self.sharded();
@@ -193,30 +227,32 @@ impl<S: Server> NodeOps for Member<S> {
             c.arg(&*waiter).arg(sharded);
         };
         let read = |n: i64| Ok(n == 1);
-        let how = (Resend::AfterBrokenConnection, Confirm::Master);
+        let how = (Resend::AfterBrokenConnection, Confirm::Master, stamp);
         self.run(&scripts::LEAVE, names, how, args, read)
     }
 
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire_all(keys);
+        let stamp = self.stamp(keys.iter().map(|k| holder(k, &owner)).collect());
         let n = keys.len();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
         };
         let read = |reply: Vec<Value>| grant(&reply, "acquire_all");
-        self.run(&scripts::ACQUIRE_ALL, names, GRANT, args, read)
+        self.run(&scripts::ACQUIRE_ALL, names, grant_call(stamp), args, read)
     }
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
+        let stamp = self.stamp(vec![holder(keys, &owner)]);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
             c.arg(sharded);
         };
-        let how = (Resend::AfterBrokenConnection, Confirm::Master);
+        let how = (Resend::AfterBrokenConnection, Confirm::Master, stamp);
         self.run(&scripts::RELEASE, names, how, args, reply::released)
     }
 
@@ -234,7 +270,11 @@ impl<S: Server> NodeOps for Member<S> {
         };
         let read = |counter: i64| Ok(u64::try_from(counter).unwrap_or(0));
         let names = script_keys::raise_fences(keys);
-        let how = (Resend::AfterBrokenConnection, Confirm::Replicas);
+        let how = (
+            Resend::AfterBrokenConnection,
+            Confirm::Replicas,
+            Stamp::none(),
+        );
         self.run(&scripts::RAISE_FENCE, names, how, args, read)
     }
 
@@ -245,7 +285,7 @@ impl<S: Server> NodeOps for Member<S> {
         let args = move |c: &mut redis::Cmd| {
             c.arg(sharded);
         };
-        let how = (Resend::Never, Confirm::Master);
+        let how = (Resend::Never, Confirm::Master, Stamp::none());
         self.run(&scripts::FORCE_RELEASE, names, how, args, read)
     }
 

@@ -13,6 +13,8 @@
 //!   may be sent again;
 //! - `script_keys`: the key names each script call passes, all in the
 //!   lock's hash slot for a call about one lock;
+//! - `order`: the order of one hold's calls on one member (a call proven
+//!   not run is never sent again once a later call of its hold was made);
 //! - `redis_node`: a real master behind a connection manager (reached as
 //!   `node::redis_node`, not re-exported here, since it imports this
 //!   module);
@@ -34,6 +36,7 @@ pub(crate) mod cluster_spec;
 mod feed;
 pub(crate) mod lazy_cluster;
 pub(crate) mod member;
+mod order;
 pub(crate) mod redis_node;
 mod reply;
 pub(crate) mod script_call;

@@ -333,7 +333,12 @@ impl Server for RedisNode {
             breaker: Arc::clone(&self.breaker),
         });
         Box::pin(async move {
-            let reply = sender?.run(call.script, &call.keys, call.resend, call.args);
+            let reply = sender?.run(
+                call.script,
+                &call.keys,
+                (call.resend, &call.stamp),
+                call.args,
+            );
             (call.read)(reply.await?)
         })
     }

@@ -101,7 +101,7 @@ impl ScriptCall {
         mut self,
         script: &scripts::Lua,
         keys: &super::script_keys::Names,
-        resend: Resend,
+        (resend, stamp): (Resend, &super::order::Stamp),
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, NodeError> {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
@@ -140,7 +140,19 @@ impl ScriptCall {
                     // as EVAL cannot reorder it behind anything, whatever the
                     // script. The node restarted or its scripts were flushed
                     // without this connection seeing it.
-                    if no_script(&e) && !send_body && !no_script_resent {
+                    let again_as_eval = no_script(&e) && !send_body && !no_script_resent;
+                    if again_as_eval || (broken(&e) && tries > 0) {
+                        // Never again behind a later call of the same hold
+                        // (see `order`).
+                        if let Err(mut superseded) = stamp.may_resend() {
+                            if may_have_run {
+                                superseded.kind = NodeErrorKind::Connection;
+                                superseded.message = e.to_string();
+                            }
+                            return Err(superseded);
+                        }
+                    }
+                    if again_as_eval {
                         no_script_resent = true;
                         tries += 1;
                         continue;

@@ -162,7 +162,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: Unit::Count,
         labels: &["node", "kind"],
-        help: "Calls to a node that failed, by kind: timeout (no answer within the time its caller waits), connection, wrong_type, not_master, refused, server.",
+        help: "Calls to a node that failed, by kind: timeout (no answer within the time its caller waits), connection, wrong_type, not_master, refused, server, not_replicated, superseded.",
     },
     Spec {
         name: PUBSUB_RECONNECTS,
@@ -264,7 +264,7 @@ impl Cause {
 }
 
 /// The label values of node errors' kinds, by [`kind_index`].
-pub(crate) const KINDS: [&str; 7] = [
+pub(crate) const KINDS: [&str; 8] = [
     "timeout",
     "connection",
     "wrong_type",
@@ -272,6 +272,7 @@ pub(crate) const KINDS: [&str; 7] = [
     "refused",
     "server",
     "not_replicated",
+    "superseded",
 ];
 
 /// Where a node error's kind is in [`KINDS`].
@@ -284,5 +285,6 @@ pub(crate) fn kind_index(kind: &NodeErrorKind) -> usize {
         NodeErrorKind::Refused => 4,
         NodeErrorKind::Server => 5,
         NodeErrorKind::NotReplicated => 6,
+        NodeErrorKind::Superseded => 7,
     }
 }

@@ -102,7 +102,7 @@ async fn node_cases_fake_and_scripts_agree() {
     .expect("start a local redis-server (scripts/setup.sh installs it)");
     let server = Arc::new(server);
     let spec = NodeSpec::from_url(&server.url(0)).expect("node url");
-    let real: Arc<dyn NodeOps> = Arc::new(Member(
+    let real: Arc<dyn NodeOps> = Arc::new(Member::new(
         RedisNode::connect(0, spec, Duration::from_secs(5))
             .await
             .expect("connect to the local redis-server"),
