@@ -12,6 +12,8 @@
 //! | `a_grant_lost_in_a_failover_is_caught_by_the_checker_and_wait_prevents_it` | replica cut off, master killed, replica promoted | without, then with `replica_wait` | without: the checker sees two holders; with: the grant never counted, clean |
 //! | `a_killed_master_under_contention` | master SIGKILLed under contention, replica promoted, old master back as a replica | `replica_wait` | clean; locking resumes |
 //! | `a_stopped_master_under_contention` | master SIGSTOPped past the node timeout (failed over), then SIGCONT | `replica_wait` | clean; locking resumes |
+//! | `a_member_is_reached_through_any_live_seed` | a replica killed, then another frozen; every node a seed | `build()`, and `allow_unreachable` | connected through the live seeds; locks at once |
+//! | `a_frozen_masters_failover_is_followed_while_it_stays_frozen` | the lock's master SIGSTOPped and failed over, left frozen | two managers, lease 9 s | a new lock of that shard within the follow bound; the held lock kept (renewed on the promoted replica); a waiter woken by the release |
 //! | `a_slot_migrated_under_contention` | the lock's slot migrated to another shard and back while held and waited for | `replica_wait` | clean |
 //! | `top_and_status_watch_follow_a_failover` | the lock's master killed, its replica promoted, while `quorumlock top --watch` and `status --watch` run | fixed lease, no watchdog | the frames after the promotion scan the promoted replica and list the lock (`top`), and name it as the lock's shard (`status`) |
 //! | `a_shard_that_fails_its_renewals_costs_only_its_own_locks` | one shard's master paused for writes (`CLIENT PAUSE WRITE`, no failover) for three leases | no `replica_wait` | the other shards' locks kept, the paused shard's lost |
@@ -434,6 +436,136 @@ async fn a_stopped_master_under_contention() {
 
 /// The lock's slot is migrated to another shard and back while clients
 /// contend for it and wait for it: a clean history.
+/// One seed down does not make the member unreachable: with a replica
+/// killed (refusing connections), then another frozen (SIGSTOP: it
+/// accepts and answers nothing), `build()` over every seed connects
+/// through the others, checks what they tell, and locks; so does a
+/// manager with `allow_unreachable` (which the CLI uses), at once. Before:
+/// `Error::Connect` at `build()`, and with `allow_unreachable` the member
+/// was never connected while the seed stayed down.
+#[tokio::test]
+async fn a_member_is_reached_through_any_live_seed() {
+    let _serial = serial().await;
+    let c = replica_cluster();
+    let (name, _, _, replica) = placed("seed-down").await;
+    let connect = Duration::from_secs(1);
+    for fault in [Fault::Kill, Fault::Stop] {
+        let i = c.index_of(replica);
+        match fault {
+            Fault::Kill => c.nodes.kill(i),
+            Fault::Stop => c.nodes.stop(i),
+        }
+        let strict = only(Duration::from_secs(5))
+            .connect_timeout(connect)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("build with one seed down ({fault:?}): {e}"));
+        let g = strict.lock(&name).await.expect("lock");
+        g.release().await.expect("release");
+        let lazy = only(Duration::from_secs(5))
+            .connect_timeout(connect)
+            .allow_unreachable(true)
+            .build()
+            .await
+            .expect("build");
+        let g = lazy
+            .try_lock(&name, Duration::ZERO)
+            .await
+            .unwrap_or_else(|e| panic!("used at once with one seed down ({fault:?}): {e}"));
+        g.release().await.expect("release");
+        match fault {
+            Fault::Kill => c.nodes.restart(i).expect("restart the replica"),
+            Fault::Stop => c.nodes.resume(i),
+        }
+        c.wait_healthy(Duration::from_secs(30)).await;
+    }
+}
+
+/// A name that is not `name`, served by the master on `port`.
+fn same_shard_name(stem: &str, port: u16) -> String {
+    let c = replica_cluster();
+    loop {
+        let n = unique(stem);
+        if c.port_of_slot(lock_slot(&n).unwrap()) == port {
+            return n;
+        }
+    }
+}
+
+/// A master frozen (SIGSTOP: it answers nothing and closes nothing, so
+/// redis-rs's client sees no `MOVED` and no I/O error) is failed over by
+/// the cluster; while it stays frozen, the member follows within the
+/// README's bound (two probe spacings plus a connect, here 2 × 1 s + 1 s,
+/// from the promotion): a new lock of that shard is granted, the lock
+/// held across the failover is renewed on the promoted replica and kept,
+/// and a waiter on it is woken by its release (the sharded subscription
+/// followed). Before, every call of that shard went to the frozen node
+/// until it came back: the new lock failed, and the held one was lost.
+#[tokio::test]
+async fn a_frozen_masters_failover_is_followed_while_it_stays_frozen() {
+    let _serial = serial().await;
+    let c = replica_cluster();
+    let (name, slot, master, _) = placed("frozen").await;
+    let other = same_shard_name("frozen-new", master);
+    let connect = Duration::from_secs(1);
+    let lease = Duration::from_secs(9);
+    let a = build(only(lease).connect_timeout(connect)).await;
+    let b = build(only(lease).connect_timeout(connect)).await;
+    let g = a.lock(&name).await.expect("lock");
+    // `b` has used the shard before the freeze.
+    b.try_lock(&other, Duration::ZERO)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    c.nodes.stop(c.index_of(master));
+    let promoted = c.wait_promoted(slot, master, Duration::from_secs(20)).await;
+    let at = Instant::now();
+    let fresh = b
+        .try_lock(&other, Duration::from_secs(8))
+        .await
+        .expect("a new lock of the failed-over shard, its old master still frozen");
+    let took = at.elapsed();
+    let bound = 3 * connect + NODE_TIMEOUT + Duration::from_millis(500);
+    assert!(
+        took < bound,
+        "followed {took:?} after the promotion (bound {bound:?})"
+    );
+    fresh.release().await.expect("release");
+
+    // The held lock: renewed on the promoted replica, not lost.
+    tokio::time::sleep(lease / 2).await;
+    assert!(!g.is_lost(), "the held lock was kept across the failover");
+    assert!(
+        has_lock_at(promoted, &name).await,
+        "held on the promoted replica"
+    );
+
+    // A waiter on it is woken by its release.
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move { b.lock(&name).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "held");
+    let released = Instant::now();
+    g.release().await.expect("release on the promoted replica");
+    let got = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter is woken")
+        .unwrap()
+        .expect("lock");
+    eprintln!(
+        "frozen {master}: {promoted} promoted; new lock {took:?} after; waiter woken {:?} after the release",
+        released.elapsed()
+    );
+    got.release().await.expect("release");
+    c.nodes.resume(c.index_of(master));
+    c.wait_healthy(Duration::from_secs(30)).await;
+}
+
 #[tokio::test]
 async fn a_slot_migrated_under_contention() {
     let _serial = serial().await;

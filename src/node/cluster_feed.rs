@@ -23,6 +23,11 @@
 //!   `Disconnection` push instead, so the waiters' task (`wait::pubsub`)
 //!   marks the member's channels uncovered (its waiters poll), opens a new
 //!   connection and subscribes them all again.
+//! - **A frozen master failed over.** Its connection neither closes nor
+//!   answers, so nothing above happens; when the member follows the
+//!   failover (`cluster_watch`), [`ClusterFeed::follow`] ends every
+//!   connection opened before, as a dropped one ends, and the next opens
+//!   over the nodes that told the new topology.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,7 +37,7 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::error::NodeError;
 use crate::keys::key_slot;
@@ -44,19 +49,34 @@ use super::feed::{Feed, FeedConn, FeedMessage, FeedSink};
 /// A cluster member's feed: its seeds and certificates, to open a
 /// connection of its own.
 pub(crate) struct ClusterFeed {
-    seeds: Vec<redis::ConnectionInfo>,
+    /// The nodes a connection starts from: the seeds, then the nodes that
+    /// told the topology the member last followed.
+    seeds: Mutex<Vec<redis::ConnectionInfo>>,
     certs: Certs,
     timeout: Duration,
+    /// Bumped by [`ClusterFeed::follow`]: ends the connections opened
+    /// before.
+    epoch: watch::Sender<u64>,
 }
 
 impl ClusterFeed {
     /// `timeout` bounds a subscription sent again after a slot moved.
     pub(crate) fn new(seeds: Vec<redis::ConnectionInfo>, certs: Certs, timeout: Duration) -> Self {
         Self {
-            seeds,
+            seeds: Mutex::new(seeds),
             certs,
             timeout,
+            epoch: watch::Sender::new(0),
         }
+    }
+
+    /// The member followed a failover that `first` (the nodes that told
+    /// it) report: every connection opened before ends (its waiters poll
+    /// until the next one has subscribed their channels again), and the
+    /// next ones start from `first`.
+    pub(crate) fn follow(&self, first: Vec<redis::ConnectionInfo>) {
+        *locked(&self.seeds) = first;
+        self.epoch.send_modify(|e| *e += 1);
     }
 }
 
@@ -65,8 +85,10 @@ type Wanted = Arc<Mutex<HashSet<Arc<str>>>>;
 
 impl Feed for ClusterFeed {
     fn open(&self) -> BoxFuture<'static, Result<FeedConn, NodeError>> {
-        let builder = self.certs.builder(self.seeds.clone());
+        let builder = self.certs.builder(locked(&self.seeds).clone());
         let timeout = self.timeout;
+        let mut epoch = self.epoch.subscribe();
+        epoch.mark_unchanged();
         Box::pin(async move {
             let (tx, rx) = mpsc::unbounded_channel::<PushInfo>();
             let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
@@ -74,6 +96,7 @@ impl Feed for ClusterFeed {
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(tx)
                 .connection_timeout(timeout)
+                .response_timeout(timeout)
                 .tcp_settings(tcp)
                 .build()
                 .map_err(|e| NodeError::from_redis(&e))?;
@@ -82,9 +105,14 @@ impl Feed for ClusterFeed {
                 .await
                 .map_err(|e| NodeError::from_redis(&e))?;
             let wanted = Wanted::default();
-            let state = (rx, conn.clone(), Arc::clone(&wanted), timeout);
+            let state = (rx, conn.clone(), Arc::clone(&wanted), timeout, epoch);
             let messages = futures::stream::unfold(state, |mut s| async move {
-                let msg = next_message(&mut s.0, &mut s.1, &s.2, s.3).await?;
+                let msg = tokio::select! {
+                    msg = next_message(&mut s.0, &mut s.1, &s.2, s.3) => msg?,
+                    // The member followed a failover: this connection may
+                    // sit on a frozen shard.
+                    _ = s.4.changed() => return None,
+                };
                 Some((msg, s))
             })
             .boxed();

@@ -31,6 +31,9 @@ pub(crate) struct SlotMap {
     ranges: Vec<(u16, u16, usize)>,
     /// The distinct shards, in order of their first range.
     pub(crate) shards: Vec<Shard>,
+    /// The replicas `CLUSTER SLOTS` lists (`host`, `port`), once each:
+    /// nodes to ask for the map when a master stops answering.
+    replicas_at: Vec<(String, u16)>,
 }
 
 impl SlotMap {
@@ -73,6 +76,24 @@ impl SlotMap {
                 Some(Value::SimpleString(s)) => s.clone(),
                 _ => String::new(),
             };
+            for replica in parts.iter().skip(3) {
+                let Value::Array(r) = replica else { continue };
+                let rhost = match r.first() {
+                    Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(Value::SimpleString(s)) => s.clone(),
+                    _ => String::new(),
+                };
+                let rhost = if rhost.is_empty() || rhost == "?" {
+                    asked_host.to_owned()
+                } else {
+                    rhost
+                };
+                if let Some(rport) = int(r.get(1)).and_then(|p| u16::try_from(p).ok()) {
+                    if !map.replicas_at.contains(&(rhost.clone(), rport)) {
+                        map.replicas_at.push((rhost, rport));
+                    }
+                }
+            }
             let shard = Shard {
                 host,
                 port,
@@ -90,6 +111,15 @@ impl SlotMap {
         }
         map.ranges.sort_unstable();
         Ok(map)
+    }
+
+    /// Every node the map names, masters first, then replicas.
+    pub(crate) fn nodes(&self) -> Vec<(String, u16)> {
+        self.shards
+            .iter()
+            .map(|s| (s.host.clone(), s.port))
+            .chain(self.replicas_at.iter().cloned())
+            .collect()
     }
 
     /// The shard serving `slot`, if any serves it.

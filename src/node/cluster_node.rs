@@ -43,6 +43,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Value};
 
@@ -61,6 +63,7 @@ use super::cluster_route::{
 };
 use super::cluster_seed::read_seed;
 use super::cluster_spec::ClusterSpec;
+use super::cluster_watch::{suspect_after, Dial, Link, Watch};
 use super::member::{Call, Confirm, Server};
 use super::reply;
 use super::script_call::map_err;
@@ -76,12 +79,21 @@ type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
 pub(crate) struct ClusterNode {
     /// `cluster(<seed>,...)`, without credentials.
     addr: String,
-    shards: Shards,
-    /// The watchdog's renewal and repair pipelines, over a second cluster
-    /// connection (one more connection to each shard, sharing the slot
-    /// map), so that acquisitions and releases never queue behind a long
-    /// renewal pipeline on the client side, as on a master.
-    renewals: Shards,
+    /// The calls' and status reads' connection, and the watchdog's renewal
+    /// and repair pipelines' over a second cluster connection (one more
+    /// connection to each shard, sharing the slot map), so that
+    /// acquisitions and releases never queue behind a long renewal
+    /// pipeline on the client side, as on a master; both replaced when the
+    /// member follows a failover (`cluster_watch`).
+    link: Arc<Link>,
+    map: Arc<Mutex<SlotMap>>,
+    /// The host of the first seed (see [`Shards::seed_host`]).
+    seed_host: String,
+    /// Probes the topology when calls go unanswered (a frozen master).
+    watch: Arc<Watch>,
+    /// How long a try may stay on the wire before the member suspects its
+    /// map.
+    suspect_after: Duration,
     /// `WAIT` after each write a quorum counts (`replica_wait`).
     wait: Option<ReplicaWait>,
     /// How long a call is sent again after answers proving it did not run
@@ -96,32 +108,56 @@ pub(crate) struct ClusterNode {
 impl ClusterNode {
     /// Checks the seeds (each a cluster node, all telling one complete
     /// topology, each shard with the replicas `replica_wait` asks for) and
-    /// connects.
+    /// connects. A seed that does not answer (stopped, frozen) is left
+    /// out: the checks run on what the seeds that answered tell, and the
+    /// member is reached through them; only a member none of whose seeds
+    /// answers is [`Error::Connect`].
     pub(crate) async fn connect(
         index: usize,
         member: &ClusterSpec,
         config: &Config,
     ) -> Result<Self, Error> {
+        Self::try_connect(index, member, config)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// [`ClusterNode::connect`], saying whether its error may pass (no
+    /// seed answered; seeds that disagree, or slots no shard serves, as
+    /// mid-failover or while the cluster is being made), so that a member
+    /// connected later tries again instead of refusing it for good.
+    pub(crate) async fn try_connect(
+        index: usize,
+        member: &ClusterSpec,
+        config: &Config,
+    ) -> Result<Self, (Error, Passing)> {
+        let lasting = |e: Error| (e, Passing::No);
         let seeds = &member.seeds;
         let connect_timeout = config.connect_timeout;
         if seeds.is_empty() {
-            return Err(Error::invalid(
+            return Err(lasting(Error::invalid(
                 "cluster seeds",
                 format!("member {index}: a cluster member needs at least one seed URL"),
-            ));
+            )));
         }
         let specs = seeds
             .iter()
             .map(|u| member.certs.node(NodeSpec::from_url(u)?))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(lasting)?;
         let label = specs
             .iter()
             .map(|s| s.addr.as_str())
             .collect::<Vec<_>>()
             .join(",");
         let addr = format!("cluster({label})");
-        let failure = |e: NodeError| Error::Connect {
-            failures: vec![e.at(index, &addr)],
+        let failure = |e: NodeError| {
+            (
+                Error::Connect {
+                    failures: vec![e.at(index, &addr)],
+                },
+                Passing::Yes,
+            )
         };
         let read = futures::future::join_all(
             specs
@@ -130,56 +166,95 @@ impl ClusterNode {
         )
         .await;
         let mut maps = Vec::with_capacity(specs.len());
+        let mut answered = Vec::with_capacity(specs.len());
+        let mut unreached: Vec<NodeError> = Vec::new();
         let mut policy = None;
         for (spec, r) in specs.iter().zip(read) {
-            let seed = r
-                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "seed timed out")))?
-                .map_err(|e| failure(NodeError::from_redis(&e)))?;
+            let seed = match r {
+                Ok(Ok(seed)) => seed,
+                Ok(Err(e)) => {
+                    let e = NodeError::from_redis(&e);
+                    unreached.push(NodeError::new(e.kind, format!("seed {}: {}", spec.addr, e.message)));
+                    continue;
+                }
+                Err(_) => {
+                    unreached.push(NodeError::new(
+                        NodeErrorKind::Timeout,
+                        format!("seed {} timed out", spec.addr),
+                    ));
+                    continue;
+                }
+            };
             let Some(map) = seed.map else {
-                return Err(Error::Config(format!(
+                return Err(lasting(Error::Config(format!(
                     "member {index}: seed {} is a standalone server (cluster_enabled:0), not a \
                      Redis Cluster node; add it with `node(url)`",
                     spec.addr
-                )));
+                ))));
             };
-            let map = map.map_err(|why| Error::Config(format!("member {index}: {why}")))?;
+            let map = map.map_err(|why| lasting(Error::Config(format!("member {index}: {why}"))))?;
             check_version(&seed.server).map_err(|why| {
-                Error::Config(format!("member {index}: seed {} {why}", spec.addr))
+                lasting(Error::Config(format!("member {index}: seed {} {why}", spec.addr)))
             })?;
             policy = policy.or(seed.policy);
             maps.push((spec.addr.clone(), map));
+            answered.push(spec.client.get_connection_info().clone());
         }
-        check_seeds(&maps).map_err(|why| Error::Config(format!("member {index}: {why}")))?;
+        if maps.is_empty() {
+            let kind = unreached
+                .first()
+                .map_or(NodeErrorKind::Connection, |e| e.kind.clone());
+            let why: Vec<String> = unreached.into_iter().map(|e| e.message).collect();
+            return Err(failure(NodeError::new(
+                kind,
+                format!("no seed answered ({})", why.join("; ")),
+            )));
+        }
+        for e in &unreached {
+            tracing::warn!(member = index, addr = %addr, error = %e.message, "a cluster seed did not answer; reached through the others");
+        }
+        check_seeds(&maps).map_err(|why| {
+            // Seeds of one cluster that disagree (mid-failover) or leave
+            // slots unserved (being made) may agree later; seeds of two
+            // clusters (no master in common) never will.
+            let one_cluster = maps.iter().all(|(_, m)| {
+                m.shards
+                    .iter()
+                    .any(|s| maps[0].1.shards.iter().any(|f| f.id == s.id))
+            });
+            let passing = if one_cluster { Passing::Yes } else { Passing::No };
+            (Error::Config(format!("member {index}: {why}")), passing)
+        })?;
         let map = maps.swap_remove(0).1;
         if let Some(wait) = config.replica_wait {
             check_replicas(&map, wait.replicas)
-                .map_err(|why| Error::Config(format!("member {index} ({addr}): {why}")))?;
+                .map_err(|why| lasting(Error::Config(format!("member {index} ({addr}): {why}"))))?;
         }
         let infos: Vec<_> = specs
             .iter()
             .map(|s| s.client.get_connection_info().clone())
             .collect();
+        // The cluster client and the feed start from the seeds that
+        // answered (one that hangs would hold every first connect for the
+        // connect timeout); probes ask every seed.
         let feed = Arc::new(ClusterFeed::new(
-            infos.clone(),
+            answered.clone(),
             member.certs.clone(),
             connect_timeout,
         ));
-        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let client = member
-            .certs
-            .builder(infos)
-            .retries(0)
-            .connection_timeout(connect_timeout)
-            .tcp_settings(tcp)
-            .build()
-            .map_err(|e| Error::invalid("cluster seeds", format!("{addr}: {e}")))?;
-        let (conn, renew_conn) = tokio::time::timeout(
+        let dial = Dial {
+            seeds: infos,
+            certs: member.certs.clone(),
+            node_timeout: config.node_timeout,
             connect_timeout,
-            futures::future::try_join(client.get_async_connection(), client.get_async_connection()),
-        )
-        .await
-        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-        .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        };
+        dial.client(answered.clone()).map_err(|e| {
+            lasting(Error::invalid("cluster seeds", format!("{addr}: {e}")))
+        })?;
+        let (conn, renew_conn) = dial
+            .connect(answered)
+            .await
+            .map_err(|e| failure(NodeError::from_redis(&e)))?;
         let seed_host = specs
             .first()
             .and_then(|s| match s.client.get_connection_info().addr() {
@@ -192,24 +267,51 @@ impl ClusterNode {
             run_id: Some(map.identity()),
             policy,
         };
-        let shards = Shards {
-            conn,
-            map: Arc::new(Mutex::new(map)),
-            seed_host,
-        };
-        let renewals = Shards {
-            conn: renew_conn,
-            ..shards.clone()
-        };
+        let map = Arc::new(Mutex::new(map));
+        let link = Arc::new(Link::new(conn, renew_conn));
+        let watch = Arc::new(Watch::new(
+            addr.clone(),
+            dial,
+            Arc::clone(&map),
+            Arc::clone(&link),
+            Arc::clone(&feed),
+        ));
         Ok(Self {
             addr,
-            shards,
-            renewals,
+            link,
+            map,
+            seed_host,
+            watch,
+            suspect_after: suspect_after(config.node_timeout),
             wait: config.replica_wait,
             patience: config.node_timeout,
             info,
             feed,
         })
+    }
+
+    /// The way to the shards for one call: the connection of the moment.
+    fn shards(&self) -> Shards {
+        Shards {
+            conn: self.link.calls(),
+            map: Arc::clone(&self.map),
+            seed_host: self.seed_host.clone(),
+            patience: self.patience,
+        }
+    }
+
+    /// The way to the shards for one batch.
+    fn renewals(&self) -> Shards {
+        Shards {
+            conn: self.link.renewals(),
+            ..self.shards()
+        }
+    }
+
+    /// Failovers this member followed since it connected.
+    #[allow(dead_code)]
+    pub(crate) fn failovers_followed(&self) -> u64 {
+        self.watch.followed()
     }
 
     /// What `build()` checks: the cluster's identity (its masters' ids)
@@ -233,18 +335,18 @@ impl Server for ClusterNode {
     }
 
     fn shard_breaks(&self) -> Vec<u16> {
-        locked(&self.shards.map).shard_breaks()
+        locked(&self.map).shard_breaks()
     }
 
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
-        batch_cost(&locked(&self.shards.map), &batch.items)
+        batch_cost(&locked(&self.map), &batch.items)
     }
 
     /// The lock's state, and the shard that answered: the status pipeline
     /// goes to the lock's slot with `CLUSTER MYID`, whose id the slot map
     /// turns into the shard's address.
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
-        let mut shards = self.shards.clone();
+        let mut shards = self.shards();
         let keys = Arc::clone(keys);
         Box::pin(async move {
             let conn = &mut shards.conn;
@@ -295,8 +397,9 @@ impl Server for ClusterNode {
         let (keys, read, stamp) = (call.keys, call.read, call.stamp);
         let wait = self.wait.filter(|_| call.confirm == Confirm::Replicas);
         let patience = self.patience;
-        let mut conn = self.shards.conn.clone();
-        let map = Arc::clone(&self.shards.map);
+        let mut conn = self.link.calls();
+        let map = Arc::clone(&self.map);
+        let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
             let slot = keys.first().map_or(0, key_slot);
             // The rules of `cluster_retry`, shared with the simulator.
@@ -307,7 +410,12 @@ impl Server for ClusterNode {
             loop {
                 let mut cmd = keys.call(script, retry.send_body());
                 args(&mut cmd);
-                let e = match send(&mut conn, cmd, (retry.route(), slot), wait).await {
+                let on_wire = Unanswered::new(&watch, suspect_after);
+                let sent = send(&mut conn, cmd, (retry.route(), slot), wait).await;
+                // An error after a long wait (redis-rs's response
+                // timeout) is suspect as no answer is.
+                on_wire.answered(sent.is_ok());
+                let e = match sent {
                     Ok((v, acks)) => {
                         // Ran: counted only once the replicas have it.
                         confirmed(wait, acks)?;
@@ -343,8 +451,66 @@ impl Server for ClusterNode {
     /// A renew or repair batch (see `cluster_batch`), on the renewal
     /// connection.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        Box::pin(send_batch(self.renewals.clone(), batch, self.wait))
+        let sent = send_batch(self.renewals(), batch, self.wait);
+        let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
+        Box::pin(async move {
+            let on_wire = Unanswered::new(&watch, suspect_after);
+            let r = sent.await;
+            on_wire.answered(r.is_ok());
+            // A part that timed out (its shard answered nothing within the
+            // batch's deadline) may sit on a frozen master.
+            let timed_out = match &r {
+                Err(e) => e.kind == NodeErrorKind::Timeout,
+                Ok(each) => each.contains(&Renewed::Failed),
+            };
+            if timed_out {
+                watch.suspect();
+            }
+            r
+        })
     }
+}
+
+/// A try on the wire: dropped unanswered (its caller stopped waiting, or
+/// it failed) after `suspect_after` or more, it makes the member probe its
+/// topology (see `cluster_watch`).
+struct Unanswered<'a> {
+    watch: &'a Arc<Watch>,
+    since: Instant,
+    after: Duration,
+    answered: bool,
+}
+
+impl<'a> Unanswered<'a> {
+    fn new(watch: &'a Arc<Watch>, after: Duration) -> Self {
+        Self {
+            watch,
+            since: Instant::now(),
+            after,
+            answered: false,
+        }
+    }
+
+    /// Answered: `ok`, or an error (suspect after a long wait, as no
+    /// answer is).
+    fn answered(mut self, ok: bool) {
+        self.answered = ok;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered && self.since.elapsed() >= self.after {
+            self.watch.suspect();
+        }
+    }
+}
+
+/// Whether a failed connect may pass, so that it is worth trying again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Passing {
+    Yes,
+    No,
 }
 
 /// Refuses a set over several hash slots when a member is a cluster: one

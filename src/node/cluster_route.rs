@@ -34,15 +34,20 @@ pub(super) struct Shards {
     /// The host of the first seed: the address of a node that does not
     /// know its own.
     pub(super) seed_host: String,
+    /// The node timeout: bounds a refresh of the map.
+    pub(super) patience: std::time::Duration,
 }
 
 impl Shards {
-    /// Re-reads the slot map (`CLUSTER SLOTS` from any node).
+    /// Re-reads the slot map (`CLUSTER SLOTS` from any node), within the
+    /// node timeout (a node that answers nothing leaves the map as it was).
     pub(super) async fn refresh(&mut self) {
-        let reply: redis::RedisResult<Value> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut self.conn)
-            .await;
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let read = cmd.query_async::<Value>(&mut self.conn);
+        let Ok(reply) = tokio::time::timeout(self.patience, read).await else {
+            return;
+        };
         if let Ok(fresh) = reply
             .map_err(|e| e.to_string())
             .and_then(|v| SlotMap::parse(&v, &self.seed_host))

@@ -65,6 +65,15 @@ impl Certs {
     }
 
     /// A cluster client builder over `seeds` that uses these certificates.
+    /// A client of one node at `info`, with the certificates if any.
+    pub(crate) fn client(&self, info: ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls-rustls")]
+        if let Some(certs) = &self.0 {
+            return redis::Client::build_with_tls(info, certs.clone());
+        }
+        redis::Client::open(info)
+    }
+
     pub(crate) fn builder(&self, seeds: Vec<ConnectionInfo>) -> ClusterClientBuilder {
         let builder = ClusterClientBuilder::new(seeds);
         #[cfg(feature = "tls-rustls")]

@@ -5,11 +5,13 @@
 //!
 //! Until then each call fails at once, unsent ([`NodeError::unsent_until`]
 //! at the next connection attempt), and the member counts as a node that
-//! did not answer. A member whose seeds then fail a check (a standalone
-//! server, seeds that disagree, a server before Redis 7, too few replicas
-//! for `replica_wait`, the same cluster as another member, an evicting
-//! policy under `require_noeviction`) is refused: never used, every call
-//! failing with [`NodeErrorKind::Refused`].
+//! did not answer. A member whose seeds then fail a lasting check (a
+//! standalone server, a server before Redis 7, too few replicas for
+//! `replica_wait`, the same cluster as another member, an evicting policy
+//! under `require_noeviction`) is refused: never used, every call failing
+//! with [`NodeErrorKind::Refused`]. Checks that pass with time (seeds
+//! that disagree mid-failover, slots not all served yet) are tried again,
+//! as an unreachable member is.
 
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -23,7 +25,7 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::sync::locked;
 
-use super::cluster_node::ClusterNode;
+use super::cluster_node::{ClusterNode, Passing};
 use super::cluster_spec::ClusterSpec;
 use super::member::{Call, Server};
 use super::{Answer, BatchCost, Feed, FeedConn, NodeLockState, RenewBatch, Renewed};
@@ -68,13 +70,19 @@ impl LazyCluster {
             drop(handle.spawn(async move {
                 loop {
                     *locked(&at) = Instant::now() + config.connect_timeout + RETRY;
-                    let found = match ClusterNode::connect(index, &member, &config).await {
+                    let found = match ClusterNode::try_connect(index, &member, &config).await {
                         Ok(node) => Some(match admission.admit(index, &label, &node.info()) {
                             Ok(()) => State::Connected(node),
                             Err(why) => State::Refused(NodeError::new(NodeErrorKind::Refused, why)),
                         }),
-                        Err(Error::Connect { .. }) => None,
-                        Err(e) => Some(State::Refused(NodeError::new(
+                        Err((Error::Connect { .. }, _)) => None,
+                        Err((e, Passing::Yes)) => {
+                            // Seeds that disagree or slots not all served
+                            // (mid-failover, a cluster being made): later.
+                            tracing::debug!(node = index, addr = %label, reason = %e, "cluster member not ready; trying again");
+                            None
+                        }
+                        Err((e, Passing::No)) => Some(State::Refused(NodeError::new(
                             NodeErrorKind::Refused,
                             e.to_string(),
                         ))),

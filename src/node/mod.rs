@@ -21,6 +21,9 @@
 //! - `cluster_map`: a cluster member's slot map (`CLUSTER SLOTS`), no I/O;
 //! - `cluster_route` and `cluster_batch`: how a cluster member's calls and
 //!   renewal batches reach its shards (with `WAIT` for `replica_wait`);
+//! - `cluster_watch`: a cluster member's probe of its topology when calls
+//!   go unanswered, and its new connections after a failover that
+//!   redis-rs's client cannot see (a frozen master);
 //! - `cluster_node`: a member that is a whole Redis Cluster, over
 //!   redis-rs's cluster client (reached as `node::cluster_node`).
 
@@ -33,6 +36,7 @@ pub(crate) mod cluster_retry;
 pub(crate) mod cluster_route;
 mod cluster_seed;
 pub(crate) mod cluster_spec;
+mod cluster_watch;
 mod feed;
 pub(crate) mod lazy_cluster;
 pub(crate) mod member;
