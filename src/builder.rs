@@ -357,7 +357,8 @@ impl LockManagerBuilder {
     ///   [`replica_wait`](Self::replica_wait) of 0 replicas or with a
     ///   timeout of zero or not below the node timeout;
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
-    ///   or two URLs that reach the same server: same `run_id`), a quorum of
+    ///   two URLs that reach the same server: same `run_id`, or a cluster
+    ///   node given as a master and within a cluster member), a quorum of
     ///   0 or above the node count, or, with
     ///   [`require_noeviction`](Self::require_noeviction), a node whose
     ///   `maxmemory-policy` may evict keys;

@@ -1243,3 +1243,80 @@ async fn a_member_down_at_build_that_answers_as_a_standalone_server_is_refused()
     let g = m.lock(&name).await.expect("the masters grant");
     g.release().await.expect("release");
 }
+
+/// One server may back one member only, whatever kind each is: a cluster
+/// node that serves every slot, given as a master (`node(url)`) and again
+/// as a cluster member (`cluster([url])`), would cast two votes. Refused
+/// at `build()` as one server twice, naming both members, in either order.
+#[tokio::test]
+async fn one_server_as_a_master_and_as_a_cluster_member_is_refused() {
+    let single = LocalCluster::start_single();
+    let url = single.urls()[0].clone();
+    let masters = nodes().urls();
+    // Masters are numbered first, cluster members after them.
+    let builders = [
+        (
+            LockManager::builder()
+                .node(url.clone())
+                .node(masters[0].clone())
+                .cluster([url.clone()]),
+            "node 0 (127.0.0.1",
+        ),
+        (
+            LockManager::builder()
+                .cluster([url.clone()])
+                .node(masters[0].clone())
+                .node(url.replace("127.0.0.1", "localhost")),
+            "node 1 (localhost",
+        ),
+    ];
+    for (b, master) in builders {
+        match b.build().await {
+            Err(Error::Config(why)) => assert!(
+                why.contains(master)
+                    && why.contains("node 2 (cluster(")
+                    && why.contains("same Redis server"),
+                "{why}"
+            ),
+            Err(other) => panic!("want Config, got {other:?}"),
+            Ok(m) => panic!("one server admitted as two members: {:?}", m.nodes()),
+        }
+    }
+}
+
+/// The same refusal when both members of one server connect later (down
+/// at build, with `allow_unreachable`): the first to answer is used, the
+/// other refused (`NodeErrorKind::Refused`), while the masters lock.
+#[tokio::test]
+async fn one_server_as_two_members_connected_later_is_refused_once() {
+    let single = LocalCluster::start_single();
+    let url = single.urls()[0].clone();
+    single.nodes.stop(0);
+    let masters = nodes().urls();
+    let m = LockManager::builder()
+        .nodes(masters[..3].to_vec())
+        .node(url.clone())
+        .cluster([url])
+        .quorum(Quorum::Majority)
+        .allow_unreachable(true)
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    single.nodes.resume(0);
+    let m = m.expect("builds on the masters' quorum");
+    let name = unique("two-votes");
+    within_10s("one of the two is refused, the other used", || async {
+        let status = m.status(&name).await.expect("status");
+        let states = [&status.nodes[3].state, &status.nodes[4].state];
+        let refused = states
+            .iter()
+            .filter(|s| matches!(s, Err(f) if f.kind == quorumlock::NodeErrorKind::Refused))
+            .count();
+        let used = states.iter().filter(|s| s.is_ok()).count();
+        refused == 1 && used == 1
+    })
+    .await;
+    let g = m.lock(&name).await.expect("the masters grant");
+    g.release().await.expect("release");
+}

@@ -189,7 +189,7 @@ impl ClusterNode {
             })
             .unwrap_or_else(|| "127.0.0.1".to_owned());
         let info = ServerInfo {
-            run_id: Some(map.identity()),
+            ids: map.identity(),
             policy,
         };
         let shards = Shards {
@@ -212,8 +212,8 @@ impl ClusterNode {
         })
     }
 
-    /// What `build()` checks: the cluster's identity (its masters' ids)
-    /// and a seed's `maxmemory-policy`.
+    /// What `build()` checks: the cluster's identities (its masters' node
+    /// ids) and a seed's `maxmemory-policy`.
     pub(crate) fn info(&self) -> ServerInfo {
         self.info.clone()
     }

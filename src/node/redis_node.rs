@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Value};
 
-use crate::admission::{maxmemory_policy, Admission, ServerInfo};
+use crate::admission::{maxmemory_policy, Admission, ServerId, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
 use crate::scripts;
@@ -33,8 +33,9 @@ pub(crate) struct RedisNode {
     /// not a master, the same server as another node, or evicting while
     /// `require_noeviction` is set. Every call then fails with this error.
     refused: Arc<OnceLock<NodeError>>,
-    /// The server's `run_id` (INFO server), read at connect.
-    run_id: Option<String>,
+    /// The server's identities (`run_id`, and its cluster node id when it
+    /// is a cluster node), read at connect.
+    ids: Vec<ServerId>,
     /// The server's `maxmemory-policy`, as last read.
     policy: Arc<Mutex<Option<String>>>,
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
@@ -102,7 +103,7 @@ impl RedisNode {
             renew_conn,
             client: spec.client,
             refused: Arc::default(),
-            run_id: info.run_id,
+            ids: info.ids,
             policy: Arc::new(Mutex::new(info.policy)),
             loaded: Arc::default(),
             breaker: Arc::default(),
@@ -160,7 +161,7 @@ impl RedisNode {
     /// eviction policy (see [`Admission`]).
     pub(crate) fn info(&self) -> ServerInfo {
         ServerInfo {
-            run_id: self.run_id.clone(),
+            ids: self.ids.clone(),
             policy: self.maxmemory_policy(),
         }
     }
@@ -234,7 +235,7 @@ impl RedisNode {
             renew_conn,
             client: spec.client,
             refused,
-            run_id: None,
+            ids: Vec::new(),
             policy,
             loaded: Arc::default(),
             breaker: Arc::default(),
