@@ -402,13 +402,14 @@ impl LockManagerBuilder {
             ));
         }
         let connect_timeout = config.connect_timeout;
-        let prefix = config.key_prefix.as_str();
+        let (layout, prefix) = (config.layout, config.key_prefix.as_str());
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
             |(i, spec)| async move {
                 let node = RedisNode::connect(i, spec, connect_timeout).await?;
                 // Before any lock: a node that served the older layout
                 // keeps its tokens increasing (see `adopt_legacy_fence`).
-                node.adopt_legacy_fence(i, prefix, connect_timeout).await?;
+                node.adopt_legacy_fence(i, (layout, prefix), connect_timeout)
+                    .await?;
                 Ok::<_, Error>(node)
             },
         ))

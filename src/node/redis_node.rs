@@ -11,6 +11,7 @@ use redis::{Client, Value};
 use crate::admission::{maxmemory_policy, Admission, ServerId, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
+use crate::layout::Layout;
 use crate::scripts;
 
 use super::member::{Call, Server};
@@ -117,12 +118,23 @@ impl RedisNode {
     /// one (every node but one that served an older version) costs one
     /// `EXISTS`, and the 16,384 counters are not even named. Returns the
     /// adopted value (0: none).
+    ///
+    /// Only what can be that counter is taken: in [`Layout::Quorumlock`]
+    /// (the only layout of those versions, where no lock key can be
+    /// `<prefix>fence`), a string integer. Anything else there (a hash, a
+    /// string that is not an integer) is left as it is, with a warning; in
+    /// [`Layout::Redisson`] nothing is read, since the key may be a
+    /// Redisson object named `<prefix>fence` (an `RLock`, an
+    /// `RAtomicLong`).
     pub(crate) async fn adopt_legacy_fence(
         &self,
         index: usize,
-        prefix: &str,
+        (layout, prefix): (Layout, &str),
         timeout: Duration,
     ) -> Result<u64, Error> {
+        if layout != Layout::Quorumlock {
+            return Ok(0);
+        }
         let failure = |e: NodeError| Error::Connect {
             failures: vec![e.at(index, &self.addr)],
         };
@@ -139,7 +151,7 @@ impl RedisNode {
             redis::Script::new(scripts::ADOPT_FENCE)
                 .key(&old)
                 .key(keys::fence_keys(prefix))
-                .invoke_async::<u64>(&mut conn)
+                .invoke_async::<i64>(&mut conn)
                 .await
         };
         let adopted = tokio::time::timeout(timeout, adopt)
@@ -151,6 +163,10 @@ impl RedisNode {
                 ))
             })?
             .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let Ok(adopted) = u64::try_from(adopted) else {
+            tracing::warn!(node = index, addr = %self.addr, key = %old, "a key of the older fence counter's name holds something else (not a string integer); left as it is, not adopted");
+            return Ok(0);
+        };
         if adopted > 0 {
             tracing::info!(node = index, addr = %self.addr, counter = adopted, "adopted the fence counter of the older key layout");
         }
