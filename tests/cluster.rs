@@ -744,6 +744,77 @@ async fn calls_that_meet_ask_mid_migration_run_exactly_once() {
     Migration::run(reshard_cluster(), slot, from).await;
 }
 
+/// Mid-migration with the slot's keys split: the fence counter moved to the
+/// target (`MIGRATE` of that key alone), the lock hash still on the source,
+/// which holds and renews it. `status` reads each key where it lives (the
+/// hash and its PTTL on the source; the counter on the target, after the
+/// source's `ASK`) and shows the holder, its count, the counter's value
+/// and the shard that holds the lock. (It used to re-read every key on the
+/// target after the `ASK` and report the lock free.)
+#[tokio::test]
+async fn status_mid_migration_reads_each_key_where_it_lives() {
+    let _serial = reshard_serial().await;
+    let Held {
+        lease,
+        a,
+        name,
+        slot,
+        from,
+        to,
+        owner,
+        g,
+        ..
+    } = held_on_the_resharded_cluster("split").await;
+    let inner = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("re-enter");
+    let before = cluster_state(&a, 2, &name).await;
+    assert_eq!(before.hold_count, 2, "{before:?}");
+
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    let counter = quorumlock::fence_counter_key("quorumlock:", &name).unwrap();
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000);
+    migrate.arg("KEYS").arg(&counter);
+    let reply: redis::Value = migrate.query_async(&mut raw_at(from).await).await.unwrap();
+    assert_eq!(reply, redis::Value::Okay, "the counter moved");
+    assert!(
+        has_lock_at(from, &name).await,
+        "the lock stays on the source"
+    );
+    let fence = counter_on_importing(to, &counter).await;
+
+    // Renewed on the source meanwhile (quorum All: the member must renew).
+    tokio::time::sleep(lease * 2).await;
+    let kept = !g.is_lost();
+    let state = cluster_state(&a, 2, &name).await;
+    let outcome = format!("{state:?}");
+    // Cleaned up before any assertion: the slot moved, released, moved back.
+    m.move_keys().await;
+    m.finish().await;
+    let released = (inner.release().await, g.release().await);
+    Migration::run(reshard_cluster(), slot, from).await;
+    assert!(released.0.is_ok() && released.1.is_ok(), "{released:?}");
+    assert!(kept, "renewed on the source mid-migration");
+
+    assert_eq!(state.holder, before.holder, "held: {outcome}");
+    assert_eq!(state.hold_count, 2, "{outcome}");
+    assert!(state.pttl.is_some(), "{outcome}");
+    assert_eq!(
+        state.fence, fence,
+        "the counter, read on the target: {outcome}"
+    );
+    assert_eq!(state.fence, before.fence, "{outcome}");
+    assert_eq!(
+        state.shard,
+        Some(format!("127.0.0.1:{from}")),
+        "the shard that holds the lock: {outcome}"
+    );
+}
+
 /// Milliseconds from `a`'s release of `held` to `waiter` returning its
 /// guard (which it must not have before the release).
 async fn woken_after(
