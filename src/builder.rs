@@ -357,7 +357,8 @@ impl LockManagerBuilder {
     ///   [`replica_wait`](Self::replica_wait) of 0 replicas or with a
     ///   timeout of zero or not below the node timeout;
     /// - [`Error::Config`] for no nodes, the same node twice (the same URL,
-    ///   or two URLs that reach the same server: same `run_id`), a quorum of
+    ///   two URLs that reach the same server: same `run_id`, or a cluster
+    ///   node given as a master and within a cluster member), a quorum of
     ///   0 or above the node count, or, with
     ///   [`require_noeviction`](Self::require_noeviction), a node whose
     ///   `maxmemory-policy` may evict keys;
@@ -401,13 +402,14 @@ impl LockManagerBuilder {
             ));
         }
         let connect_timeout = config.connect_timeout;
-        let prefix = config.key_prefix.as_str();
+        let (layout, prefix) = (config.layout, config.key_prefix.as_str());
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
             |(i, spec)| async move {
                 let node = RedisNode::connect(i, spec, connect_timeout).await?;
                 // Before any lock: a node that served the older layout
                 // keeps its tokens increasing (see `adopt_legacy_fence`).
-                node.adopt_legacy_fence(i, prefix, connect_timeout).await?;
+                node.adopt_legacy_fence(i, (layout, prefix), connect_timeout)
+                    .await?;
                 Ok::<_, Error>(node)
             },
         ))

@@ -37,7 +37,10 @@ pub enum Layout {
     /// with `SPUBLISH` on a Redis Cluster member, as Redisson on a Redis 7
     /// cluster),
     /// and quorumlock's waiters listen there too, so a Redisson unlock wakes
-    /// them. See the README's section on Redisson for which quorums exclude
+    /// them. The name `<prefix>fence` is refused in this layout
+    /// ([`Error::InvalidInput`](crate::Error::InvalidInput)): its lock would
+    /// be quorumlock's own key (the fence counter of older versions). See
+    /// the README's section on Redisson for which quorums exclude
     /// which.
     Redisson,
 }

@@ -744,6 +744,77 @@ async fn calls_that_meet_ask_mid_migration_run_exactly_once() {
     Migration::run(reshard_cluster(), slot, from).await;
 }
 
+/// Mid-migration with the slot's keys split: the fence counter moved to the
+/// target (`MIGRATE` of that key alone), the lock hash still on the source,
+/// which holds and renews it. `status` reads each key where it lives (the
+/// hash and its PTTL on the source; the counter on the target, after the
+/// source's `ASK`) and shows the holder, its count, the counter's value
+/// and the shard that holds the lock. (It used to re-read every key on the
+/// target after the `ASK` and report the lock free.)
+#[tokio::test]
+async fn status_mid_migration_reads_each_key_where_it_lives() {
+    let _serial = reshard_serial().await;
+    let Held {
+        lease,
+        a,
+        name,
+        slot,
+        from,
+        to,
+        owner,
+        g,
+        ..
+    } = held_on_the_resharded_cluster("split").await;
+    let inner = a
+        .request(&name)
+        .owner(&owner)
+        .acquire()
+        .await
+        .expect("re-enter");
+    let before = cluster_state(&a, 2, &name).await;
+    assert_eq!(before.hold_count, 2, "{before:?}");
+
+    let m = Migration::begin(reshard_cluster(), slot, to).await;
+    let counter = quorumlock::fence_counter_key("quorumlock:", &name).unwrap();
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000);
+    migrate.arg("KEYS").arg(&counter);
+    let reply: redis::Value = migrate.query_async(&mut raw_at(from).await).await.unwrap();
+    assert_eq!(reply, redis::Value::Okay, "the counter moved");
+    assert!(
+        has_lock_at(from, &name).await,
+        "the lock stays on the source"
+    );
+    let fence = counter_on_importing(to, &counter).await;
+
+    // Renewed on the source meanwhile (quorum All: the member must renew).
+    tokio::time::sleep(lease * 2).await;
+    let kept = !g.is_lost();
+    let state = cluster_state(&a, 2, &name).await;
+    let outcome = format!("{state:?}");
+    // Cleaned up before any assertion: the slot moved, released, moved back.
+    m.move_keys().await;
+    m.finish().await;
+    let released = (inner.release().await, g.release().await);
+    Migration::run(reshard_cluster(), slot, from).await;
+    assert!(released.0.is_ok() && released.1.is_ok(), "{released:?}");
+    assert!(kept, "renewed on the source mid-migration");
+
+    assert_eq!(state.holder, before.holder, "held: {outcome}");
+    assert_eq!(state.hold_count, 2, "{outcome}");
+    assert!(state.pttl.is_some(), "{outcome}");
+    assert_eq!(
+        state.fence, fence,
+        "the counter, read on the target: {outcome}"
+    );
+    assert_eq!(state.fence, before.fence, "{outcome}");
+    assert_eq!(
+        state.shard,
+        Some(format!("127.0.0.1:{from}")),
+        "the shard that holds the lock: {outcome}"
+    );
+}
+
 /// Milliseconds from `a`'s release of `held` to `waiter` returning its
 /// guard (which it must not have before the release).
 async fn woken_after(
@@ -1291,6 +1362,83 @@ async fn a_member_down_at_build_that_answers_as_a_standalone_server_is_refused()
     within_10s("the member is refused", || async {
         let status = m.status(&name).await.expect("status");
         matches!(&status.nodes[2].state, Err(f) if f.kind == quorumlock::NodeErrorKind::Refused)
+    })
+    .await;
+    let g = m.lock(&name).await.expect("the masters grant");
+    g.release().await.expect("release");
+}
+
+/// One server may back one member only, whatever kind each is: a cluster
+/// node that serves every slot, given as a master (`node(url)`) and again
+/// as a cluster member (`cluster([url])`), would cast two votes. Refused
+/// at `build()` as one server twice, naming both members, in either order.
+#[tokio::test]
+async fn one_server_as_a_master_and_as_a_cluster_member_is_refused() {
+    let single = LocalCluster::start_single();
+    let url = single.urls()[0].clone();
+    let masters = nodes().urls();
+    // Masters are numbered first, cluster members after them.
+    let builders = [
+        (
+            LockManager::builder()
+                .node(url.clone())
+                .node(masters[0].clone())
+                .cluster([url.clone()]),
+            "node 0 (127.0.0.1",
+        ),
+        (
+            LockManager::builder()
+                .cluster([url.clone()])
+                .node(masters[0].clone())
+                .node(url.replace("127.0.0.1", "localhost")),
+            "node 1 (localhost",
+        ),
+    ];
+    for (b, master) in builders {
+        match b.build().await {
+            Err(Error::Config(why)) => assert!(
+                why.contains(master)
+                    && why.contains("node 2 (cluster(")
+                    && why.contains("same Redis server"),
+                "{why}"
+            ),
+            Err(other) => panic!("want Config, got {other:?}"),
+            Ok(m) => panic!("one server admitted as two members: {:?}", m.nodes()),
+        }
+    }
+}
+
+/// The same refusal when both members of one server connect later (down
+/// at build, with `allow_unreachable`): the first to answer is used, the
+/// other refused (`NodeErrorKind::Refused`), while the masters lock.
+#[tokio::test]
+async fn one_server_as_two_members_connected_later_is_refused_once() {
+    let single = LocalCluster::start_single();
+    let url = single.urls()[0].clone();
+    single.nodes.stop(0);
+    let masters = nodes().urls();
+    let m = LockManager::builder()
+        .nodes(masters[..3].to_vec())
+        .node(url.clone())
+        .cluster([url])
+        .quorum(Quorum::Majority)
+        .allow_unreachable(true)
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    single.nodes.resume(0);
+    let m = m.expect("builds on the masters' quorum");
+    let name = unique("two-votes");
+    within_10s("one of the two is refused, the other used", || async {
+        let status = m.status(&name).await.expect("status");
+        let states = [&status.nodes[3].state, &status.nodes[4].state];
+        let refused = states
+            .iter()
+            .filter(|s| matches!(s, Err(f) if f.kind == quorumlock::NodeErrorKind::Refused))
+            .count();
+        let used = states.iter().filter(|s| s.is_ok()).count();
+        refused == 1 && used == 1
     })
     .await;
     let g = m.lock(&name).await.expect("the masters grant");

@@ -874,3 +874,177 @@ async fn a_name_with_a_brace_is_refused_in_the_redisson_layout() {
         .lock_key("quorumlock:", "{user}:lock")
         .is_err());
 }
+
+// ---- A lock name that is the key of quorumlock's older fence counter
+// (`<prefix>fence`, `quorumlock:fence` by default): in this layout a lock
+// is its name, so that key may be a Redisson object of the user's.
+
+/// The default prefix's older fence counter key.
+const OLD_COUNTER: &str = "quorumlock:fence";
+
+/// A builder over `nodes` in `layout`, default key prefix.
+fn over(nodes: &LocalNodes, layout: Layout) -> quorumlock::LockManagerBuilder {
+    LockManager::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(300))
+        .layout(layout)
+}
+
+/// A Java `RLock` named `quorumlock:fence` holds on every master: a
+/// manager built over them (in either layout) builds and leaves the hash
+/// alone; the Redisson-layout manager sees the lock held. (`build()` used
+/// to adopt whatever was at that key, and failed with `WRONGTYPE`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_lock_at_the_older_counters_key_does_not_break_build() {
+    let nodes = LocalNodes::start(3).expect("start 3 local redis-server masters");
+    let mut held = Vec::new();
+    for url in nodes.urls() {
+        let rlock = RLock::new(&Server::Master(url), OLD_COUNTER, Duration::from_secs(60)).await;
+        assert_eq!(rlock.try_acquire().await, None, "the RLock holds");
+        held.push(rlock);
+    }
+    for layout in [Layout::Redisson, Layout::Quorumlock] {
+        let m = over(&nodes, layout)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{layout:?}: build beside a held RLock: {e}"));
+        let g = m.lock(&unique("beside")).await.expect("lock another name");
+        g.release().await.expect("release");
+    }
+    for (url, rlock) in nodes.urls().iter().zip(&held) {
+        assert_eq!(
+            hash_at(url, OLD_COUNTER).await,
+            held_by(&rlock.field, 1),
+            "{url}: the RLock's hash is untouched"
+        );
+        assert!(pttl_at(url, OLD_COUNTER).await > 50_000, "{url}");
+    }
+    for rlock in &held {
+        assert!(rlock.unlock().await);
+    }
+}
+
+/// An integer at `quorumlock:fence` (a Redisson `RAtomicLong` of that name,
+/// or quorumlock's counter from before per-slot counters, which only the
+/// quorumlock layout ever wrote) is adopted only by a manager in the
+/// quorumlock layout; one in the Redisson layout leaves it as it is (and
+/// its tokens are not raised to it). A string that is not a plain
+/// integer is never adopted, in either layout, and breaks no `build()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_counters_key_is_adopted_only_in_the_quorumlock_layout() {
+    let nodes = LocalNodes::start(3).expect("start 3 local redis-server masters");
+    let set_all = |value: &'static str| {
+        let urls = nodes.urls();
+        async move {
+            for url in &urls {
+                let () = redis::cmd("SET")
+                    .arg(OLD_COUNTER)
+                    .arg(value)
+                    .query_async(&mut raw_conn(url).await)
+                    .await
+                    .expect("SET");
+            }
+        }
+    };
+    let values = || async {
+        let mut out = Vec::new();
+        for url in nodes.urls() {
+            out.push(read_at::<Option<String>>(&url, "GET", OLD_COUNTER).await);
+        }
+        out
+    };
+    let name = unique("after");
+
+    set_all("5000").await;
+    let redisson = over(&nodes, Layout::Redisson).build().await.expect("build");
+    assert_eq!(
+        values().await,
+        vec![Some("5000".to_owned()); 3],
+        "left as it is"
+    );
+    let g = redisson.lock(&name).await.expect("lock");
+    assert!(
+        g.fencing_token() < 5000,
+        "not adopted: {}",
+        g.fencing_token()
+    );
+    g.release().await.expect("release");
+
+    for junk in ["12abc", "-7", "1.5"] {
+        set_all(junk).await;
+        for layout in [Layout::Quorumlock, Layout::Redisson] {
+            over(&nodes, layout)
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("{layout:?} beside {junk:?}: {e}"));
+            assert_eq!(values().await, vec![Some(junk.to_owned()); 3], "{layout:?}");
+        }
+    }
+
+    set_all("5000").await;
+    let own = over(&nodes, Layout::Quorumlock)
+        .build()
+        .await
+        .expect("build");
+    assert_eq!(values().await, vec![None; 3], "adopted and deleted");
+    let g = own.lock(&name).await.expect("lock");
+    assert!(g.fencing_token() > 5000, "adopted: {}", g.fencing_token());
+    g.release().await.expect("release");
+}
+
+/// In the Redisson layout a lock's key is its name, so the name that is
+/// the key of an internal key of the manager's prefix (`<prefix>fence`)
+/// is refused (`Error::InvalidInput`) by every call that takes a name,
+/// and by `Layout::lock_key`; the quorumlock layout, whose lock keys are
+/// `<prefix>{<name>}`, takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_name_that_is_an_internal_key_is_refused_in_the_redisson_layout() {
+    let prefix = format!("{}:", unique("names"));
+    let reserved = format!("{prefix}fence");
+    let m = LockManager::builder()
+        .nodes(three().urls())
+        .node_timeout(Duration::from_millis(300))
+        .layout(Layout::Redisson)
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .expect("build");
+    let err = m
+        .try_lock(&reserved, Duration::ZERO)
+        .await
+        .expect_err("the older fence counter's key");
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("fence"), "{err}");
+    assert!(m
+        .status(&reserved)
+        .await
+        .expect_err("status")
+        .is_invalid_input());
+    let all = m
+        .try_lock_all([reserved.clone(), unique("x")], Duration::ZERO)
+        .await;
+    assert!(all.expect_err("lock_all").is_invalid_input());
+    // Another prefix's name is just a name here.
+    let g = m.lock(OLD_COUNTER).await.expect("not this manager's key");
+    g.release().await.expect("release");
+    assert!(Layout::Redisson.lock_key(&prefix, &reserved).is_err());
+    assert!(Layout::Redisson
+        .lock_key("quorumlock:", OLD_COUNTER)
+        .is_err());
+    assert_eq!(
+        Layout::Quorumlock.lock_key(&prefix, &reserved).expect("ok"),
+        format!("{prefix}{{{reserved}}}")
+    );
+    let own = LockManager::builder()
+        .nodes(three().urls())
+        .node_timeout(Duration::from_millis(300))
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .expect("build");
+    let g = own
+        .lock(&reserved)
+        .await
+        .expect("a plain name in its layout");
+    g.release().await.expect("release");
+}

@@ -56,9 +56,10 @@ pub(crate) struct Keys {
 
 impl Keys {
     /// The keys of `name` in `layout`, after checking it (see
-    /// [`check_name`]).
+    /// [`check_name`] and [`check_not_internal`]).
     pub(crate) fn checked(layout: Layout, prefix: &str, name: &str) -> Result<Arc<Self>, Error> {
         check_name(name)?;
+        check_not_internal(layout, prefix, name)?;
         Ok(Arc::new(Self::in_layout(layout, prefix, name)))
     }
 
@@ -138,9 +139,32 @@ pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
 
 /// The one fence counter per node of the layout before per-slot counters,
 /// `<prefix>fence`: what `build()` adopts (`scripts/adopt_fence.lua`) when a
-/// node still has it.
+/// node still has it. Those versions had only [`Layout::Quorumlock`], so
+/// only a manager in that layout adopts it (in [`Layout::Redisson`] a key
+/// of that name may be a Redisson object of the user's).
 pub(crate) fn legacy_fence_key(prefix: &str) -> String {
     format!("{prefix}fence")
+}
+
+/// Refuses a name whose lock key in `layout` would be one of quorumlock's
+/// own keys under `prefix`. Every own key but one carries a brace, which no
+/// name may (see [`check_name`]): the one is [`legacy_fence_key`], a bare
+/// `<prefix>fence`, which in [`Layout::Redisson`] (the lock at the name
+/// itself) is the lock of the name `<prefix>fence`. In
+/// [`Layout::Quorumlock`] every lock key is `<prefix>{<name>}`, never an
+/// own key.
+pub(crate) fn check_not_internal(layout: Layout, prefix: &str, name: &str) -> Result<(), Error> {
+    if layout == Layout::Quorumlock || name != legacy_fence_key(prefix) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "lock name",
+        format!(
+            "{name:?} is quorumlock's own key under the key prefix {prefix:?} (the fence \
+             counter of older versions), and in the Redisson layout a lock's key is its \
+             name; choose another name, or another key prefix"
+        ),
+    ))
 }
 
 /// Every per-slot fence counter, in slot order: where `build()` raises an
@@ -187,9 +211,11 @@ impl Layout {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a name a
     /// lock could not have (empty, longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), or with a brace or a control
-    /// character), or a prefix the builder refuses (with a brace).
+    /// character; in [`Layout::Redisson`] also `<prefix>fence`, a key of
+    /// quorumlock's own), or a prefix the builder refuses (with a brace).
     pub fn lock_key(self, prefix: &str, name: &str) -> Result<String, Error> {
         check_prefix_and_name(prefix, name)?;
+        check_not_internal(self, prefix, name)?;
         Ok(self.key_at(&format!("{prefix}{{{name}}}"), name))
     }
 
@@ -206,6 +232,7 @@ impl Layout {
     /// As [`Layout::lock_key`].
     pub fn queue_keys(self, prefix: &str, name: &str) -> Result<(String, String), Error> {
         check_prefix_and_name(prefix, name)?;
+        check_not_internal(self, prefix, name)?;
         let base = format!("{prefix}{{{name}}}");
         Ok((format!("{base}:queue"), format!("{base}:timeouts")))
     }
@@ -323,6 +350,7 @@ impl Target {
         let mut seen = HashSet::with_capacity(names.len());
         for name in names {
             check_name(name)?;
+            check_not_internal(layout, prefix, name)?;
             if !seen.insert(name.as_str()) {
                 return Err(Error::invalid(
                     "lock names",

@@ -135,3 +135,30 @@ fn name_checks() {
     assert!(check_name("line\nbreak").is_err());
     assert!(check_name("orders:42").is_ok());
 }
+
+/// In the Redisson layout the name `<prefix>fence` would be the lock at
+/// quorumlock's own key (the older fence counter): refused there, for that
+/// prefix only; every other own key carries a brace, which no name may.
+/// The quorumlock layout's lock keys are never own keys.
+#[test]
+fn a_name_whose_lock_key_is_an_own_key_is_refused() {
+    let own = legacy_fence_key("ql:");
+    let e = Keys::checked(Layout::Redisson, "ql:", &own).expect_err("own key");
+    assert!(
+        e.is_invalid_input() && e.to_string().contains("ql:fence"),
+        "{e}"
+    );
+    assert!(Keys::checked(Layout::Quorumlock, "ql:", &own).is_ok());
+    assert!(Keys::checked(Layout::Redisson, "other:", &own).is_ok());
+    assert!(Keys::checked(Layout::Redisson, "ql:", "ql:fence2").is_ok());
+    let names = [own.clone(), "a".to_owned()];
+    assert!(Target::set_checked(Layout::Redisson, "ql:", &names).is_err());
+    assert!(Target::set_checked(Layout::Quorumlock, "ql:", &names).is_ok());
+    assert!(Layout::Redisson.lock_key("ql:", &own).is_err());
+    assert!(Layout::Redisson.queue_keys("ql:", &own).is_err());
+    // Every own key but the older counter holds a brace.
+    let k = Keys::new("ql:", "a");
+    for key in [k.fence.clone(), k.queue(), k.timeouts(), k.lock.clone()] {
+        assert!(key.contains('{'), "{key}");
+    }
+}

@@ -5,6 +5,8 @@
 
 use redis::Value;
 
+use crate::admission::ServerId;
+
 /// One shard: the master that serves a range of slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Shard {
@@ -187,12 +189,16 @@ impl SlotMap {
         }
     }
 
-    /// One identity per cluster (its masters' ids, sorted), so that the
-    /// same cluster given as two members is refused as one server twice.
-    pub(crate) fn identity(&self) -> String {
-        let mut ids: Vec<&str> = self.shards.iter().map(|s| s.id.as_str()).collect();
-        ids.sort_unstable();
-        format!("cluster:{}", ids.join(","))
+    /// The cluster's server identities: its masters' node ids (those
+    /// told), so that a member sharing one with another member (the same
+    /// cluster twice, or one of its nodes also given as a master) is
+    /// refused as one server twice.
+    pub(crate) fn identity(&self) -> Vec<ServerId> {
+        self.shards
+            .iter()
+            .filter(|s| !s.id.is_empty())
+            .map(|s| ServerId::NodeId(s.id.clone()))
+            .collect()
     }
 }
 
@@ -298,7 +304,8 @@ mod tests {
         assert_eq!(addr(0).as_deref(), Some("127.0.0.1:7001"));
         assert_eq!(addr(5461).as_deref(), Some("127.0.0.1:7002"));
         assert_eq!(addr(16383).as_deref(), Some("127.0.0.1:7003"));
-        assert_eq!(map.identity(), "cluster:a,b,c");
+        let ids = ["b", "a", "c"].map(|id| ServerId::NodeId(id.to_owned()));
+        assert_eq!(map.identity(), ids);
         let part = SlotMap::parse(&Value::Array(vec![range(0, 99, 1, "a")]), "h").expect("ok");
         assert_eq!(part.shard_of(100), None);
     }

@@ -30,10 +30,11 @@
 //!
 //! **Resharding.** Mid-migration the source answers `ASK` for the keys it
 //! moved: a script call, a renewal batch's calls of that slot and a status
-//! read are sent to the target after `ASKING`; a call that names a key the
-//! target lacks yet (a release names its channel and queue keys) gets
-//! `TRYAGAIN` there and is asked there again after a pause, until the slot
-//! has moved (`MOVED` is followed too) or the caller stops waiting.
+//! read (of each key apart) are sent to the target after `ASKING`; a call
+//! that names a key the target lacks yet (a release names its channel and
+//! queue keys) gets `TRYAGAIN` there and is asked there again after a
+//! pause, until the slot has moved (`MOVED` is followed too) or the caller
+//! stops waiting.
 //!
 //! Release messages: the scripts publish with `SPUBLISH` on a cluster
 //! member (sharded pub/sub, in the lock's slot), and its feed
@@ -45,7 +46,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Value};
 
 use crate::admission::ServerInfo;
@@ -58,9 +58,7 @@ use super::cluster_batch::{batch_cost, send_batch};
 use super::cluster_feed::{check_version, ClusterFeed};
 use super::cluster_map::{check_replicas, check_seeds, SlotMap};
 use super::cluster_retry::{Retry, Step};
-use super::cluster_route::{
-    confirmed, failure, next, send, status_values, Next, Redirect, Shards, MAX_TRIES,
-};
+use super::cluster_route::{confirmed, failure, send, status_values, Next, Shards};
 use super::cluster_seed::read_seed;
 use super::cluster_spec::ClusterSpec;
 use super::cluster_watch::{suspect_after, Dial, Link, Watch};
@@ -71,8 +69,8 @@ use super::script_keys;
 use super::spec::NodeSpec;
 use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
 
-/// The status pipeline's reply: the hash, its PTTL, the counter, the id of
-/// the node that answered.
+/// The status reads' replies: the hash, its PTTL, the counter, the id of
+/// the node that holds the hash.
 type StatusReply = (Vec<(String, String)>, i64, Option<String>, String);
 
 /// A quorum member that is a Redis Cluster.
@@ -174,7 +172,10 @@ impl ClusterNode {
                 Ok(Ok(seed)) => seed,
                 Ok(Err(e)) => {
                     let e = NodeError::from_redis(&e);
-                    unreached.push(NodeError::new(e.kind, format!("seed {}: {}", spec.addr, e.message)));
+                    unreached.push(NodeError::new(
+                        e.kind,
+                        format!("seed {}: {}", spec.addr, e.message),
+                    ));
                     continue;
                 }
                 Err(_) => {
@@ -192,9 +193,13 @@ impl ClusterNode {
                     spec.addr
                 ))));
             };
-            let map = map.map_err(|why| lasting(Error::Config(format!("member {index}: {why}"))))?;
+            let map =
+                map.map_err(|why| lasting(Error::Config(format!("member {index}: {why}"))))?;
             check_version(&seed.server).map_err(|why| {
-                lasting(Error::Config(format!("member {index}: seed {} {why}", spec.addr)))
+                lasting(Error::Config(format!(
+                    "member {index}: seed {} {why}",
+                    spec.addr
+                )))
             })?;
             policy = policy.or(seed.policy);
             maps.push((spec.addr.clone(), map));
@@ -222,7 +227,11 @@ impl ClusterNode {
                     .iter()
                     .any(|s| maps[0].1.shards.iter().any(|f| f.id == s.id))
             });
-            let passing = if one_cluster { Passing::Yes } else { Passing::No };
+            let passing = if one_cluster {
+                Passing::Yes
+            } else {
+                Passing::No
+            };
             (Error::Config(format!("member {index}: {why}")), passing)
         })?;
         let map = maps.swap_remove(0).1;
@@ -248,9 +257,8 @@ impl ClusterNode {
             node_timeout: config.node_timeout,
             connect_timeout,
         };
-        dial.client(answered.clone()).map_err(|e| {
-            lasting(Error::invalid("cluster seeds", format!("{addr}: {e}")))
-        })?;
+        dial.client(answered.clone())
+            .map_err(|e| lasting(Error::invalid("cluster seeds", format!("{addr}: {e}"))))?;
         let (conn, renew_conn) = dial
             .connect(answered)
             .await
@@ -264,7 +272,7 @@ impl ClusterNode {
             })
             .unwrap_or_else(|| "127.0.0.1".to_owned());
         let info = ServerInfo {
-            run_id: Some(map.identity()),
+            ids: map.identity(),
             policy,
         };
         let map = Arc::new(Mutex::new(map));
@@ -314,8 +322,8 @@ impl ClusterNode {
         self.watch.followed()
     }
 
-    /// What `build()` checks: the cluster's identity (its masters' ids)
-    /// and a seed's `maxmemory-policy`.
+    /// What `build()` checks: the cluster's identities (its masters' node
+    /// ids) and a seed's `maxmemory-policy`.
     pub(crate) fn info(&self) -> ServerInfo {
         self.info.clone()
     }
@@ -342,31 +350,16 @@ impl Server for ClusterNode {
         batch_cost(&locked(&self.map), &batch.items)
     }
 
-    /// The lock's state, and the shard that answered: the status pipeline
-    /// goes to the lock's slot with `CLUSTER MYID`, whose id the slot map
-    /// turns into the shard's address.
+    /// The lock's state, and the shard that holds it: the reads go to the
+    /// lock's slot, each key followed where it lives mid-migration
+    /// (`status_values`), the hash's with `CLUSTER MYID`, whose id the slot
+    /// map turns into the shard's address.
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
         let mut shards = self.shards();
         let keys = Arc::clone(keys);
         Box::pin(async move {
-            let conn = &mut shards.conn;
             let [lock, fence] = script_keys::status(&keys);
-            let slot = keys.slot();
-            let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-            let mut values = status_values(conn, lock, fence, route, false).await;
-            // A slot that moved (`MOVED`: read it where it is now) or is
-            // moving (`ASK`: the source moved the keys; read them on the
-            // target, each command after `ASKING`). Reads, sent again freely.
-            for _ in 0..MAX_TRIES {
-                let Err(e) = &values else { break };
-                let (host, port, asking) = match next(e) {
-                    Next::Again(Redirect::Moved(host, port)) => (host, port, false),
-                    Next::Again(Redirect::Ask(host, port)) => (host, port, true),
-                    _ => break,
-                };
-                let to = SingleNodeRoutingInfo::ByAddress { host, port };
-                values = status_values(conn, lock, fence, to, asking).await;
-            }
+            let values = status_values(&shards.conn, keys.slot(), lock, fence).await;
             let values = values.map_err(|e| map_err(&e))?;
             let parsed: redis::RedisResult<StatusReply> =
                 redis::from_redis_value(Value::Array(values)).map_err(RedisError::from);

@@ -260,38 +260,90 @@ pub(super) fn by_shard(
     parts.into_values().chain(alone).collect()
 }
 
-/// The status pipeline's four replies from `route`, each read command
-/// after `ASKING` when `asking` (the flag holds for one command only).
+/// The status reads of one lock, each key read where it lives: the hash
+/// and its PTTL with `CLUSTER MYID` (so the id names the shard that holds
+/// the lock), and the fence counter, each on its own from the slot's
+/// master. Mid-migration the source answers `ASK` for a key it has moved
+/// and serves the keys it still has, so one key may be on each side (the
+/// counter moved, the hash not yet): each is followed on its own. Four
+/// replies: the hash, its PTTL, the counter, the id.
 pub(super) async fn status_values(
-    conn: &mut ClusterConnection,
+    conn: &ClusterConnection,
+    slot: u16,
     lock: &str,
     fence: &str,
-    route: SingleNodeRoutingInfo,
-    asking: bool,
 ) -> redis::RedisResult<Vec<Value>> {
-    let mut pipe = redis::pipe();
-    let reads = [("HGETALL", lock), ("PTTL", lock), ("GET", fence)];
-    for (cmd, key) in reads {
-        if asking {
-            pipe.cmd("ASKING");
+    let (mut on_lock, mut on_fence) = (conn.clone(), conn.clone());
+    let (lock_reads, fence_reads) = ([("HGETALL", lock), ("PTTL", lock)], [("GET", fence)]);
+    let (mut values, counter) = futures::future::try_join(
+        read_following(&mut on_lock, slot, &lock_reads, true),
+        read_following(&mut on_fence, slot, &fence_reads, false),
+    )
+    .await?;
+    let id = values.pop();
+    values.extend(counter);
+    values.extend(id);
+    Ok(values)
+}
+
+/// `reads` (commands of one key each, all of one key) and, with `myid`,
+/// `CLUSTER MYID`, in one pipeline to the master of `slot`; after `MOVED`
+/// to the address named, after `ASK` there with `ASKING` before each read
+/// (the flag holds for one command). Reads, sent again freely, at most
+/// [`MAX_TRIES`] redirects. One reply per read, then the id.
+async fn read_following(
+    conn: &mut ClusterConnection,
+    slot: u16,
+    reads: &[(&str, &str)],
+    myid: bool,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut route = Redirect::BySlot;
+    let mut redirects = 0;
+    loop {
+        let asking = matches!(route, Redirect::Ask(..));
+        let mut pipe = redis::pipe();
+        for (cmd, key) in reads {
+            if asking {
+                pipe.cmd("ASKING");
+            }
+            pipe.cmd(cmd).arg(*key);
         }
-        pipe.cmd(cmd).arg(key);
+        if myid {
+            pipe.cmd("CLUSTER").arg("MYID");
+        }
+        let per_read = if asking { 2 } else { 1 };
+        let to = match &route {
+            Redirect::BySlot => {
+                SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(slot, SlotAddr::Master))
+            }
+            Redirect::Moved(host, port) | Redirect::Ask(host, port) => {
+                SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                }
+            }
+        };
+        let count = reads.len() * per_read + usize::from(myid);
+        let e = match conn.route_pipeline(pipe, 0, count, to).await {
+            Ok(values) => {
+                // Without the `ASKING` replies.
+                return values
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i >= reads.len() * per_read || (i + 1) % per_read == 0)
+                    .map(|(_, v)| v.extract_error())
+                    .collect();
+            }
+            Err(e) => e,
+        };
+        match next(&e) {
+            Next::Again(to) if redirects < MAX_TRIES => {
+                redirects += 1;
+                route = to;
+            }
+            _ => return Err(e),
+        }
     }
-    pipe.cmd("CLUSTER").arg("MYID");
-    let count = if asking { 7 } else { 4 };
-    let values = conn.route_pipeline(pipe, 0, count, route).await?;
-    let values: Vec<Value> = if asking {
-        // Drop the three `ASKING` replies.
-        values
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !matches!(i, 0 | 2 | 4))
-            .map(|(_, v)| v)
-            .collect()
-    } else {
-        values
-    };
-    values.into_iter().map(Value::extract_error).collect()
 }
 
 #[cfg(test)]

@@ -8,9 +8,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Value};
 
-use crate::admission::{maxmemory_policy, Admission, ServerInfo};
+use crate::admission::{maxmemory_policy, Admission, ServerId, ServerInfo};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
+use crate::layout::Layout;
 use crate::scripts;
 
 use super::member::{Call, Server};
@@ -33,8 +34,9 @@ pub(crate) struct RedisNode {
     /// not a master, the same server as another node, or evicting while
     /// `require_noeviction` is set. Every call then fails with this error.
     refused: Arc<OnceLock<NodeError>>,
-    /// The server's `run_id` (INFO server), read at connect.
-    run_id: Option<String>,
+    /// The server's identities (`run_id`, and its cluster node id when it
+    /// is a cluster node), read at connect.
+    ids: Vec<ServerId>,
     /// The server's `maxmemory-policy`, as last read.
     policy: Arc<Mutex<Option<String>>>,
     /// Per one-shot script: the node is known to have it, so `EVALSHA` is
@@ -102,7 +104,7 @@ impl RedisNode {
             renew_conn,
             client: spec.client,
             refused: Arc::default(),
-            run_id: info.run_id,
+            ids: info.ids,
             policy: Arc::new(Mutex::new(info.policy)),
             loaded: Arc::default(),
             breaker: Arc::default(),
@@ -116,12 +118,23 @@ impl RedisNode {
     /// one (every node but one that served an older version) costs one
     /// `EXISTS`, and the 16,384 counters are not even named. Returns the
     /// adopted value (0: none).
+    ///
+    /// Only what can be that counter is taken: in [`Layout::Quorumlock`]
+    /// (the only layout of those versions, where no lock key can be
+    /// `<prefix>fence`), a string integer. Anything else there (a hash, a
+    /// string that is not an integer) is left as it is, with a warning; in
+    /// [`Layout::Redisson`] nothing is read, since the key may be a
+    /// Redisson object named `<prefix>fence` (an `RLock`, an
+    /// `RAtomicLong`).
     pub(crate) async fn adopt_legacy_fence(
         &self,
         index: usize,
-        prefix: &str,
+        (layout, prefix): (Layout, &str),
         timeout: Duration,
     ) -> Result<u64, Error> {
+        if layout != Layout::Quorumlock {
+            return Ok(0);
+        }
         let failure = |e: NodeError| Error::Connect {
             failures: vec![e.at(index, &self.addr)],
         };
@@ -138,7 +151,7 @@ impl RedisNode {
             redis::Script::new(scripts::ADOPT_FENCE)
                 .key(&old)
                 .key(keys::fence_keys(prefix))
-                .invoke_async::<u64>(&mut conn)
+                .invoke_async::<i64>(&mut conn)
                 .await
         };
         let adopted = tokio::time::timeout(timeout, adopt)
@@ -150,6 +163,10 @@ impl RedisNode {
                 ))
             })?
             .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let Ok(adopted) = u64::try_from(adopted) else {
+            tracing::warn!(node = index, addr = %self.addr, key = %old, "a key of the older fence counter's name holds something else (not a string integer); left as it is, not adopted");
+            return Ok(0);
+        };
         if adopted > 0 {
             tracing::info!(node = index, addr = %self.addr, counter = adopted, "adopted the fence counter of the older key layout");
         }
@@ -160,7 +177,7 @@ impl RedisNode {
     /// eviction policy (see [`Admission`]).
     pub(crate) fn info(&self) -> ServerInfo {
         ServerInfo {
-            run_id: self.run_id.clone(),
+            ids: self.ids.clone(),
             policy: self.maxmemory_policy(),
         }
     }
@@ -234,7 +251,7 @@ impl RedisNode {
             renew_conn,
             client: spec.client,
             refused,
-            run_id: None,
+            ids: Vec::new(),
             policy,
             loaded: Arc::default(),
             breaker: Arc::default(),
