@@ -989,6 +989,35 @@ async fn an_acquire_waiting_between_tries_never_lands_behind_its_release() {
     Migration::run(reshard_cluster(), slot, from).await;
 }
 
+/// A cluster member tells a lock's releases and forced unlocks to
+/// `events()` over its sharded feed (the scripts' `SPUBLISH`), as a master
+/// does over pub/sub; its keyspace notifications, which Redis Cluster
+/// sends only on the node itself, are not read.
+#[tokio::test]
+async fn a_cluster_member_tells_releases_and_forced_unlocks_to_events() {
+    let m = build(LockManager::builder().cluster(cluster().urls())).await;
+    let name = unique("events");
+    let mut events = m.events(&name).await.expect("subscribed on the shard");
+    let g = m.lock(&name).await.expect("lock");
+    let holder = g.holder_id().to_owned();
+    g.release().await.expect("release");
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event")
+        .expect("the stream goes on");
+    assert!(
+        matches!(&ev, quorumlock::LockEvent::Released { holder: h, .. } if *h == holder),
+        "{ev:?}"
+    );
+    let _g = m.lock(&name).await.expect("lock");
+    m.force_unlock(&name).await.expect("force");
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event")
+        .expect("the stream goes on");
+    assert!(matches!(ev, quorumlock::LockEvent::Forced), "{ev:?}");
+}
+
 /// Script calls (`evalsha` and `eval`) the node on `port` ran so far
 /// (`INFO commandstats`).
 async fn script_calls_on(port: u16) -> u64 {

@@ -15,6 +15,7 @@
 //! | `a_member_is_reached_through_any_live_seed` | a replica killed, then another frozen; every node a seed | `build()`, and `allow_unreachable` | connected through the live seeds; locks at once |
 //! | `a_frozen_masters_failover_is_followed_while_it_stays_frozen` | the lock's master SIGSTOPped and failed over, left frozen | two managers, lease 9 s | a new lock of that shard within the follow bound; the held lock kept (renewed on the promoted replica); a waiter woken by the release |
 //! | `a_slot_migrated_under_contention` | the lock's slot migrated to another shard and back while held and waited for | `replica_wait` | clean |
+//! | `a_migration_racing_acquisitions_and_releases_leaves_no_grant_behind` | the lock's slot migrated away and back three times, each left half-done (`TRYAGAIN`) for 600 ms, under contention | two masters and the cluster, quorum 2, lease 10 s | clean; no member holds the lock once every release returned |
 //! | `top_and_status_watch_follow_a_failover` | the lock's master killed, its replica promoted, while `quorumlock top --watch` and `status --watch` run | fixed lease, no watchdog | the frames after the promotion scan the promoted replica and list the lock (`top`), and name it as the lock's shard (`status`) |
 //! | `a_shard_that_fails_its_renewals_costs_only_its_own_locks` | one shard's master paused for writes (`CLIENT PAUSE WRITE`, no failover) for three leases | no `replica_wait` | the other shards' locks kept, the paused shard's lost |
 //!
@@ -589,6 +590,114 @@ async fn a_slot_migrated_under_contention() {
     contention
         .finish("slot migrated under contention", back)
         .await;
+}
+
+/// Whether the local master on `port` holds a key of the lock `name`.
+async fn master_has_lock(port: u16, name: &str) -> bool {
+    let key = quorumlock::Layout::Quorumlock
+        .lock_key("quorumlock:", name)
+        .unwrap();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async::<i64>(&mut c)
+        .await
+        .unwrap()
+        == 1
+}
+
+/// A migration racing acquisitions and releases: four clients over two
+/// masters and the replica cluster (quorum 2 of 3, lease 10 s, so that the
+/// masters make the quorum while the cluster's calls wait out `TRYAGAIN`)
+/// take one lock again and again while its slot is migrated away and back
+/// three times, each migration left half-done (keys moved, slot not yet
+/// reassigned) for 600 ms. The history is clean (no overlap, no token
+/// inversion), and once every client's last release returned and every
+/// call's patience ran out, no member holds the lock: no grant outlived
+/// its hold's release (each would hold a member for a 10 s lease).
+#[tokio::test]
+async fn a_migration_racing_acquisitions_and_releases_leaves_no_grant_behind() {
+    let _serial = serial().await;
+    let c: &LocalCluster = replica_cluster();
+    let (name, slot, master, _) = placed("racing").await;
+    let to = *c
+        .master_ports()
+        .iter()
+        .find(|&&p| p != master)
+        .expect("another master");
+    let masters = support::nodes();
+    let patience = Duration::from_secs(1);
+    let history = History::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..4u64 {
+        let m = build(
+            LockManager::builder()
+                .node(masters.urls()[0].clone())
+                .node(masters.urls()[1].clone())
+                .cluster(c.urls())
+                .quorum(quorumlock::Quorum::Majority)
+                .lease(Duration::from_secs(10))
+                .node_timeout(patience),
+        )
+        .await;
+        let name = name.clone();
+        let (history, stop) = (Arc::clone(&history), Arc::clone(&stop));
+        clients.push(tokio::spawn(async move {
+            let mut stats = ClientStats::default();
+            let client = format!("c{i}");
+            let mut k = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                k += 1;
+                let work = Duration::from_millis(5 + (k * 37 + i * 11) % 30);
+                let wait = Duration::from_millis(500);
+                critical_section(&m, &name, &client, &history, wait, work, &mut stats).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            stats
+        }));
+    }
+    for round in 0..3 {
+        for (from, into) in [(master, to), (to, master)] {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            history.note(
+                "fault",
+                format!("round {round}: slot {slot} {from} -> {into}, half-done"),
+            );
+            let m = Migration::begin(c, slot, into).await;
+            m.move_keys().await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            m.finish().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut stats = ClientStats::default();
+    for client in clients {
+        stats.add(&client.await.expect("a client panicked"));
+    }
+    history
+        .check()
+        .assert_clean("a migration racing acquisitions and releases");
+    eprintln!("racing migration: {stats:?}");
+    assert!(stats.acquisitions >= 10, "{stats:?}");
+    // Every call's pauses end within its patience.
+    tokio::time::sleep(patience + Duration::from_millis(300)).await;
+    let mut left = Vec::new();
+    let owner = c.port_of_slot(slot);
+    if has_lock_at(owner, &name).await {
+        left.push(format!("cluster node {owner}"));
+    }
+    for i in 0..2 {
+        if master_has_lock(masters.port(i), &name).await {
+            left.push(format!("master {}", masters.port(i)));
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "grants left after every release returned: {left:?}"
+    );
 }
 
 /// The last whole frame of a `--watch` of `title` that wrote `text`

@@ -16,8 +16,10 @@
 //! it retries on I/O errors and dropped connections too: a script that ran
 //! but whose reply was lost would run twice (an acquire landing behind its
 //! own rollback, a force-release deleting a lock taken meanwhile). Its
-//! retries are therefore off (`retries(0)`, no response timeout of its own:
-//! every call runs under one of ours), and this module re-sends a call only
+//! retries are therefore off (`retries(0)`; its response timeout is the
+//! node timeout, which every caller's wait is within, so that its own
+//! topology refreshes cannot hang on a frozen node), and this module
+//! re-sends a call only
 //! after an answer that proves the script did not run: `MOVED` (sent again
 //! to the address named), `ASK` (sent again there after `ASKING`),
 //! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` (after a
@@ -26,7 +28,13 @@
 //! connection, or no connection to the slot's node yet. After a broken connection a call is
 //! sent again only where a standalone member would send it again (release,
 //! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
-//! batches, which a release waits for, as on a standalone member.
+//! batches, which a release waits for, as on a standalone member. No call
+//! is sent again once a later call of its hold was made to the member
+//! (`order`, owned by `member`): an acquire never lands behind its release.
+//!
+//! **Failover of a frozen master.** A call left unanswered makes the
+//! member probe its topology and follow a failover that redis-rs's client
+//! cannot see (`cluster_watch`).
 //!
 //! **Resharding.** Mid-migration the source answers `ASK` for the keys it
 //! moved: a script call, a renewal batch's calls of that slot and a status
