@@ -110,8 +110,11 @@ impl Dial {
             .build()
     }
 
-    /// Two connections (calls, renewals) of a client over `first`, within
-    /// the connect timeout.
+    /// Two connections (calls, renewals) of a client over `first`: the
+    /// first nodes within the connect timeout, the map read from them
+    /// within the node timeout, then every node the map names within the
+    /// connect timeout (one that hangs, a frozen replica not yet marked
+    /// failed, is left out after it).
     pub(super) async fn connect(
         &self,
         first: Vec<ConnectionInfo>,
@@ -119,11 +122,13 @@ impl Dial {
         let client = self.client(first)?;
         let both =
             futures::future::try_join(client.get_async_connection(), client.get_async_connection());
-        tokio::time::timeout(self.connect_timeout, both)
-            .await
-            .map_err(|_| {
-                redis::RedisError::from((redis::ErrorKind::Io, "cluster connect timed out"))
-            })?
+        let bound = self
+            .connect_timeout
+            .saturating_mul(2)
+            .saturating_add(self.node_timeout);
+        tokio::time::timeout(bound, both).await.map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::Io, "cluster connect timed out"))
+        })?
     }
 
     /// How long a probe waits for each node, and the least time between
