@@ -48,7 +48,10 @@ fn server_binary() -> String {
 fn free_port() -> std::io::Result<u16> {
     for _ in 0..200 {
         let port = rand::random_range(20_000..32_000u16);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        // A cluster node also binds its bus at port + 10000: a node whose
+        // bus port was taken answered its first connection and exited.
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
             return Ok(port);
         }
     }
