@@ -1,7 +1,8 @@
 //! `examples/metrics.rs` against five local masters: its workload runs with
 //! its Prometheus exporter installed, `/metrics` is scraped over HTTP, the
-//! text is parsed, and every metric of the README's table is there with a
-//! sane value. One test: the exporter is this binary's global recorder.
+//! text is parsed, and every metric of the table in `docs/OBSERVABILITY.md`
+//! is there with a sane value. One test: the exporter is this binary's
+//! global recorder.
 
 mod support;
 
@@ -20,9 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// One sample: its labels, sorted, and its value.
 type Samples = HashMap<String, Vec<(String, f64)>>;
 
-/// The metric names of the README's "Metrics" table, with their type.
-fn readme_metrics() -> Vec<(String, String)> {
-    include_str!("../README.md")
+/// The metric names of the metrics table in `docs/OBSERVABILITY.md`, with
+/// their type.
+fn documented_metrics() -> Vec<(String, String)> {
+    include_str!("../docs/OBSERVABILITY.md")
         .lines()
         .filter_map(|l| {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
@@ -115,8 +117,8 @@ async fn the_example_serves_every_metric_over_http() {
     }
     let s = parse(&text);
 
-    let table = readme_metrics();
-    assert_eq!(table.len(), 18, "the README lists every metric once");
+    let table = documented_metrics();
+    assert_eq!(table.len(), 18, "the table lists every metric once");
     for (name, kind) in &table {
         let present = match kind.as_str() {
             "histogram" => ["_bucket", "_sum", "_count"]

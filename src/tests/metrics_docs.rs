@@ -1,12 +1,13 @@
 //! The metrics' documentation against the code's list (`telemetry::METRICS`):
-//! the README's table row by row, and every name the Grafana dashboard
-//! queries. Runs with and without the `metrics` feature.
+//! the table of `docs/OBSERVABILITY.md` row by row, and every name the
+//! Grafana dashboard queries. Runs with and without the `metrics` feature.
 
 use crate::telemetry::{Kind, Unit, METRICS};
 
-/// The README's "Metrics" table: name, type, unit, labels per row.
-fn readme_rows() -> Vec<[String; 4]> {
-    include_str!("../../README.md")
+/// The metrics table of `docs/OBSERVABILITY.md`: name, type, unit, labels
+/// per row.
+fn documented_rows() -> Vec<[String; 4]> {
+    include_str!("../../docs/OBSERVABILITY.md")
         .lines()
         .filter(|l| l.starts_with("| `quorumlock_"))
         .map(|l| {
@@ -17,7 +18,7 @@ fn readme_rows() -> Vec<[String; 4]> {
 }
 
 #[test]
-fn the_readme_table_lists_every_metric_as_the_code_describes_it() {
+fn the_documented_table_lists_every_metric_as_the_code_describes_it() {
     let want: Vec<[String; 4]> = METRICS
         .iter()
         .map(|m| {
@@ -47,7 +48,7 @@ fn the_readme_table_lists_every_metric_as_the_code_describes_it() {
             ]
         })
         .collect();
-    assert_eq!(readme_rows(), want);
+    assert_eq!(documented_rows(), want);
 }
 
 #[test]
