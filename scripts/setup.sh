@@ -2,7 +2,7 @@
 # Installs what quorumlock's demo, tests and benchmark need on a fresh
 # Debian/Ubuntu machine: redis-server (the nodes of the demo and the tests)
 # with redis-cli (tests/cluster.rs joins local clusters with it), and tmux
-# (tests/cli.rs runs `status --watch` in a real terminal).
+# (cli/tests/cli.rs runs `status --watch` in a real terminal).
 # Docker is needed only by the chaos tests (tests/chaos.rs); no registry is
 # used: docker/build-image.sh builds the image from the local redis-server.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every test: unit tests, integration tests against local redis-server
-# masters, the CLI tests, the chaos suite against Docker containers, and the
-# doctests.
+# Every test of both packages (the library, and the command in cli/): unit
+# tests, integration tests against local redis-server masters, the CLI tests,
+# the chaos suite against Docker containers, and the doctests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -25,4 +25,4 @@ if [ ${#compose[@]} -gt 0 ]; then
 else
   echo "test: docker/compose.yml NOT checked: neither docker-compose nor docker compose is installed" >&2
 fi
-cargo test --all-features
+cargo test --workspace --all-features

@@ -21,7 +21,9 @@
 //! scenarios on the two profiles do not disturb each other's timings on a
 //! small machine) and then `Cluster::exclusive`, which brings every node back
 //! to running, unpaused and connected. Each scenario restores the nodes when
-//! it ends; after a panic the next scenario restores them.
+//! it ends (through [`finish_clean`] where its history must be clean: the
+//! summary, the check and the restore); after a panic the next scenario
+//! restores them.
 //!
 //! Knobs of the randomized run (scenario 7):
 //!
@@ -69,12 +71,30 @@ use clients::{
 use cluster::{
     block, block_3_4, build, builder, exclusive, lag_fences_of_3_4, unblock, unblock_3_4,
 };
-use containers::{Profile, NODES};
-use history::History;
+use containers::{Cluster, Profile, NODES};
+use history::{History, Verdict};
 use quorumlock::{Error, HoldState, LockGuard, LockManager, NodeErrorKind, Quorum};
 use rng::{env_u64, Rng};
 use support::masters::{has_key, holders_on, pttl, take_by_hand};
 use support::{eventually, unique, Nodes};
+
+/// Ends a scenario whose history must be clean: prints `summary` (what the
+/// scenario saw) with the time it took since `t0`, asserts the history
+/// clean under `label`, and restores every node. Returns the verdict, for
+/// the scenario's own counts.
+async fn finish_clean(
+    cluster: &Cluster,
+    history: &History,
+    label: &str,
+    t0: Instant,
+    summary: String,
+) -> Verdict {
+    eprintln!("{summary}; took {:.1?}", t0.elapsed());
+    let verdict = history.check();
+    verdict.assert_clean(label);
+    cluster.restore().await;
+    verdict
+}
 
 // ---------------------------------------------------------------------------
 // 1. One node of five killed during a long hold
@@ -149,20 +169,17 @@ async fn s1_kill_one_of_five_during_a_long_hold_keeps_the_lock() {
 
     hold.exit(guard.valid_until());
     guard.release().await.expect("release");
-    let verdict = history.check();
-    verdict.assert_clean("1 kill 1 of 5");
-    assert_eq!(verdict.acquisitions, 1, "the rival must never get in");
-    eprintln!(
+    let summary = format!(
         "scenario 1: held {:?} with node {victim} down, {probes} rival probes all contended; \
-         watchdog ticks {}, extended {}, node errors {}, repairs {}; took {:.1?}",
+         watchdog ticks {}, extended {}, node errors {}, repairs {}",
         LEASE * 3,
         after.ticks - before.ticks,
         after.extended - before.extended,
         after.node_errors - before.node_errors,
         after.repairs - before.repairs,
-        t0.elapsed()
     );
-    cluster.restore().await;
+    let verdict = finish_clean(&cluster, &history, "1 kill 1 of 5", t0, summary).await;
+    assert_eq!(verdict.acquisitions, 1, "the rival must never get in");
 }
 
 // ---------------------------------------------------------------------------
@@ -265,16 +282,13 @@ async fn s2_kill_three_of_five_fires_lost_and_acquisitions_fail_until_they_retur
             "{stats:?}"
         );
     }
-    let verdict = history.check();
-    verdict.assert_clean("2 kill 3 of 5");
-    assert_eq!(verdict.losses, 1);
-    eprintln!(
+    let summary = format!(
         "scenario 2: lost() fired {lost_after:.1?} after the majority went down (lease {LEASE:?}); \
          {refused} acquisitions refused as unavailable; first acquisition {acquired_after:.1?} \
-         after the nodes returned; took {:.1?}",
-        t0.elapsed()
+         after the nodes returned"
     );
-    cluster.restore().await;
+    let verdict = finish_clean(&cluster, &history, "2 kill 3 of 5", t0, summary).await;
+    assert_eq!(verdict.losses, 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -389,13 +403,11 @@ async fn s3_a_paused_node_bounds_latency_majority_succeeds_all_fails_cleanly() {
         .expect("All works again once the node resumed");
     assert_eq!(g.granted_nodes().len(), NODES);
     g.release().await.expect("release");
-    history.check().assert_clean("3 pause 1");
-    eprintln!(
+    let summary = format!(
         "scenario 3: node timeout {TIMEOUT:?}; worst majority acquire {majority_latency:.1?}, \
-         worst failed All acquire {all_latency:.1?}; took {:.1?}",
-        t0.elapsed()
+         worst failed All acquire {all_latency:.1?}"
     );
-    cluster.restore().await;
+    finish_clean(&cluster, &history, "3 pause 1", t0, summary).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -489,19 +501,13 @@ async fn s4_a_partitioned_minority_keeps_locking_and_is_repaired_when_healed() {
     assert!(granted.contains(&3) && granted.contains(&4), "{granted:?}");
     held_guard.release().await.expect("release the held lock");
 
-    let verdict = history.check();
-    verdict.assert_clean("4 partition 2");
-    assert_eq!(verdict.acquisitions, 18, "{stats:?}");
-    eprintln!(
+    let summary = format!(
         "scenario 4: {} lock/release cycles by 3 clients ({} attempts) with nodes 3, 4 cut \
-         off; nodes repaired {repaired_after:.1?} after healing (repairs {} -> {}); took {:.1?}",
-        stats.acquisitions,
-        stats.attempts,
-        before.repairs,
-        after.repairs,
-        t0.elapsed()
+         off; nodes repaired {repaired_after:.1?} after healing (repairs {} -> {})",
+        stats.acquisitions, stats.attempts, before.repairs, after.repairs,
     );
-    cluster.restore().await;
+    let verdict = finish_clean(&cluster, &history, "4 partition 2", t0, summary).await;
+    assert_eq!(verdict.acquisitions, 18, "{stats:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -787,18 +793,15 @@ async fn s6_restarts_with_fsynced_aof_never_let_two_clients_hold() {
         stats.add(&s0.1);
         stats.add(&s1.1);
     }
-    let verdict = history.check();
-    verdict.assert_clean("6 safe restarts");
-    assert_eq!(verdict.acquisitions, ROUNDS * 3);
-    assert_eq!(refused, ROUNDS * 2);
-    eprintln!(
+    let summary = format!(
         "scenario 6: {ROUNDS} rounds of hold + kill/start of one of the holder's nodes + \
          contention: {refused} contender attempts refused while held, {} acquisitions after; \
-         A's release missed the restarted node {release_misses} times; took {:.1?}",
+         A's release missed the restarted node {release_misses} times",
         stats.acquisitions,
-        t0.elapsed()
     );
-    cluster.restore().await;
+    let verdict = finish_clean(&cluster, &history, "6 safe restarts", t0, summary).await;
+    assert_eq!(verdict.acquisitions, ROUNDS * 3);
+    assert_eq!(refused, ROUNDS * 2);
 }
 
 /// A delayed restart (down longer than the lease) keeps mutual exclusion,
@@ -1122,21 +1125,23 @@ async fn s8_clock_jumps_within_the_drift_allowance_keep_mutual_exclusion() {
     while let Some(r) = tasks.join_next().await {
         stats.add(&r.expect("client task"));
     }
-    let verdict = history.check();
-    eprintln!(
+    let summary = format!(
         "scenario 8: {JUMPS} clock jumps of {jump:?} (drift allowance {drift:?}, lease \
-         {LEASE:?}); {} acquisitions, {} lapses, {} contended; took {:.1?}",
-        stats.acquisitions,
-        stats.lapses,
-        stats.contended,
-        t0.elapsed()
+         {LEASE:?}); {} acquisitions, {} lapses, {} contended",
+        stats.acquisitions, stats.lapses, stats.contended,
     );
-    verdict.assert_clean("8 clock jumps within the drift");
+    finish_clean(
+        &cluster,
+        &history,
+        "8 clock jumps within the drift",
+        t0,
+        summary,
+    )
+    .await;
     assert!(
         stats.acquisitions >= 3 && stats.losses + stats.lapses >= 3,
         "the holds should run to the end of their validity: {stats:?}"
     );
-    cluster.restore().await;
 }
 
 /// The RedLock clock hazard on real servers: A holds a fixed lease on nodes

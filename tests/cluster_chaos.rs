@@ -16,7 +16,6 @@
 //! | `a_frozen_masters_failover_is_followed_while_it_stays_frozen` | the lock's master SIGSTOPped and failed over, left frozen | two managers, lease 9 s | a new lock of that shard within the follow bound; the held lock kept (renewed on the promoted replica); a waiter woken by the release |
 //! | `a_slot_migrated_under_contention` | the lock's slot migrated to another shard and back while held and waited for | `replica_wait` | clean |
 //! | `a_migration_racing_acquisitions_and_releases_leaves_no_grant_behind` | the lock's slot migrated away and back three times, each left half-done (`TRYAGAIN`) for 600 ms, under contention | two masters and the cluster, quorum 2, lease 10 s | clean; no member holds the lock once every release returned |
-//! | `top_and_status_watch_follow_a_failover` | the lock's master killed, its replica promoted, while `quorumlock top --watch` and `status --watch` run | fixed lease, no watchdog | the frames after the promotion scan the promoted replica and list the lock (`top`), and name it as the lock's shard (`status`) |
 //! | `a_shard_that_fails_its_renewals_costs_only_its_own_locks` | one shard's master paused for writes (`CLIENT PAUSE WRITE`, no failover) for three leases | no `replica_wait` | the other shards' locks kept, the paused shard's lost |
 //!
 //! The managers here have the cluster as their only member (quorum 1): a
@@ -25,6 +24,10 @@
 //!
 //! Every test takes [`serial`] (they fault the one cluster) and leaves the
 //! cluster healthy: every shard with a master and a replica in sync.
+//!
+//! The command line under a failover (`top --watch` and `status --watch`)
+//! is tested over the same cluster by the CLI package, in
+//! `cli/tests/cluster_chaos.rs`.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -33,6 +36,10 @@ mod support;
 // includes them.
 #[path = "support/clients.rs"]
 mod clients;
+// One test at a time, managers of the cluster alone, placed names (shared
+// with the CLI's failover test, cli/tests/cluster_chaos.rs).
+#[path = "support/failover.rs"]
+mod failover;
 #[path = "support/history.rs"]
 mod history;
 
@@ -41,6 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clients::{critical_section, enter, ClientStats};
+use failover::{build, only, placed, serial, NODE_TIMEOUT};
 use history::History;
 use quorumlock::{lock_slot, Error, LockManager, LockManagerBuilder, NodeErrorKind};
 use support::local_cluster::{has_lock_at, raw_at, replica_cluster, LocalCluster, Migration};
@@ -59,50 +67,11 @@ async fn pause_writes(port: u16, d: Duration) {
     let () = unpause.query_async(&mut raw_at(port).await).await.unwrap();
 }
 
-/// One test at a time: each faults the one cluster.
-async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let guard = SERIAL.lock().await;
-    // A test that panicked may have left a node stopped or killed.
-    let c = replica_cluster();
-    for i in 0..c.nodes.len() {
-        c.nodes.resume(i);
-        if !support::local::ping(c.nodes.port(i), Duration::from_millis(300)) {
-            c.nodes.restart(i).expect("restart a killed node");
-        }
-    }
-    c.wait_healthy(Duration::from_secs(30)).await;
-    guard
-}
-
-const NODE_TIMEOUT: Duration = Duration::from_millis(300);
 const WAIT_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// A manager of the replica cluster alone, with `lease`.
-fn only(lease: Duration) -> LockManagerBuilder {
-    LockManager::builder()
-        .cluster(replica_cluster().urls())
-        .node_timeout(NODE_TIMEOUT)
-        .lease(lease)
-}
 
 /// [`only`], counting a grant once one replica has it.
 fn waiting(lease: Duration) -> LockManagerBuilder {
     only(lease).replica_wait(1, WAIT_TIMEOUT)
-}
-
-async fn build(b: LockManagerBuilder) -> LockManager {
-    b.build().await.expect("build over the replica cluster")
-}
-
-/// A fresh name, the master that serves its slot and that master's replica.
-async fn placed(stem: &str) -> (String, u16, u16, u16) {
-    let c = replica_cluster();
-    let name = unique(stem);
-    let slot = lock_slot(&name).unwrap();
-    let master = c.port_of_slot(slot);
-    let replica = c.topology(&[]).await.replica_of(master).unwrap();
-    (name, slot, master, replica)
 }
 
 /// How a master is taken out.
@@ -698,132 +667,6 @@ async fn a_migration_racing_acquisitions_and_releases_leaves_no_grant_behind() {
         left.is_empty(),
         "grants left after every release returned: {left:?}"
     );
-}
-
-/// The last whole frame of a `--watch` of `title` that wrote `text`
-/// (frames start with a `-- <title>` header; the last one may still be
-/// written).
-fn last_frame<'t>(text: &'t str, title: &str) -> Option<&'t str> {
-    let mut frames: Vec<&str> = text.split(&format!("-- {title}")).collect();
-    frames.pop();
-    frames.pop().filter(|f| !f.is_empty())
-}
-
-/// `quorumlock <args> --watch --interval 200ms` over the replica cluster,
-/// its output into `out`.
-fn watching(args: &[&str], out: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-        .env(
-            "QUORUMLOCK_NODES",
-            format!("cluster:{}", replica_cluster().urls().join("+")),
-        )
-        .env_remove("QUORUMLOCK_QUORUM")
-        .env_remove("QUORUMLOCK_KEY_PREFIX")
-        .env_remove("QUORUMLOCK_LAYOUT")
-        .args(args)
-        .args(["--watch", "--interval", "200ms"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(out).unwrap())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits at most 20 s for a frame of `title` in `out`, after its first
-/// `from` bytes, that `ok` accepts; returns the output's length then.
-fn frame_after(
-    out: &std::path::Path,
-    title: &str,
-    from: usize,
-    ok: &dyn Fn(&str) -> bool,
-) -> usize {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(out).unwrap_or_default();
-        let frame = text
-            .get(from..)
-            .and_then(|t| last_frame(t, title))
-            .unwrap_or("");
-        if ok(frame) {
-            return text.len();
-        }
-        assert!(
-            Instant::now() < until,
-            "no such {title} frame; the last:\n{frame}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `top --watch` and `status --watch` follow a failover inside a cluster
-/// member: once the lock's master is killed and its replica promoted, the
-/// frames of `top` scan the promoted replica and list the lock again, and
-/// those of `status` name it as the lock's shard. (`top` used to list the
-/// shards once: every later frame asked the dead master, "cannot scan",
-/// and missed the lock.)
-#[tokio::test]
-async fn top_and_status_watch_follow_a_failover() {
-    let _serial = serial().await;
-    let c: &LocalCluster = replica_cluster();
-    let (name, slot, master, replica) = placed("top-watch").await;
-    let m = build(only(Duration::from_secs(10))).await;
-    let g = m
-        .lock_with_lease(&name, Duration::from_secs(120))
-        .await
-        .unwrap();
-    let started = Instant::now();
-    while !has_lock_at(replica, &name).await {
-        assert!(started.elapsed() < Duration::from_secs(5), "not replicated");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (top_title, status_title) = ("quorumlock top", format!("quorumlock status {name}"));
-    let top_out = std::env::temp_dir().join(format!("{}.out", unique("top-watch")));
-    let status_out = std::env::temp_dir().join(format!("{}.out", unique("status-watch")));
-    let mut top = watching(&["top", "--limit", "100000"], &top_out);
-    let mut status = watching(&["status", &name], &status_out);
-    let whole = |f: &str| f.contains(&name) && f.contains("on 1 of 1 node(s)");
-    // The SHARD column of the member's row (its ADDRESS lists every seed).
-    let at = |port: u16| {
-        move |f: &str| {
-            f.lines()
-                .skip_while(|l| !l.starts_with("NODE "))
-                .nth(1)
-                .and_then(|row| row.split_whitespace().nth(2))
-                == Some(&format!("127.0.0.1:{port}"))
-        }
-    };
-    frame_after(&top_out, top_title, 0, &whole);
-    frame_after(&status_out, &status_title, 0, &at(master));
-    let i = c.index_of(master);
-    c.nodes.kill(i);
-    let promoted = c.wait_promoted(slot, master, Duration::from_secs(20)).await;
-    assert_eq!(promoted, replica);
-    let len = |out: &std::path::Path| std::fs::read_to_string(out).unwrap_or_default().len();
-    let (top_len, status_len) = (len(&top_out), len(&status_out));
-    let result = std::panic::catch_unwind(|| {
-        // The frame being drawn at the promotion may still be the dead
-        // master's: one more after it.
-        let next = frame_after(&top_out, top_title, top_len, &|f: &str| !f.is_empty());
-        frame_after(&top_out, top_title, next, &|f: &str| {
-            whole(f) && !f.contains("cannot scan")
-        });
-        let next = frame_after(&status_out, &status_title, status_len, &|f: &str| {
-            !f.is_empty()
-        });
-        frame_after(&status_out, &status_title, next, &at(promoted));
-    });
-    for child in [&mut top, &mut status] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let _ = std::fs::remove_file(&top_out);
-    let _ = std::fs::remove_file(&status_out);
-    c.nodes.restart(i).expect("restart the old master");
-    c.wait_healthy(Duration::from_secs(30)).await;
-    let _ = g.release().await;
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
 }
 
 /// One shard that does not answer a renewal wave costs only the locks it

@@ -2,6 +2,9 @@
 //! and TLS (`rediss://`, with the `tls-rustls` feature).
 
 mod support;
+#[cfg(feature = "tls-rustls")]
+#[path = "support/tls.rs"]
+mod tls_nodes;
 
 use std::time::Duration;
 
@@ -285,86 +288,18 @@ async fn a_user_without_channel_rights_waits_by_polling_without_spinning() {
 
 #[cfg(feature = "tls-rustls")]
 mod tls {
+    use super::tls_nodes::{tls_cluster, tls_masters, trusting};
     use super::*;
-
-    /// A CA and a server certificate for 127.0.0.1 and localhost signed by
-    /// it, written to `dir`; returns the CA's PEM and the server args.
-    fn certificates(dir: &std::path::Path) -> (Vec<u8>, Vec<String>) {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
-            .expect("self-signed CA");
-        let key = KeyPair::generate().expect("server key");
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .expect("server params")
-            .signed_by(&key, &ca)
-            .expect("server certificate");
-        std::fs::create_dir_all(dir).expect("certificate dir");
-        let write = |file: &str, text: String| {
-            let path = dir.join(file);
-            std::fs::write(&path, text).expect("write a certificate file");
-            path.to_string_lossy().into_owned()
-        };
-        let args = vec![
-            "--tls-cert-file".to_owned(),
-            write("server.pem", cert.pem()),
-            "--tls-key-file".to_owned(),
-            write("server.key", key.serialize_pem()),
-            "--tls-ca-cert-file".to_owned(),
-            write("ca.pem", ca.pem()),
-            "--tls-auth-clients".to_owned(),
-            "no".to_owned(),
-        ];
-        (ca.pem().into_bytes(), args)
-    }
-
-    /// A one-node Redis Cluster that serves every slot, over TLS only
-    /// (clients and cluster bus), with the certificates of `certificates`.
-    fn tls_cluster(dir: &std::path::Path) -> (LocalNodes, Vec<u8>) {
-        let (ca, mut args) = certificates(dir);
-        args.extend(["--cluster-enabled", "yes", "--tls-cluster", "yes"].map(str::to_owned));
-        let nodes = LocalNodes::start_with(1, Extra { args, tls: true })
-            .expect("start a TLS-only cluster node");
-        let cli = |args: &[&str]| {
-            let out = std::process::Command::new("redis-cli")
-                // OpenSSL's checks of the test certificate are not under
-                // test: only the library's (rustls) are.
-                .args(["--tls", "--insecure"])
-                .args(["-h", "127.0.0.1", "-p", &nodes.port(0).to_string()])
-                .args(args)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .expect("run redis-cli");
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        };
-        let added = cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-        assert!(added.contains("OK"), "CLUSTER ADDSLOTSRANGE: {added}");
-        let until = std::time::Instant::now() + Duration::from_secs(20);
-        while !cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-            assert!(std::time::Instant::now() < until, "no cluster_state:ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        (nodes, ca)
-    }
 
     /// A cluster member whose nodes show a certificate of a CA of our own:
     /// `cluster_with_tls` with that CA locks, reads the status and wakes a
     /// waiter through sharded pub/sub, all over TLS; `cluster` alone (the
-    /// public roots) is refused at build; the command line's `--tls-ca`
-    /// applies to a `cluster:` member, `status` and `top` alike.
+    /// public roots) is refused at build.
     #[tokio::test]
     async fn a_cluster_member_over_tls_with_a_trusted_ca() {
         let dir = std::env::temp_dir().join(unique("quorumlock-tls-cluster"));
         let (nodes, ca) = tls_cluster(&dir);
-        let certs = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca),
-        };
+        let certs = trusting(&ca);
         let untrusted = LockManager::builder()
             .cluster(nodes.urls())
             .build()
@@ -439,37 +374,6 @@ mod tls {
             .expect("the waiter task")
             .expect("the waiter gets the lock");
 
-        #[cfg(feature = "cli")]
-        {
-            let member = format!("cluster:{}", nodes.url(0));
-            let cli = |args: &[&str]| {
-                std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-                    .env("QUORUMLOCK_NODES", &member)
-                    .env_remove("QUORUMLOCK_QUORUM")
-                    .env_remove("QUORUMLOCK_KEY_PREFIX")
-                    .env_remove("QUORUMLOCK_TLS_CA")
-                    .args(["--tls-ca", &dir.join("ca.pem").to_string_lossy()])
-                    .args(args)
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                    .expect("run quorumlock")
-            };
-            let out = cli(&["status", "--json", &name]);
-            let (stdout, err) = (
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-            );
-            assert_eq!(out.status.code(), Some(0), "status with --tls-ca: {err}");
-            assert!(stdout.contains(woken.holder_id()), "{stdout}");
-            let out = cli(&["top", "--limit", "100000"]);
-            let (stdout, err) = (
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-            );
-            assert_eq!(out.status.code(), Some(0), "top with --tls-ca: {err}");
-            assert!(stdout.contains(&name), "{stdout}");
-            assert!(stdout.contains("on 1 of 1 node(s)"), "{stdout}");
-        }
         woken.release().await.expect("release");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -477,20 +381,12 @@ mod tls {
     #[tokio::test]
     async fn locks_work_over_tls_with_a_trusted_ca() {
         let dir = std::env::temp_dir().join(unique("quorumlock-tls"));
-        let (ca, args) = certificates(&dir);
-        let nodes =
-            LocalNodes::start_with(3, Extra { args, tls: true }).expect("start 3 TLS-only masters");
+        let (nodes, ca) = tls_masters(&dir, 3);
         let mut builder = LockManager::builder().quorum(Quorum::Majority);
         for url in nodes.urls() {
             assert!(url.starts_with("rediss://"), "{url}");
-            let client = redis::Client::build_with_tls(
-                url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.clone()),
-                },
-            )
-            .expect("a TLS client trusting the test CA");
+            let client = redis::Client::build_with_tls(url.as_str(), trusting(&ca))
+                .expect("a TLS client trusting the test CA");
             builder = builder.client(client);
         }
         let m = builder.build().await.expect("connect over TLS");
@@ -508,46 +404,6 @@ mod tls {
             .expect_err("a certificate from an unknown CA is refused");
         assert!(untrusted.to_string().contains("127.0.0.1"), "{untrusted}");
 
-        // The command line over rediss://: without `--tls-ca` the nodes'
-        // certificate (not from a public root) is refused in one line, with
-        // no panic; with it, status reads the lock.
-        #[cfg(feature = "cli")]
-        {
-            let cli = |extra: &[&str]| {
-                std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-                    .env("QUORUMLOCK_NODES", nodes.urls().join(","))
-                    .env_remove("QUORUMLOCK_QUORUM")
-                    .env_remove("QUORUMLOCK_KEY_PREFIX")
-                    .env_remove("QUORUMLOCK_TLS_CA")
-                    .args(extra)
-                    .args(["status", "--json", &name])
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                    .expect("run quorumlock")
-            };
-            let out = cli(&[]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(69), "status over TLS: {err}");
-            assert!(!err.contains("panicked"), "{err}");
-            assert_eq!(err.lines().count(), 1, "{err}");
-            assert!(err.contains("UnknownIssuer"), "{err}");
-
-            let ca_file = dir.join("ca.pem");
-            let held = m.lock(&name).await.expect("hold it for status");
-            let out = cli(&["--tls-ca", &ca_file.to_string_lossy()]);
-            let (stdout, err) = (
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-            );
-            assert_eq!(out.status.code(), Some(0), "status with --tls-ca: {err}");
-            assert!(stdout.contains(held.holder_id()), "{stdout}");
-            held.release().await.expect("release");
-
-            let out = cli(&["--tls-ca", "/nonexistent/ca.pem"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "a missing CA file: {err}");
-            assert!(err.contains("--tls-ca"), "{err}");
-        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

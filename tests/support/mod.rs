@@ -9,15 +9,23 @@
 //! - `masters`: the [`Nodes`] trait that local processes and containers
 //!   share, and raw Redis helpers written once against it.
 //!
-//! Modules that only `tests/chaos.rs` includes (with `#[path]`), so that the
-//! others do not build them:
+//! Modules that only the binaries needing them include (with `#[path]`), so
+//! that the others do not build them:
 //!
 //! - `containers.rs`: five masters in Docker with fault injection and clock
-//!   jumps (`Cluster`);
-//! - `cluster.rs`: managers over the cluster, exclusive use, hand-made holds;
+//!   jumps (`Cluster`; `tests/chaos.rs`);
+//! - `cluster.rs`: managers over the cluster, exclusive use, hand-made holds
+//!   (`tests/chaos.rs`);
 //! - `history.rs`: who believed they held a lock, and its checker;
 //! - `clients.rs`: contending clients' critical sections and counters;
-//! - `rng.rs`: the seeded randomness of fault schedules, env knobs.
+//! - `rng.rs`: the seeded randomness of fault schedules, env knobs;
+//! - `failover.rs`: the tests that fault the local replica cluster, one at a
+//!   time (`tests/cluster_chaos.rs`, `cli/tests/cluster_chaos.rs`);
+//! - `tls.rs`: TLS-only masters and a TLS-only cluster node with a CA of our
+//!   own (`tests/security.rs`, `cli/tests/cli.rs`).
+//!
+//! The command line's tests (`cli/tests/`, the `quorumlock-cli` package)
+//! include this harness by path, so both packages share the one harness.
 
 #![allow(dead_code)]
 

@@ -1,5 +1,6 @@
 //! The `quorumlock` binary, run as a real process against local masters
-//! (and the shared local Redis Cluster, in `cli/cluster.rs`).
+//! (and the shared local Redis Cluster, in `cli/cluster.rs`; TLS-only
+//! nodes, in `cli/tls.rs`, with the `tls-rustls` feature).
 
 #[path = "cli/cluster.rs"]
 mod cluster;
@@ -7,7 +8,15 @@ mod cluster;
 mod observe;
 #[path = "cli/redisson.rs"]
 mod redisson;
+// The library's integration test harness, one for both packages.
+#[path = "../../tests/support/mod.rs"]
 mod support;
+#[path = "cli/tls.rs"]
+#[cfg(feature = "tls-rustls")]
+mod tls;
+#[path = "../../tests/support/tls.rs"]
+#[cfg(feature = "tls-rustls")]
+mod tls_nodes;
 #[path = "cli/top.rs"]
 mod top;
 
