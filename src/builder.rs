@@ -195,7 +195,7 @@ impl LockManagerBuilder {
     /// shard's connection blocked meanwhile, and, while a shard has fewer
     /// than `replicas` replicas in sync (after a failover, until the old
     /// master is back as a replica), no grant or renewal counts there and
-    /// each waits `timeout`. See the README's section on cluster members.
+    /// each waits `timeout`. See docs/CLUSTER.md, "Failover inside a member".
     ///
     /// `build()` checks: `replicas` at least 1, `timeout` above zero and
     /// below [`node_timeout`](Self::node_timeout) (else
@@ -257,7 +257,7 @@ impl LockManagerBuilder {
     /// Where locks live on the nodes (default [`Layout::Quorumlock`]):
     /// [`Layout::Redisson`] keeps each lock where Redisson's `RLock` keeps
     /// it, so that Redisson clients and this manager exclude and wake each
-    /// other on the same masters (see the README's section on Redisson).
+    /// other on the same masters (see docs/REDISSON.md).
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self

@@ -40,8 +40,7 @@ pub enum Layout {
     /// them. The name `<prefix>fence` is refused in this layout
     /// ([`Error::InvalidInput`](crate::Error::InvalidInput)): its lock would
     /// be quorumlock's own key (the fence counter of older versions). See
-    /// the README's section on Redisson for which quorums exclude
-    /// which.
+    /// docs/REDISSON.md for which quorums exclude which.
     Redisson,
 }
 

@@ -465,7 +465,7 @@ fn same_shard_name(stem: &str, port: u16) -> String {
 /// A master frozen (SIGSTOP: it answers nothing and closes nothing, so
 /// redis-rs's client sees no `MOVED` and no I/O error) is failed over by
 /// the cluster; while it stays frozen, the member follows within the
-/// README's bound (two probe spacings plus a connect, here 2 × 1 s + 1 s,
+/// documented bound (docs/CLUSTER.md: two probe spacings plus a connect, here 2 × 1 s + 1 s,
 /// from the promotion): a new lock of that shard is granted, the lock
 /// held across the failover is renewed on the promoted replica and kept,
 /// and a waiter on it is woken by its release (the sharded subscription

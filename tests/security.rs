@@ -131,7 +131,7 @@ impl Captured {
 /// Every span and event at every level, while a manager is built over
 /// `redis://:PASSWORD@..` URLs (one with a wrong password), locks, waits,
 /// listens, releases and breaks a lock: the password never appears, the
-/// spans are named by the scheme of the README's "Tracing" section.
+/// spans are named by the scheme of docs/OBSERVABILITY.md's "Tracing" section.
 #[tokio::test]
 async fn the_password_never_appears_in_tracing_output() {
     use tracing_subscriber::fmt::format::FmtSpan;

@@ -260,7 +260,7 @@ impl Hold {
 
     /// Sends this hold's release of all but `left` levels to every node;
     /// hands back the calls still in flight at the quorum's decision. In
-    /// the span `quorumlock.release` (see the README's "Tracing").
+    /// the span `quorumlock.release` (see docs/OBSERVABILITY.md, "Tracing").
     async fn release_quorum(&self, left: u32) -> (ReleaseTally, Stragglers<Released>) {
         let span = tracing::debug_span!(
             "quorumlock.release",

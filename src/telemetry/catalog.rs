@@ -50,7 +50,7 @@ pub(super) const NODE_ERRORS: &str = "quorumlock_node_errors_total";
 pub(super) const PUBSUB_RECONNECTS: &str = "quorumlock_pubsub_reconnects_total";
 pub(super) const NODE_UP: &str = "quorumlock_node_up";
 
-/// Every metric the crate records, in the README's order.
+/// Every metric the crate records, in the order of docs/OBSERVABILITY.md's table.
 pub(crate) const METRICS: &[Spec] = &[
     Spec {
         name: ACQUISITIONS,

@@ -12,7 +12,7 @@
 //!
 //! Labels are bounded: an outcome, a cause, an error kind, a node's
 //! redacted address; never a lock name. [`METRICS`] lists every metric
-//! (the README's table and the Grafana dashboard are checked against it).
+//! (docs/OBSERVABILITY.md's table and the Grafana dashboard are checked against it).
 
 // Without the feature the tables and labels are read by the tests only.
 #![cfg_attr(not(feature = "metrics"), allow(dead_code))]

@@ -1,6 +1,6 @@
 //! The metrics (`telemetry`) against fake nodes: a scripted scenario with
 //! every outcome, a fair handoff, a repair and a loss, and the exact counts
-//! a recording recorder saw; the README's table and the Grafana dashboard
+//! a recording recorder saw; docs/OBSERVABILITY.md's table and the Grafana dashboard
 //! against the code's list.
 //!
 //! Recorder: `metrics_util`'s `DebuggingRecorder`, one per test, made the

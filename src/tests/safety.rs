@@ -1,5 +1,5 @@
 //! Regression tests of the safety review: each reproduces an interleaving
-//! that broke a README promise, against fake nodes on a paused clock.
+//! that broke a promise of README.md or docs/SAFETY.md, against fake nodes on a paused clock.
 
 use std::sync::Arc;
 use std::time::Duration;
