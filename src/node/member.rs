@@ -1,5 +1,5 @@
 //! A real member (a standalone master, `redis_node`, or a Redis Cluster,
-//! `cluster_node`) as one `NodeOps`: every script call written once here
+//! `cluster::node`) as one `NodeOps`: every script call written once here
 //! (which script, which keys from `script_keys`, which arguments, how its
 //! reply reads, whether it may be sent again after a broken connection),
 //! while a member states only how a call reaches its server

@@ -18,27 +18,12 @@
 //! - `redis_node`: a real master behind a connection manager (reached as
 //!   `node::redis_node`, not re-exported here, since it imports this
 //!   module);
-//! - `cluster_map`: a cluster member's slot map (`CLUSTER SLOTS`), no I/O;
-//! - `cluster_route` and `cluster_batch`: how a cluster member's calls and
-//!   renewal batches reach its shards (with `WAIT` for `replica_wait`);
-//! - `cluster_watch`: a cluster member's probe of its topology when calls
-//!   go unanswered, and its new connections after a failover that
-//!   redis-rs's client cannot see (a frozen master);
-//! - `cluster_node`: a member that is a whole Redis Cluster, over
-//!   redis-rs's cluster client (reached as `node::cluster_node`).
+//! - `cluster`: a member that is a whole Redis Cluster, over redis-rs's
+//!   cluster client (a folder of its own, reached through its `mod.rs`).
 
 mod batch;
-mod cluster_batch;
-mod cluster_feed;
-mod cluster_map;
-pub(crate) mod cluster_node;
-pub(crate) mod cluster_retry;
-pub(crate) mod cluster_route;
-mod cluster_seed;
-pub(crate) mod cluster_spec;
-mod cluster_watch;
+pub(crate) mod cluster;
 mod feed;
-pub(crate) mod lazy_cluster;
 pub(crate) mod member;
 mod order;
 pub(crate) mod redis_node;

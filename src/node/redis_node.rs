@@ -95,7 +95,7 @@ impl RedisNode {
                 role,
             });
         }
-        super::cluster_seed::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
+        super::cluster::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
             .await?;
         let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {

@@ -17,12 +17,12 @@
 //! migration's end), and answers `MOVED` otherwise.
 //!
 //! The calls of each process ([`ShardedNode`]) follow the production
-//! retry rules (`node::cluster_retry::Retry`) on errors built as a real
+//! retry rules (`node::cluster::retry`'s `Retry`) on errors built as a real
 //! member meets them (a server error line, a refused or reset
 //! connection) and read by the production classifier
-//! (`node::cluster_route::failure`). Its client slot map goes stale when a
+//! (`node::cluster::route`'s `failure`). Its client slot map goes stale when a
 //! slot moves and is refreshed after `MOVED`. A renewal batch is sent per
-//! slot (`cluster_route::slot_groups`), each part's locks answered, a
+//! slot (`node::cluster::route`'s `slot_groups`), each part's locks answered, a
 //! failed part's [`Renewed::Failed`]. Release messages come from the
 //! member as a whole (its feed is the member's: shard faults do not touch
 //! pub/sub).
@@ -44,8 +44,7 @@ use super::net::{Cut, Health, LinkCtl, NodeCtl};
 use super::node::{Lost, Path, ShardWay, SimNode};
 use crate::error::NodeError;
 use crate::keys::{key_slot, name_slot, Keys};
-use crate::node::cluster_retry::{Redirect, Retry, Step};
-use crate::node::cluster_route::{failure, slot_groups};
+use crate::node::cluster::{failure, slot_groups, Redirect, Retry, Step};
 use crate::node::script_call::Resend;
 use crate::node::{Answer, Feed, Grant, RenewBatch, Renewed};
 use crate::rng::up_to;
