@@ -13,14 +13,15 @@ use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::scripts::{self, ms};
 
+use super::batch::RenewBatch;
+use super::feed::Feed;
+use super::ops::{
+    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, Renewed,
+};
 use super::order::{Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
-use super::{
-    Answer, BatchCost, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
-    Renewed,
-};
 
 /// How calls reach one real member's server.
 pub(crate) trait Server: Send + Sync + 'static {

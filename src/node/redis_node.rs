@@ -14,12 +14,14 @@ use crate::keys::{self, Keys};
 use crate::layout::Layout;
 use crate::scripts;
 
+use super::batch::RenewBatch;
+use super::feed::{Feed, RedisFeed};
 use super::member::{Call, Server};
+use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use super::reply;
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, ScriptCall};
 use super::script_keys;
 use super::spec::NodeSpec;
-use super::{Answer, BatchCost, Feed, NodeLockState, RedisFeed, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {

@@ -23,9 +23,10 @@ use super::map::SlotMap;
 use super::route::{
     by_shard, confirmed, next, send_calls, slot_groups, Next, Redirect, Route, Shards,
 };
+use crate::node::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+use crate::node::ops::{BatchCost, Renewed};
 use crate::node::reply;
 use crate::node::script_call::{map_err, no_script};
-use crate::node::{BatchCost, RenewBatch, RenewItem, Renewed, RENEW_CHUNK};
 
 /// A node's host and port, as a redirect names it.
 type Addr = (String, u16);

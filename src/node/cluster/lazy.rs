@@ -27,8 +27,10 @@ use crate::sync::locked;
 
 use super::node::{ClusterNode, Passing};
 use super::spec::ClusterSpec;
+use crate::node::batch::RenewBatch;
+use crate::node::feed::{Feed, FeedConn};
 use crate::node::member::{Call, Server};
-use crate::node::{Answer, BatchCost, Feed, FeedConn, NodeLockState, RenewBatch, Renewed};
+use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 
 /// Time between two connection attempts.
 const RETRY: Duration = Duration::from_millis(500);

@@ -70,12 +70,14 @@ use super::route::{confirmed, failure, send, status_values, Next, Shards};
 use super::seed::read_seed;
 use super::spec::ClusterSpec;
 use super::watch::{suspect_after, Dial, Link, Watch};
+use crate::node::batch::RenewBatch;
+use crate::node::feed::Feed;
 use crate::node::member::{Call, Confirm, Server};
+use crate::node::ops::{Answer, BatchCost, NodeLockState, NodeOps, Renewed};
 use crate::node::reply;
 use crate::node::script_call::map_err;
 use crate::node::script_keys;
 use crate::node::spec::NodeSpec;
-use crate::node::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
 
 /// The status reads' replies: the hash, its PTTL, the counter, the id of
 /// the node that holds the hash.

@@ -19,8 +19,8 @@ use crate::sync::locked;
 
 use super::map::SlotMap;
 pub(crate) use super::retry::{Failure, Next, Redirect, MAX_TRIES};
+use crate::node::batch::{RenewItem, RENEW_CHUNK};
 use crate::node::script_call::{broken, no_script};
-use crate::node::{RenewItem, RENEW_CHUNK};
 
 /// A cluster member's way to its shards: redis-rs's cluster client (its
 /// retries off) and the member's own slot map.
