@@ -12,10 +12,9 @@ use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::manager::LockManager;
-use crate::node::cluster::{ClusterNode, ClusterSpec, LazyCluster};
-use crate::node::member::{Member, Server};
-use crate::node::redis_node::RedisNode;
-use crate::node::{redact, NodeOps, NodeSpec};
+use crate::node::{
+    redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode, Server,
+};
 
 /// Builds a [`crate::LockManager`]; every setter is infallible and
 /// [`build`](Self::build) validates everything at once.

@@ -13,7 +13,7 @@ use crate::guard::LockGuard;
 use crate::keys::{Keys, Target};
 use crate::manager::LockManager;
 use crate::multi::MultiLockGuard;
-use crate::node::cluster::refuse_cross_slot_set;
+use crate::node::refuse_cross_slot_set;
 use crate::owner::Owner;
 use crate::slots::SlotUse;
 use crate::telemetry::Acquiring;

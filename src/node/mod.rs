@@ -24,21 +24,39 @@
 //! - `redis_node`: a real master behind a connection manager.
 
 mod batch;
-pub(crate) mod cluster;
+mod cluster;
 mod feed;
-pub(crate) mod member;
+mod member;
 mod ops;
 mod order;
-pub(crate) mod redis_node;
+mod redis_node;
 mod reply;
-pub(crate) mod script_call;
-pub(crate) mod script_keys;
+mod script_call;
+mod script_keys;
 mod spec;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+#[cfg(feature = "tls-rustls")]
+pub(crate) use self::cluster::Certs;
+#[cfg(test)]
+pub(crate) use self::cluster::{failure, slot_groups, Redirect, Retry, Step};
+pub(crate) use self::cluster::{refuse_cross_slot_set, ClusterNode, ClusterSpec, LazyCluster};
 pub(crate) use self::feed::{Feed, FeedConn};
 #[cfg(test)]
 pub(crate) use self::feed::{FeedMessage, FeedSink};
+pub(crate) use self::member::{Member, Server};
 pub use self::ops::NodeLockState;
 pub(crate) use self::ops::{Answer, Claim, Grant, NodeOps, Place, Released, Renewed};
+pub(crate) use self::redis_node::RedisNode;
+#[cfg(test)]
+pub(crate) use self::script_call::Resend;
 pub(crate) use self::spec::{redact, NodeSpec};
+
+/// The keys (`KEYS`) each script call names, for the tests' nodes, which
+/// name them as a real member does.
+#[cfg(test)]
+pub(crate) mod call_keys {
+    pub(crate) use super::script_keys::{
+        acquire, acquire_all, acquire_queued, force_release, leave, raise_fences, release, Names,
+    };
+}

@@ -44,9 +44,9 @@ use super::net::{Cut, Health, LinkCtl, NodeCtl};
 use super::node::{Lost, Path, ShardWay, SimNode};
 use crate::error::NodeError;
 use crate::keys::{key_slot, name_slot, Keys};
-use crate::node::cluster::{failure, slot_groups, Redirect, Retry, Step};
-use crate::node::script_call::Resend;
-use crate::node::{Answer, Feed, Grant, RenewBatch, Renewed};
+use crate::node::{
+    failure, slot_groups, Answer, Feed, Grant, Redirect, RenewBatch, Renewed, Resend, Retry, Step,
+};
 use crate::rng::up_to;
 use crate::sync::locked;
 use crate::tests::fake::{renew_or_repair, FakeNode, Script, State, TestNode};
@@ -370,7 +370,7 @@ impl TestNode for ShardedNode {
     fn reach_keyed<T: Debug + Send + 'static>(
         &self,
         what: &'static str,
-        (keys, resend): (impl FnOnce() -> crate::node::script_keys::Names, Resend),
+        (keys, resend): (impl FnOnce() -> crate::node::call_keys::Names, Resend),
         script: impl Script<T> + Clone,
     ) -> Answer<T> {
         self.routed(what, keys().to_vec(), resend, script)
