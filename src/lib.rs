@@ -35,17 +35,12 @@ mod nodes;
 
 mod events;
 mod hold;
-mod queue;
 mod slots;
 mod wait;
 
-mod fence;
 mod guard;
-mod rollback;
-mod turn;
 mod watchdog;
 
-mod attempt;
 mod multi;
 
 mod acquire;

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use tracing::debug;
 
+use super::queue::Spot;
 use crate::error::Error;
 use crate::keys::{Keys, Target};
 use crate::nodes::Nodes;
 use crate::owner::Owner;
-use crate::queue::Spot;
 use crate::rng::jitter;
 use crate::telemetry::Waiting;
 use crate::wait::{Notifier, Waiter};

@@ -8,16 +8,16 @@ use std::time::Duration;
 
 use tracing::{debug, field, Instrument};
 
+use super::fence::fence_quorum;
+use super::queue::Spot;
+use super::rollback::{LateGrants, Rollback};
 use crate::clock;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
-use crate::fence::fence_quorum;
 use crate::hold::Acquired;
 use crate::keys::Target;
 use crate::node::{Answer, Claim, Grant, Place};
 use crate::nodes::Nodes;
-use crate::queue::Spot;
 use crate::quorum::{self, Decision, Tally};
-use crate::rollback::{LateGrants, Rollback};
 
 /// What one fan-out asks of the nodes: which locks, for whom and on what
 /// terms (the `claim`: the attempt's holder id, one per attempt so that a
