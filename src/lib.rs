@@ -27,7 +27,6 @@ mod telemetry;
 mod node;
 
 mod quorum;
-mod renewal;
 mod resume;
 mod status;
 

@@ -1,9 +1,12 @@
-//! Quorums: the fan-out to every node under one deadline, with the one
-//! stop rule every fan-out of a quorum follows (`fan_out`). This module is
-//! the folder's door.
+//! Quorums: every verdict on the nodes' answers, pure (`verdict`), and the
+//! fan-out to every node under one deadline that gathers them (`fan_out`).
+//! This module is the folder's door.
+
+mod verdict;
 
 mod fan_out;
 
-pub(crate) use self::fan_out::{
-    deadline_after, valid_until, validity, Decision, FanOut, Slot, Stragglers, Tally,
+pub(crate) use self::fan_out::{deadline_after, FanOut, Slot, Stragglers};
+pub(crate) use self::verdict::{
+    valid_until, validity, Decision, Loss, RenewalTally, Tally, Times, Verdict,
 };

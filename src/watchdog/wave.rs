@@ -18,8 +18,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut, Slot};
-use crate::renewal::{Loss, RenewalTally, Verdict};
+use crate::quorum::{self, FanOut, Loss, RenewalTally, Slot, Verdict};
 use crate::telemetry::Cause;
 
 /// Renews one wave of holds; a node that fails it is marked in `down`.

@@ -1,13 +1,93 @@
-//! The pure tally of one hold's renewal, beside [`quorum::Tally`] (an
-//! acquisition's): what each node answered, which nodes renewed the key and
-//! which came back empty (to repair), whether a quorum can still confirm
-//! the hold, and the verdict with its new validity.
-//!
-//! [`quorum::Tally`]: crate::quorum::Tally
+//! Every quorum verdict, with no I/O: what is left of a lease (the
+//! validity math), the quorum rule ([`Decision`]), and the tallies that
+//! read the nodes' answers against it: an acquisition's ([`Tally`]) and
+//! one hold's renewal ([`RenewalTally`]: which nodes renewed, which came
+//! back empty to repair, and the [`Verdict`]: renewed until when, retry at
+//! the next tick, or lost and why).
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::Renewed;
+use crate::error::NodeError;
+use crate::node::{Grant, Renewed};
+
+/// What is left of a lease after `elapsed` and the drift allowance, if anything.
+///
+/// `validity = lease - elapsed - drift`; `None` when that is zero or less.
+pub(crate) fn validity(lease: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    lease
+        .checked_sub(elapsed)
+        .and_then(|left| left.checked_sub(drift))
+        .filter(|left| !left.is_zero())
+}
+
+/// The instant until which a lock taken at `start` with `lease` is valid, as
+/// seen at `now`.
+pub(crate) fn valid_until(
+    start: Instant,
+    now: Instant,
+    lease: Duration,
+    drift: Duration,
+) -> Option<Instant> {
+    validity(lease, now.saturating_duration_since(start), drift).map(|v| now + v)
+}
+
+/// The running count of an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Tally {
+    pub(crate) granted: usize,
+    pub(crate) taken: usize,
+    /// Re-entry only: the key is missing.
+    pub(crate) missing: usize,
+    pub(crate) failed: usize,
+    pub(crate) pending: usize,
+}
+
+/// Where a fan-out of a quorum stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Not yet decided.
+    Open,
+    /// The quorum is reached.
+    Won,
+    /// The quorum can no longer be reached.
+    Lost,
+}
+
+impl Decision {
+    /// The quorum rule: won at `required` successes (`done`), lost once the
+    /// calls still `pending` can no longer make up the difference.
+    pub(crate) fn of(done: usize, pending: usize, required: usize) -> Self {
+        if done >= required {
+            Self::Won
+        } else if done + pending < required {
+            Self::Lost
+        } else {
+            Self::Open
+        }
+    }
+}
+
+impl Tally {
+    pub(crate) fn of(replies: &[Option<Result<Grant, NodeError>>]) -> Self {
+        let mut t = Self::default();
+        for r in replies {
+            match r {
+                None => t.pending += 1,
+                Some(Ok(Grant::Granted(_))) => t.granted += 1,
+                Some(Ok(Grant::Taken(..))) => t.taken += 1,
+                Some(Ok(Grant::Missing)) => t.missing += 1,
+                Some(Err(_)) => t.failed += 1,
+            }
+        }
+        t
+    }
+
+    pub(crate) fn decide(&self, required: usize) -> Decision {
+        Decision::of(self.granted, self.pending, required)
+    }
+}
 
 /// One hold's answers in one renewal wave, by node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,12 +211,77 @@ fn held(answer: Option<Renewed>) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::config::Quorum;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let lease = 10_000 * MS;
+        let drift = 102 * MS;
+        assert_eq!(validity(lease, Duration::ZERO, drift), Some(9_898 * MS));
+        assert_eq!(validity(lease, 898 * MS, drift), Some(9_000 * MS));
+        assert_eq!(validity(lease, 9_898 * MS, drift), None);
+        assert_eq!(validity(lease, 9_897 * MS, drift), Some(MS));
+        assert_eq!(validity(lease, 20_000 * MS, drift), None);
+        assert_eq!(validity(MS, Duration::ZERO, 2 * MS), None);
+    }
+
+    #[test]
+    fn valid_until_is_now_plus_validity() {
+        let start = Instant::now();
+        let now = start + 100 * MS;
+        assert_eq!(
+            valid_until(start, now, 1_000 * MS, 12 * MS),
+            Some(now + 888 * MS)
+        );
+        assert_eq!(valid_until(start, now, 100 * MS, 12 * MS), None);
+    }
+
+    fn replies(spec: &str) -> Vec<Option<Result<Grant, NodeError>>> {
+        spec.chars()
+            .map(|c| match c {
+                'g' => Some(Ok(Grant::Granted(1))),
+                't' => Some(Ok(Grant::Taken(None, 0))),
+                'e' => Some(Err(NodeError::timeout())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decides_as_soon_as_known() {
+        assert_eq!(Tally::of(&replies("gg???")).decide(3), Decision::Open);
+        assert_eq!(Tally::of(&replies("ggg??")).decide(3), Decision::Won);
+        assert_eq!(Tally::of(&replies("tte??")).decide(3), Decision::Lost);
+        assert_eq!(Tally::of(&replies("gte??")).decide(3), Decision::Open);
+        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
+        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
+        assert_eq!(Tally::of(&replies("ggggt")).decide(5), Decision::Lost);
+        assert_eq!(Tally::of(&replies("t????")).decide(5), Decision::Lost);
+        assert_eq!(Tally::of(&replies("?????")).decide(1), Decision::Open);
+        assert_eq!(Tally::of(&replies("e???g")).decide(1), Decision::Won);
+    }
+
+    #[test]
+    fn every_subset_of_five_under_each_policy() {
+        // Bit i set: node i is taken by someone else. Grants on the others.
+        for required in 1..=5usize {
+            for mask in 0u32..32 {
+                let spec: String = (0..5)
+                    .map(|i| if mask & (1 << i) != 0 { 't' } else { 'g' })
+                    .collect();
+                let free = 5 - mask.count_ones() as usize;
+                let want = if free >= required {
+                    Decision::Won
+                } else {
+                    Decision::Lost
+                };
+                assert_eq!(Tally::of(&replies(&spec)).decide(required), want, "{spec}");
+            }
+        }
+    }
 
     /// Every policy for `n` nodes, as the nodes it requires.
     fn policies(n: usize) -> Vec<usize> {
