@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{Claim, NodeOps, Released};
-use crate::quorum::{deadline_after, FanOut, Slot, Stragglers};
+use crate::quorum::{deadline_after, FanOut, ReleaseTally, Slot, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
@@ -148,17 +148,7 @@ impl Nodes {
         })
         .await;
         let (replies, rest) = fan.into_parts();
-        let mut t = ReleaseTally::default();
-        for (i, r) in replies.iter().enumerate() {
-            match r {
-                Some(Ok(Released::Deleted | Released::Lowered)) => t.released += 1,
-                Some(Ok(Released::Missing)) => {}
-                Some(Ok(Released::OtherOwner)) => t.other += 1,
-                Some(Err(e)) => t.failures.push(self.failure(i, e)),
-                None => t.pending += 1,
-            }
-        }
-        (t, rest)
+        (ReleaseTally::of(&replies, |i, e| self.failure(i, e)), rest)
     }
 
     /// Node `i`'s release of all but `left` levels of `holder`'s hold (a
@@ -285,18 +275,6 @@ impl Nodes {
             })
             .collect()
     }
-}
-
-/// How the nodes answered a release.
-#[derive(Default)]
-pub(crate) struct ReleaseTally {
-    /// Nodes that deleted the key or lowered its count.
-    pub(crate) released: usize,
-    /// Nodes where another owner holds it.
-    pub(crate) other: usize,
-    /// Nodes that had not answered when the release was decided.
-    pub(crate) pending: usize,
-    pub(crate) failures: Vec<NodeFailure>,
 }
 
 /// Sends `call` to node `i` once its pause ends (`at`), and again each time

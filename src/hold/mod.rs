@@ -14,9 +14,9 @@ use crate::clock;
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::node::{Claim, Released};
-use crate::nodes::{Nodes, ReleaseTally};
+use crate::nodes::Nodes;
 use crate::owner::Owner;
-use crate::quorum::Stragglers;
+use crate::quorum::{ReleaseTally, Stragglers};
 use crate::resume::Resumes;
 use crate::telemetry::Cause;
 

@@ -8,5 +8,5 @@ mod fan_out;
 
 pub(crate) use self::fan_out::{deadline_after, FanOut, Slot, Stragglers};
 pub(crate) use self::verdict::{
-    valid_until, validity, Decision, Loss, RenewalTally, Tally, Times, Verdict,
+    valid_until, validity, Decision, Loss, ReleaseTally, RenewalTally, Tally, Times, Verdict,
 };

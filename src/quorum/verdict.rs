@@ -1,16 +1,17 @@
 //! Every quorum verdict, with no I/O: what is left of a lease (the
 //! validity math), the quorum rule ([`Decision`]), and the tallies that
-//! read the nodes' answers against it: an acquisition's ([`Tally`]) and
-//! one hold's renewal ([`RenewalTally`]: which nodes renewed, which came
-//! back empty to repair, and the [`Verdict`]: renewed until when, retry at
-//! the next tick, or lost and why).
+//! read the nodes' answers against it: an acquisition's ([`Tally`]), a
+//! release's ([`ReleaseTally`]: released, unavailable, not held or
+//! expired), and one hold's renewal ([`RenewalTally`]: which nodes renewed,
+//! which came back empty to repair, and the [`Verdict`]: renewed until
+//! when, retry at the next tick, or lost and why).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::NodeError;
-use crate::node::{Grant, Renewed};
+use crate::error::{Error, NodeError, NodeFailure};
+use crate::node::{Grant, Released, Renewed};
 
 /// What is left of a lease after `elapsed` and the drift allowance, if anything.
 ///
@@ -86,6 +87,66 @@ impl Tally {
 
     pub(crate) fn decide(&self, required: usize) -> Decision {
         Decision::of(self.granted, self.pending, required)
+    }
+}
+
+/// How the nodes answered a release.
+#[derive(Default)]
+pub(crate) struct ReleaseTally {
+    /// Nodes that deleted the key or lowered its count.
+    pub(crate) released: usize,
+    /// Nodes where another owner holds it.
+    pub(crate) other: usize,
+    /// Nodes that had not answered when the release was decided.
+    pub(crate) pending: usize,
+    pub(crate) failures: Vec<NodeFailure>,
+}
+
+impl ReleaseTally {
+    /// Counts `replies`, by node index (`None` where still pending); a node
+    /// that failed is named by `failure`.
+    pub(crate) fn of(
+        replies: &[Option<Result<Released, NodeError>>],
+        failure: impl Fn(usize, &NodeError) -> NodeFailure,
+    ) -> Self {
+        let mut t = Self::default();
+        for (i, r) in replies.iter().enumerate() {
+            match r {
+                Some(Ok(Released::Deleted | Released::Lowered)) => t.released += 1,
+                Some(Ok(Released::Missing)) => {}
+                Some(Ok(Released::OtherOwner)) => t.other += 1,
+                Some(Err(e)) => t.failures.push(failure(i, e)),
+                None => t.pending += 1,
+            }
+        }
+        t
+    }
+
+    /// The verdict on the release of the last level of `name`, which needs
+    /// `required` nodes: released on a quorum; unavailable when the nodes
+    /// that failed or did not answer could have completed it; otherwise
+    /// enough nodes answered that the lock was no longer ours (not held if
+    /// only another owner's was found, else expired).
+    pub(crate) fn verdict(self, name: &str, required: usize) -> Result<(), Error> {
+        let name = name.to_string();
+        if self.released >= required {
+            return Ok(());
+        }
+        if self.released + self.failures.len() + self.pending >= required {
+            // The nodes that did not answer could have completed the quorum.
+            return Err(Error::Unavailable {
+                name,
+                failures: self.failures,
+                required,
+                granted: self.released,
+            });
+        }
+        // Enough nodes answered that the lock was no longer ours.
+        Err(if self.other > 0 && self.released == 0 {
+            Error::NotHeld { name }
+        } else {
+            Error::Expired { name }
+        })
     }
 }
 
@@ -376,6 +437,61 @@ mod tests {
                     };
                     assert_eq!(tally.verdict(required, &t), now_, "n={n} {mask:b}");
                     assert_eq!(tally.verdict(required, &late), then, "n={n} {mask:b}");
+                }
+            }
+        }
+    }
+
+    /// Every answer of every node to a release, for N = 1..=5 and every
+    /// policy: the counts, and the verdict by its definition.
+    #[test]
+    fn every_release_answer_of_every_node() {
+        // Index 4: an error; 5: no answer yet.
+        const ANSWERS: [Option<Released>; 4] = [
+            Some(Released::Deleted),
+            Some(Released::Lowered),
+            Some(Released::Missing),
+            Some(Released::OtherOwner),
+        ];
+        let answer = |k: usize| -> Option<Result<Released, NodeError>> {
+            match k {
+                4 => Some(Err(NodeError::timeout())),
+                5 => None,
+                _ => ANSWERS[k].map(Ok),
+            }
+        };
+        let failure = |i: usize, e: &NodeError| e.clone().at(i, "node");
+        for n in 1..=5u32 {
+            for code in 0..6usize.pow(n) {
+                let kinds: Vec<usize> = (0..n).map(|i| code / 6usize.pow(i) % 6).collect();
+                let replies: Vec<_> = kinds.iter().map(|&k| answer(k)).collect();
+                let count = |f: fn(usize) -> bool| kinds.iter().filter(|&&k| f(k)).count();
+                let released = count(|k| k <= 1);
+                let other = count(|k| k == 3);
+                let failed = count(|k| k == 4);
+                let pending = count(|k| k == 5);
+                let t = ReleaseTally::of(&replies, failure);
+                assert_eq!(
+                    (t.released, t.other, t.failures.len(), t.pending),
+                    (released, other, failed, pending)
+                );
+                for required in policies(n as usize) {
+                    let got = ReleaseTally::of(&replies, failure).verdict("a", required);
+                    match got {
+                        Ok(()) => assert!(released >= required, "{kinds:?} {required}"),
+                        Err(Error::Unavailable { .. }) => {
+                            assert!(released < required && released + failed + pending >= required);
+                        }
+                        Err(Error::NotHeld { .. }) => {
+                            assert!(released + failed + pending < required);
+                            assert!(other > 0 && released == 0);
+                        }
+                        Err(Error::Expired { .. }) => {
+                            assert!(released + failed + pending < required);
+                            assert!(other == 0 || released > 0);
+                        }
+                        Err(e) => panic!("{kinds:?} {required}: {e}"),
+                    }
                 }
             }
         }
