@@ -127,7 +127,11 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     if tally.decide(required) != Decision::Won {
         span.record("outcome", "missed");
         rollback.run(&replies).await;
-        if ask.kind == Kind::Reenter && unconfirmable(nodes, &replies, tally) {
+        // A re-entry that missed because the hold is gone: so many nodes
+        // answered that the key is missing, another holder's or of another
+        // type that no quorum can confirm it (the watchdog's rule for a
+        // loss). Nodes that failed or did not answer may still hold it.
+        if ask.kind == Kind::Reenter && !tally.confirmable(required) {
             span.record("outcome", "lost");
             return Err(Error::Lost {
                 name: target.label.to_string(),
@@ -224,23 +228,6 @@ fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, ela
             None => debug!(node = i, "pending"),
         }
     }
-}
-
-/// A re-entry that missed the quorum because the hold is gone: so many
-/// nodes answered that the key is missing, another holder's, or of another
-/// type, that the others could not make a quorum (the watchdog's rule for a
-/// loss). Nodes that failed or did not answer may still hold it.
-fn unconfirmable(
-    nodes: &Nodes,
-    replies: &[Option<Result<Grant, NodeError>>],
-    tally: Tally,
-) -> bool {
-    let wrong = replies
-        .iter()
-        .filter(|r| matches!(r, Some(Err(e)) if e.kind == NodeErrorKind::WrongType))
-        .count();
-    let absent = tally.taken + tally.missing + wrong;
-    nodes.len().saturating_sub(absent) < nodes.required()
 }
 
 /// The error of an attempt on `name` (a lock name, or a set's label) that

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, NodeError, NodeFailure};
+use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 use crate::node::{Grant, Released, Renewed};
 
 /// What is left of a lease after `elapsed` and the drift allowance, if anything.
@@ -42,6 +42,8 @@ pub(crate) struct Tally {
     /// Re-entry only: the key is missing.
     pub(crate) missing: usize,
     pub(crate) failed: usize,
+    /// Of the failed: the key holds another type (`WRONGTYPE`).
+    pub(crate) wrong_type: usize,
     pub(crate) pending: usize,
 }
 
@@ -70,6 +72,16 @@ impl Decision {
     }
 }
 
+/// Whether a quorum of `required` among `nodes` can still confirm a hold
+/// of which `absent` nodes answered that the key is not ours (missing,
+/// another holder's, of another type): every other node, whether it
+/// answered that it holds it, failed, or has not answered, may still hold
+/// it. The one rule by which a renewal ([`RenewalTally::confirmable`]) and
+/// a re-entry ([`Tally::confirmable`]) find a hold gone.
+pub(crate) fn confirmable(nodes: usize, absent: usize, required: usize) -> bool {
+    nodes.saturating_sub(absent) >= required
+}
+
 impl Tally {
     pub(crate) fn of(replies: &[Option<Result<Grant, NodeError>>]) -> Self {
         let mut t = Self::default();
@@ -79,7 +91,12 @@ impl Tally {
                 Some(Ok(Grant::Granted(_))) => t.granted += 1,
                 Some(Ok(Grant::Taken(..))) => t.taken += 1,
                 Some(Ok(Grant::Missing)) => t.missing += 1,
-                Some(Err(_)) => t.failed += 1,
+                Some(Err(e)) => {
+                    t.failed += 1;
+                    if e.kind == NodeErrorKind::WrongType {
+                        t.wrong_type += 1;
+                    }
+                }
             }
         }
         t
@@ -87,6 +104,15 @@ impl Tally {
 
     pub(crate) fn decide(&self, required: usize) -> Decision {
         Decision::of(self.granted, self.pending, required)
+    }
+
+    /// Whether a quorum of `required` can still confirm the hold a
+    /// re-entry asked for ([`confirmable`]): the nodes that answered that
+    /// the key is missing, another holder's or of another type cannot.
+    pub(crate) fn confirmable(&self, required: usize) -> bool {
+        let nodes = self.granted + self.taken + self.missing + self.failed + self.pending;
+        let absent = self.taken + self.missing + self.wrong_type;
+        confirmable(nodes, absent, required)
     }
 }
 
@@ -241,10 +267,10 @@ impl RenewalTally {
         (0..self.answers.len()).filter(|&i| self.answers[i] == Some(Renewed::Missing))
     }
 
-    /// Whether a quorum of `required` can still confirm the hold: enough
-    /// nodes did not answer that the key is gone.
+    /// Whether a quorum of `required` can still confirm the hold
+    /// ([`confirmable`]): enough nodes did not answer that the key is gone.
     pub(crate) fn confirmable(&self, required: usize) -> bool {
-        self.answers.len() - self.absent >= required
+        confirmable(self.answers.len(), self.absent, required)
     }
 
     /// The verdict for a hold that needs `required` nodes, at `times`.
@@ -437,6 +463,91 @@ mod tests {
                     };
                     assert_eq!(tally.verdict(required, &t), now_, "n={n} {mask:b}");
                     assert_eq!(tally.verdict(required, &late), then, "n={n} {mask:b}");
+                }
+            }
+        }
+    }
+
+    /// The brute-force definition of "a quorum can still confirm it": some
+    /// `required` nodes, none of which answered that the key is not ours
+    /// (`absent`, bit i for node i).
+    fn some_quorum_without(n: usize, absent: u32, required: usize) -> bool {
+        (0u32..1 << n).any(|q| q.count_ones() as usize >= required && q & absent == 0)
+    }
+
+    /// The "can a quorum still confirm it" rule over every subset of
+    /// answers for N = 1..=5 and each policy, against its brute-force
+    /// definition: the rule itself (each node holding, absent or silent),
+    /// a renewal's tally (each node giving every renewal answer) and a
+    /// re-entry's (every acquire answer).
+    #[test]
+    fn a_quorum_can_confirm_it_exactly_when_some_quorum_is_not_absent() {
+        for n in 1..=5usize {
+            for required in policies(n) {
+                // The rule: 0 holds, 1 absent, 2 silent, per node.
+                for code in 0..3usize.pow(n as u32) {
+                    let of = |i: usize| code / 3usize.pow(i as u32) % 3;
+                    let absent = (0..n).filter(|&i| of(i) == 1).fold(0u32, |m, i| m | 1 << i);
+                    let count = absent.count_ones() as usize;
+                    assert_eq!(
+                        confirmable(n, count, required),
+                        some_quorum_without(n, absent, required),
+                        "n={n} required={required} code={code}"
+                    );
+                }
+                // A renewal's answers: absent when missing, another
+                // owner's or of another type.
+                const RENEWED: [Option<Renewed>; 7] = [
+                    Some(Renewed::Extended),
+                    Some(Renewed::Repaired),
+                    Some(Renewed::Missing),
+                    Some(Renewed::Conflict),
+                    Some(Renewed::WrongType),
+                    Some(Renewed::Failed),
+                    None,
+                ];
+                for code in 0..7usize.pow(n as u32) {
+                    let answers: Vec<_> = (0..n)
+                        .map(|i| RENEWED[code / 7usize.pow(i as u32) % 7])
+                        .collect();
+                    let absent = (0..n)
+                        .filter(|&i| {
+                            matches!(
+                                answers[i],
+                                Some(Renewed::Missing | Renewed::Conflict | Renewed::WrongType)
+                            )
+                        })
+                        .fold(0u32, |m, i| m | 1 << i);
+                    assert_eq!(
+                        RenewalTally::of(answers.iter().copied()).confirmable(required),
+                        some_quorum_without(n, absent, required),
+                        "{answers:?} required {required}"
+                    );
+                }
+                // A re-entry's answers: absent when taken, missing or of
+                // another type.
+                let grant = |k: usize| -> Option<Result<Grant, NodeError>> {
+                    match k {
+                        0 => Some(Ok(Grant::Granted(1))),
+                        1 => Some(Ok(Grant::Taken(None, 0))),
+                        2 => Some(Ok(Grant::Missing)),
+                        3 => Some(Err(NodeError::new(NodeErrorKind::WrongType, "WRONGTYPE"))),
+                        4 => Some(Err(NodeError::timeout())),
+                        _ => None,
+                    }
+                };
+                for code in 0..6usize.pow(n as u32) {
+                    let kinds: Vec<usize> =
+                        (0..n).map(|i| code / 6usize.pow(i as u32) % 6).collect();
+                    let replies: Vec<_> = kinds.iter().map(|&k| grant(k)).collect();
+                    let absent = (0..n)
+                        .filter(|&i| (1..=3).contains(&kinds[i]))
+                        .fold(0u32, |m, i| m | 1 << i);
+                    assert_eq!(
+                        Tally::of(&replies).confirmable(required),
+                        some_quorum_without(n, absent, required),
+                        "{kinds:?} required {required}"
+                    );
                 }
             }
         }
