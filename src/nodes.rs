@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{Claim, NodeOps, Released};
-use crate::quorum::{deadline_after, FanOut, ReleaseTally, Slot, Stragglers};
+use crate::quorum::{deadline_after, FanOut, Leg, ReleaseTally, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
@@ -81,7 +81,7 @@ impl Nodes {
     pub(crate) fn fan_out<T, S>(&self, timeout: Duration, each: impl FnMut(usize) -> S) -> FanOut<T>
     where
         T: Send + 'static,
-        S: Into<Slot<T>>,
+        S: Into<Leg<T>>,
     {
         let now = Instant::now();
         FanOut::start(self.len(), now, timeout, self.metrics.meter(now), each)
@@ -179,10 +179,10 @@ impl Nodes {
     ) -> FanOut<bool> {
         self.fan_out(self.config.node_timeout, |i| {
             if !on(i) {
-                return Slot::Known(Ok(false));
+                return Leg::Known(Ok(false));
             }
             let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-            Slot::Call(self.after_pause(i, self.config.queue_timeout, move |n| {
+            Leg::Call(self.after_pause(i, self.config.queue_timeout, move |n| {
                 n.leave(&keys, &waiter)
             }))
         })

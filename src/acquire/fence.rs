@@ -12,7 +12,7 @@ use crate::error::{NodeError, NodeFailure};
 use crate::keys::Target;
 use crate::node::Grant;
 use crate::nodes::Nodes;
-use crate::quorum::{self, Slot};
+use crate::quorum::{self, Leg};
 
 /// Hands out `token` (of one lock, or of a set, whose names share one
 /// counter per node) only once a quorum of nodes is known to have a fence
@@ -48,9 +48,9 @@ pub(crate) async fn fence_quorum(
             .fence_raised((0..nodes.len()).filter(|i| below(*i)).count());
         let mut fan = nodes.fan_out(lease, |i| {
             if below(i) {
-                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
+                Leg::Call(nodes.node(i).raise_fence(&target.keys, token))
             } else {
-                Slot::Known(Ok(0))
+                Leg::Known(Ok(0))
             }
         });
         nodes.spawn(async move { fan.until(|_| false).await });
@@ -92,12 +92,12 @@ pub(crate) async fn fence_quorum(
             .fence_raised(targets.iter().filter(|t| **t).count());
         let mut fan = nodes.fan_out(round, |i| {
             if at[i] {
-                Slot::Known(Ok(token))
+                Leg::Known(Ok(token))
             } else if targets[i] {
-                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
+                Leg::Call(nodes.node(i).raise_fence(&target.keys, token))
             } else {
                 // Not asked in this round: neither raised nor pending.
-                Slot::Known(Ok(0))
+                Leg::Known(Ok(0))
             }
         });
         let done = fan.until_quorum(required, |c| *c >= token).await;

@@ -10,7 +10,7 @@ use crate::hold::Hold;
 use crate::keys::{Keys, Target};
 use crate::node::{Claim, Grant, Released};
 use crate::nodes::Nodes;
-use crate::quorum::{FanOut, Slot, Stragglers};
+use crate::quorum::{FanOut, Leg, Stragglers};
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -108,9 +108,9 @@ impl Rollback {
             .map(|keys| {
                 nodes.fan_out(timeout, |i| {
                     if skip.get(i).copied().unwrap_or(false) {
-                        Slot::Known(Ok(Released::Missing))
+                        Leg::Known(Ok(Released::Missing))
                     } else {
-                        Slot::Call(nodes.release_call(i, keys, claim, 0))
+                        Leg::Call(nodes.release_call(i, keys, claim, 0))
                     }
                 })
             })

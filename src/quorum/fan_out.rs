@@ -61,10 +61,10 @@ impl<T> Pending<T> {
         if self.left == 0 {
             return Poll::Ready(None);
         }
-        for (i, slot) in self.calls.iter_mut().enumerate() {
-            if let Some(call) = slot {
+        for (i, cell) in self.calls.iter_mut().enumerate() {
+            if let Some(call) = cell {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
-                    *slot = None;
+                    *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut None);
                     return Poll::Ready(Some((i, r)));
@@ -89,10 +89,10 @@ impl<T> Pending<T> {
         // Replies seen in one pass landed by the same instant: one clock
         // read for all of them.
         let mut now = None;
-        for (i, (slot, reply)) in self.calls.iter_mut().zip(replies.iter_mut()).enumerate() {
-            if let Some(call) = slot {
+        for (i, (cell, reply)) in self.calls.iter_mut().zip(replies.iter_mut()).enumerate() {
+            if let Some(call) = cell {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
-                    *slot = None;
+                    *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut now);
                     *reply = Some(r);
@@ -118,14 +118,14 @@ impl<T> Drop for Pending<T> {
     }
 }
 
-/// What a fan-out does with one node: a call to send, or a reply known
-/// without asking (a node left out of this round).
-pub(crate) enum Slot<T> {
+/// One leg of a fan-out, what it does with one node: a call to send, or a
+/// reply known without asking (a node left out of this round).
+pub(crate) enum Leg<T> {
     Call(BoxFuture<'static, Result<T, NodeError>>),
     Known(Result<T, NodeError>),
 }
 
-impl<T> From<BoxFuture<'static, Result<T, NodeError>>> for Slot<T> {
+impl<T> From<BoxFuture<'static, Result<T, NodeError>>> for Leg<T> {
     fn from(call: BoxFuture<'static, Result<T, NodeError>>) -> Self {
         Self::Call(call)
     }
@@ -151,17 +151,17 @@ impl<T: Send + 'static> FanOut<T> {
     ) -> Self
     where
         F: FnMut(usize) -> S,
-        S: Into<Slot<T>>,
+        S: Into<Leg<T>>,
     {
         let mut calls = Vec::with_capacity(nodes);
         let mut replies = Vec::with_capacity(nodes);
         for i in 0..nodes {
             match each(i).into() {
-                Slot::Call(call) => {
+                Leg::Call(call) => {
                     calls.push(Some(call));
                     replies.push(None);
                 }
-                Slot::Known(reply) => {
+                Leg::Known(reply) => {
                     calls.push(None);
                     replies.push(Some(reply));
                 }

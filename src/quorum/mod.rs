@@ -6,7 +6,7 @@ mod verdict;
 
 mod fan_out;
 
-pub(crate) use self::fan_out::{deadline_after, FanOut, Slot, Stragglers};
+pub(crate) use self::fan_out::{deadline_after, FanOut, Leg, Stragglers};
 pub(crate) use self::verdict::{
     valid_until, validity, Decision, Loss, ReleaseTally, RenewalTally, Tally, Times, Verdict,
 };

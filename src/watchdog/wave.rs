@@ -18,7 +18,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut, Loss, RenewalTally, Slot, Verdict};
+use crate::quorum::{self, FanOut, Leg, Loss, RenewalTally, Verdict};
 use crate::telemetry::Cause;
 
 /// Renews one wave of holds; a node that fails it is marked in `down`.
@@ -121,12 +121,12 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
     let built = wave.start.elapsed();
     let mut fan = nodes.fan_out(wave.timeout, |i| {
         if down[i] {
-            Slot::Known(Err(NodeError::new(
+            Leg::Known(Err(NodeError::new(
                 NodeErrorKind::Timeout,
                 "failed an earlier wave of this tick",
             )))
         } else {
-            Slot::Call(nodes.node(i).renew(Arc::clone(&batch)))
+            Leg::Call(nodes.node(i).renew(Arc::clone(&batch)))
         }
     });
     fan.until(|_| false).await;
@@ -287,8 +287,8 @@ async fn repair(wd: &Watchdog, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
         }
     }
     let mut fan = nodes.fan_out(timeout, |i| match &batches[i] {
-        Some(b) => Slot::Call(nodes.node(i).repair(Arc::clone(b))),
-        None => Slot::Known(Ok(Vec::new())),
+        Some(b) => Leg::Call(nodes.node(i).repair(Arc::clone(b))),
+        None => Leg::Known(Ok(Vec::new())),
     });
     fan.until(|_| false).await;
     let mut repaired = 0;
