@@ -34,7 +34,7 @@ mod nodes;
 
 mod events;
 mod hold;
-mod slots;
+mod reentry;
 mod wait;
 
 mod guard;

@@ -13,7 +13,7 @@ use crate::keys::Keys;
 use crate::node::NodeOps;
 use crate::nodes::Nodes;
 use crate::owner::{new_client_id, Owner};
-use crate::slots::Slots;
+use crate::reentry::Reentry;
 use crate::status::LockStatus;
 use crate::telemetry::{Acquiring, Metrics};
 use crate::wait::{Notifier, PubSubStats};
@@ -54,7 +54,7 @@ pub struct LockManager {
 
 pub(crate) struct Inner {
     pub(crate) nodes: Arc<Nodes>,
-    pub(crate) slots: Arc<Slots>,
+    pub(crate) reentry: Arc<Reentry>,
     pub(crate) watchdog: Arc<Watchdog>,
     notifier: Notifier,
     /// The nodes that could not be reached at `build()`.
@@ -89,7 +89,7 @@ impl LockManager {
             notifier,
             watchdog: Watchdog::new(&nodes),
             nodes,
-            slots: Arc::default(),
+            reentry: Arc::default(),
             unreachable,
         });
         Self { inner }
@@ -283,8 +283,9 @@ impl Inner {
         }
     }
 
-    /// What a hold with no slot (an owner of its own) runs when dropped:
-    /// nothing, but it keeps the manager's state alive as long as the hold.
+    /// What a hold entered for no owner (an owner of its own) runs when
+    /// dropped: nothing, but it keeps the manager's state alive as long as
+    /// the hold.
     pub(crate) fn keep_alive(self: &Arc<Self>) -> OnDrop {
         let keep = Arc::clone(self);
         OnDrop::new(move || drop(keep))

@@ -1,8 +1,9 @@
 //! Asking for locks: the requests that acquire one name ([`LockRequest`])
 //! or a set ([`MultiLockRequest`]), configured step by step with the same
 //! settings, and the manager's entry points that build them. A request
-//! turns into terms (`acquire::Terms`), takes the owner's slots, re-enters
-//! what the owner holds and acquires the rest (`acquire`).
+//! turns into terms (`acquire::Terms`), enters each name for its owner
+//! (`reentry`), re-enters what the owner holds and acquires the rest
+//! (`acquire`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::manager::LockManager;
 use crate::multi::MultiLockGuard;
 use crate::node::refuse_cross_slot_set;
 use crate::owner::Owner;
-use crate::slots::SlotUse;
+use crate::reentry::Entered;
 use crate::telemetry::Acquiring;
 
 /// One acquisition, configured step by step: of one name
@@ -155,8 +156,8 @@ impl<'a, N> Request<'a, N> {
     /// owner holds (one level each) and acquires the others together, one
     /// guard per name in the target's order (re-entered names first).
     /// Without an owner (a new owner of its own, which nothing can
-    /// re-enter) no slot is used: the holds only keep the manager's state
-    /// alive.
+    /// re-enter) nothing is entered for re-entry: the holds only keep the
+    /// manager's state alive.
     async fn take(&self, target: Target, probe: &Acquiring) -> Result<Vec<LockGuard>, Error> {
         let inner = &self.manager.inner;
         let (terms, owner) = self.terms()?;
@@ -168,10 +169,10 @@ impl<'a, N> Request<'a, N> {
                 .await?;
             return Ok(holds.into_iter().map(LockGuard::new).collect());
         };
-        let uses: Vec<SlotUse> = target
+        let uses: Vec<Entered> = target
             .keys
             .iter()
-            .map(|k| inner.slots.enter(&owner, &k.name))
+            .map(|k| inner.reentry.enter(&owner, &k.name))
             .collect();
         // The gates in name order: two acquisitions of one owner never wait
         // for each other's gates in a cycle.
@@ -198,15 +199,15 @@ impl<'a, N> Request<'a, N> {
             } else {
                 target
             };
-            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
+            let entry_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
             let holds = acquisition
                 .fresh(&rest, &owner, terms, |name| {
-                    slot_of(name)
+                    entry_of(name)
                         .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
                 })
                 .await?;
             for hold in holds {
-                if let Some(u) = slot_of(&hold.keys.name) {
+                if let Some(u) = entry_of(&hold.keys.name) {
                     u.keep(&hold);
                 }
                 guards.push(LockGuard::new(hold));

@@ -64,9 +64,9 @@ pub(crate) struct Acquired {
 }
 
 /// Work to run when a hold is dropped, given by its creator (the manager
-/// forgets the owner's slot for the name). Whatever it captures lives as
-/// long as the hold: the manager's state, and so its watchdog, outlives
-/// every hold it renews.
+/// forgets the owner's entry for the name, `reentry`). Whatever it captures
+/// lives as long as the hold: the manager's state, and so its watchdog,
+/// outlives every hold it renews.
 pub(crate) struct OnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
 
 impl OnDrop {
