@@ -30,7 +30,7 @@ mod quorum;
 mod resume;
 mod status;
 
-mod nodes;
+mod members;
 
 mod events;
 mod hold;

@@ -10,8 +10,8 @@ use crate::error::{Error, NodeFailure};
 use crate::events::{self, LockEvents};
 use crate::hold::OnDrop;
 use crate::keys::Keys;
+use crate::members::Members;
 use crate::node::NodeOps;
-use crate::nodes::Nodes;
 use crate::owner::{new_client_id, Owner};
 use crate::reentry::Reentry;
 use crate::status::LockStatus;
@@ -53,7 +53,7 @@ pub struct LockManager {
 }
 
 pub(crate) struct Inner {
-    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) nodes: Arc<Members>,
     pub(crate) reentry: Arc<Reentry>,
     pub(crate) watchdog: Arc<Watchdog>,
     notifier: Notifier,
@@ -84,7 +84,7 @@ impl LockManager {
             .collect();
         let metrics = Metrics::register(&addrs, &up);
         let notifier = Notifier::start(&client_id, feeds, &config, &metrics);
-        let nodes = Arc::new(Nodes::new(config, nodes, client_id, metrics));
+        let nodes = Arc::new(Members::new(config, nodes, client_id, metrics));
         let inner = Arc::new(Inner {
             notifier,
             watchdog: Watchdog::new(&nodes),

@@ -15,8 +15,8 @@ use crate::clock;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
 use crate::hold::Acquired;
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::{Answer, Claim, Grant, Place};
-use crate::nodes::Nodes;
 use crate::quorum::{self, Decision, Tally};
 
 /// What one fan-out asks of the nodes: which locks, for whom and on what
@@ -25,7 +25,7 @@ use crate::quorum::{self, Decision, Tally};
 /// the lease; the count, 1 for a fresh acquisition), and whether it is a
 /// re-entry.
 pub(crate) struct Ask<'a> {
-    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) nodes: &'a Arc<Members>,
     pub(crate) target: &'a Target,
     pub(crate) claim: Claim,
     pub(crate) kind: Kind,
@@ -234,7 +234,7 @@ fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, ela
 /// missed the quorum: wrong type if any node said so, else contended if any
 /// node holds it for another owner, else unavailable.
 pub(crate) fn missed(
-    nodes: &Nodes,
+    nodes: &Members,
     name: &str,
     replies: &[Option<Result<Grant, NodeError>>],
     tally: Tally,

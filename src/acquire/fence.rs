@@ -10,8 +10,8 @@ use tracing::debug;
 use crate::clock;
 use crate::error::{NodeError, NodeFailure};
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::Grant;
-use crate::nodes::Nodes;
 use crate::quorum::{self, Leg};
 
 /// Hands out `token` (of one lock, or of a set, whose names share one
@@ -25,7 +25,7 @@ use crate::quorum::{self, Leg};
 /// leaves every counter of the set's slots at its token, and a raise raises
 /// them all, so the token is shown for every name of the target.
 pub(crate) async fn fence_quorum(
-    nodes: &Nodes,
+    nodes: &Members,
     target: &Target,
     replies: &[Option<Result<Grant, NodeError>>],
     token: u64,

@@ -33,8 +33,8 @@ use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::hold::{Hold, OnDrop};
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::Claim;
-use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::telemetry::{Acquiring, Cause};
 use crate::wait::Notifier;
@@ -62,7 +62,7 @@ pub(crate) struct Terms {
 /// waiters listen on, the watchdog that renews what it wins, and its
 /// measures.
 pub(crate) struct Acquisition<'a> {
-    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) nodes: &'a Arc<Members>,
     pub(crate) notifier: &'a Notifier,
     pub(crate) watchdog: &'a Arc<Watchdog>,
     pub(crate) probe: &'a Acquiring,

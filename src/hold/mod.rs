@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::Error;
 use crate::keys::Keys;
+use crate::members::Members;
 use crate::node::{Claim, Released};
-use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::quorum::{ReleaseTally, Stragglers};
 use crate::resume::Resumes;
@@ -77,7 +77,7 @@ impl OnDrop {
 
 /// The shared state of one held lock, behind all its guards.
 pub(crate) struct Hold {
-    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) nodes: Arc<Members>,
     pub(crate) keys: Arc<Keys>,
     pub(crate) owner: Owner,
     /// The id written into the lock hash: the owner's id plus a suffix
@@ -105,7 +105,7 @@ impl Hold {
     /// A hold of one level, as `acquired`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        nodes: &Arc<Nodes>,
+        nodes: &Arc<Members>,
         keys: &Arc<Keys>,
         owner: &Owner,
         holder_id: &Arc<str>,

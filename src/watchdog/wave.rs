@@ -16,8 +16,8 @@ use super::{add, lose, renew_timeout, Watchdog};
 use crate::clock;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
+use crate::members::Members;
 use crate::node::{RenewBatch, RenewItem, Renewed};
-use crate::nodes::Nodes;
 use crate::quorum::{self, FanOut, Leg, Loss, RenewalTally, Verdict};
 use crate::telemetry::Cause;
 
@@ -189,7 +189,7 @@ fn note_failures(
 
 /// Tallies each hold's answers ([`RenewalTally`]) and records them on the
 /// hold, which gives the verdict.
-fn tally(nodes: &Nodes, wave: &Wave, sent: &Sent) -> Tallied {
+fn tally(nodes: &Members, wave: &Wave, sent: &Sent) -> Tallied {
     let mut t = Tallied {
         lost: vec![None; wave.due.len()],
         repairs: vec![Vec::new(); nodes.len()],
