@@ -44,10 +44,12 @@ mod multi;
 
 mod acquire;
 
-mod manager;
+mod shared;
 
 mod builder;
 mod request;
+
+mod manager;
 
 #[cfg(test)]
 mod tests;
@@ -66,11 +68,11 @@ pub use crate::hold::HoldState;
 pub use crate::keys::lock_slot;
 pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
 pub use crate::layout::Layout;
-pub use crate::manager::LockManager;
 pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};
 pub use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
+pub use crate::shared::LockManager;
 pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;
