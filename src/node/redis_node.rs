@@ -273,8 +273,8 @@ impl RedisNode {
     }
 }
 
-fn set_policy(slot: &Mutex<Option<String>>, policy: Option<String>) {
-    *slot.lock().unwrap_or_else(PoisonError::into_inner) = policy;
+fn set_policy(cell: &Mutex<Option<String>>, policy: Option<String>) {
+    *cell.lock().unwrap_or_else(PoisonError::into_inner) = policy;
 }
 
 /// The node's role: `master`, `slave` or `sentinel`.
