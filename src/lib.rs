@@ -1,23 +1,25 @@
 #![doc = include_str!("../README.md")]
 #![doc(test(attr(deny(warnings))))]
 
-// Modules in tiers, from the leaves up: a module imports only modules of
-// the tiers above its own, never one of its own tier or below, so no two
-// modules import each other. Test-only: `hooks`, the switches the
-// simulator turns (a leaf, so that production code never imports `sim`),
-// and at the end `tests` (the fakes, and the tests that drive the real
-// code over them; `wait`'s unit tests use them too) and `sim` (the
-// simulator, over the fakes of `tests`).
+// Modules in tiers, from the leaves up, one group per tier, as the table
+// of docs/ARCHITECTURE.md lists them (the test `tests::tiers` holds the
+// code, this list and that table to one another): a module imports only
+// modules of the tiers above its own, never one of its own tier or below,
+// so no two modules import each other. Test-only: `hooks`, the switches
+// the simulator turns (a leaf, so that production code never imports
+// `sim`), and at the end `tests` (the fakes, and the tests that drive the
+// real code over them; unit tests such as `wait`'s use them too) and
+// `sim` (the simulator, over the fakes of `tests`).
 mod clock;
 #[cfg(test)]
 mod hooks;
 mod rng;
-mod sync;
 
 mod admission;
 mod error;
 mod layout;
 mod scripts;
+mod sync;
 
 mod config;
 mod keys;
@@ -34,15 +36,14 @@ mod members;
 
 mod events;
 mod hold;
-mod reentry;
 mod wait;
 
 mod guard;
+mod reentry;
 mod watchdog;
 
-mod multi;
-
 mod acquire;
+mod multi;
 
 mod shared;
 
