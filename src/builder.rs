@@ -11,13 +11,10 @@ use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::manager::LockManager;
-use crate::node::cluster_node::ClusterNode;
-use crate::node::cluster_spec::ClusterSpec;
-use crate::node::lazy_cluster::LazyCluster;
-use crate::node::member::{Member, Server};
-use crate::node::redis_node::RedisNode;
-use crate::node::{redact, NodeOps, NodeSpec};
+use crate::node::{
+    redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode, Server,
+};
+use crate::shared::{Inner, LockManager};
 
 /// Builds a [`crate::LockManager`]; every setter is infallible and
 /// [`build`](Self::build) validates everything at once.
@@ -73,13 +70,6 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("require_noeviction", &self.require_noeviction)
             .field("replica_wait", &self.replica_wait)
             .finish_non_exhaustive()
-    }
-}
-
-impl LockManager {
-    /// Starts building a manager.
-    pub fn builder() -> LockManagerBuilder {
-        LockManagerBuilder::default()
     }
 }
 
@@ -474,7 +464,9 @@ impl LockManagerBuilder {
         if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });
         }
-        Ok(LockManager::from_parts(config, nodes, failures))
+        Ok(LockManager {
+            inner: Inner::start(config, nodes, failures),
+        })
     }
 
     /// Builds over the nodes given, with the settings validated as by
@@ -483,7 +475,9 @@ impl LockManagerBuilder {
     #[cfg(test)]
     pub(crate) fn build_with(self, nodes: Vec<Arc<dyn NodeOps>>) -> Result<LockManager, Error> {
         let config = self.config(nodes.len())?;
-        Ok(LockManager::from_parts(config, nodes, Vec::new()))
+        Ok(LockManager {
+            inner: Inner::start(config, nodes, Vec::new()),
+        })
     }
 }
 

@@ -55,6 +55,7 @@ impl fmt::Display for NodeErrorKind {
 /// The node is named by its index in the builder's list and by its address
 /// (`host:port/db`); credentials are never part of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeFailure {
     /// Index of the node in the order the builder was given.
     pub node: usize,
@@ -78,6 +79,7 @@ impl fmt::Display for NodeFailure {
 
 /// A node on which another owner holds the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TakenNode {
     /// Index of the node in the order the builder was given.
     pub node: usize,

@@ -216,26 +216,7 @@ impl LockGuard {
         // Run here, not as a task of its own; dropping this future before the
         // quorum answered sends the release again as background work.
         let t = hold.release_last().await;
-        let name = hold.keys.name.to_string();
-        let required = hold.nodes.required();
-        if t.released >= required {
-            return Ok(());
-        }
-        if t.released + t.failures.len() + t.pending >= required {
-            // The nodes that did not answer could have completed the quorum.
-            return Err(Error::Unavailable {
-                name,
-                failures: t.failures,
-                required,
-                granted: t.released,
-            });
-        }
-        // Enough nodes answered that the lock was no longer ours.
-        Err(if t.other > 0 && t.released == 0 {
-            Error::NotHeld { name }
-        } else {
-            Error::Expired { name }
-        })
+        t.verdict(&hold.keys.name, hold.nodes.required())
     }
 
     /// Runs `f` while holding the lock, then releases it.

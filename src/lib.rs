@@ -127,23 +127,25 @@ mod observability_guide {}
 #[doc = include_str!("../docs/REDISSON.md")]
 mod redisson_guide {}
 
-// Modules in tiers, from the leaves up: a module imports only modules of
-// the tiers above its own, never one of its own tier or below, so no two
-// modules import each other. Test-only: `hooks`, the switches the
-// simulator turns (a leaf, so that production code never imports `sim`),
-// and at the end `tests` (the fakes, and the tests that drive the real
-// code over them; `wait`'s unit tests use them too) and `sim` (the
-// simulator, over the fakes of `tests`).
+// Modules in tiers, from the leaves up, one group per tier, as the table
+// of docs/ARCHITECTURE.md lists them (the test `tests::tiers` holds the
+// code, this list and that table to one another): a module imports only
+// modules of the tiers above its own, never one of its own tier or below,
+// so no two modules import each other. Test-only: `hooks`, the switches
+// the simulator turns (a leaf, so that production code never imports
+// `sim`), and at the end `tests` (the fakes, and the tests that drive the
+// real code over them; unit tests such as `wait`'s use them too) and
+// `sim` (the simulator, over the fakes of `tests`).
 mod clock;
 #[cfg(test)]
 mod hooks;
 mod rng;
-mod sync;
 
 mod admission;
 mod error;
 mod layout;
 mod scripts;
+mod sync;
 
 mod config;
 mod keys;
@@ -153,33 +155,28 @@ mod telemetry;
 mod node;
 
 mod quorum;
-mod renewal;
 mod resume;
 mod status;
 
-mod nodes;
+mod members;
 
 mod events;
 mod hold;
-mod queue;
-mod slots;
 mod wait;
 
-mod fence;
 mod guard;
-mod rollback;
-mod turn;
+mod reentry;
 mod watchdog;
 
-mod attempt;
+mod acquire;
 mod multi;
 
-mod acquire;
-
-mod manager;
+mod shared;
 
 mod builder;
 mod request;
+
+mod manager;
 
 #[cfg(test)]
 mod tests;
@@ -198,11 +195,11 @@ pub use crate::hold::HoldState;
 pub use crate::keys::lock_slot;
 pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
 pub use crate::layout::Layout;
-pub use crate::manager::LockManager;
 pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};
 pub use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
+pub use crate::shared::LockManager;
 pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;
 pub use crate::watchdog::WatchdogStats;

@@ -1,65 +1,30 @@
-//! The manager: the entry point that owns the nodes, the watchdog and the
-//! release channels, and the requests that acquire locks through it.
+//! Every method of [`LockManager`], the entry point: building one, asking
+//! for locks (through the requests of `request`), owners, forced unlocks,
+//! status, events, flushing the background work, and the counters. What a
+//! manager is made of is in `shared`.
 
 use std::fmt;
+#[cfg(test)]
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::acquire::Acquisition;
+use crate::builder::LockManagerBuilder;
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
 use crate::events::{self, LockEvents};
-use crate::hold::OnDrop;
+use crate::guard::LockGuard;
 use crate::keys::Keys;
+use crate::multi::MultiLockGuard;
+#[cfg(test)]
 use crate::node::NodeOps;
-use crate::nodes::Nodes;
-use crate::owner::{new_client_id, Owner};
-use crate::slots::Slots;
+use crate::owner::Owner;
+use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
+#[cfg(test)]
+use crate::shared::Inner;
+use crate::shared::LockManager;
 use crate::status::LockStatus;
-use crate::telemetry::{Acquiring, Metrics};
-use crate::wait::{Notifier, PubSubStats};
-use crate::watchdog::{Watchdog, WatchdogStats};
-
-/// A handle to the nodes; cheap to clone, shared by all tasks.
-///
-/// Build one with [`LockManager::builder`]. Every lock taken through it is
-/// renewed by one background watchdog, which stops when the last clone of the
-/// manager and the last guard are gone.
-///
-/// # Examples
-///
-/// ```no_run
-/// use quorumlock::{LockManager, Quorum};
-///
-/// # async fn demo() -> Result<(), quorumlock::Error> {
-/// let locks = LockManager::builder()
-///     .nodes([
-///         "redis://127.0.0.1:7001",
-///         "redis://127.0.0.1:7002",
-///         "redis://127.0.0.1:7003",
-///     ])
-///     .quorum(Quorum::Majority)
-///     .build()
-///     .await?;
-/// let guard = locks.lock("invoice:42").await?;
-/// // ... work on invoice 42, passing guard.fencing_token() along ...
-/// guard.release().await?;
-/// # Ok(())
-/// # }
-/// # fn main() { let _ = demo; }
-/// ```
-#[derive(Clone)]
-pub struct LockManager {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) nodes: Arc<Nodes>,
-    pub(crate) slots: Arc<Slots>,
-    pub(crate) watchdog: Arc<Watchdog>,
-    notifier: Notifier,
-    /// The nodes that could not be reached at `build()`.
-    unreachable: Vec<NodeFailure>,
-}
+use crate::wait::PubSubStats;
+use crate::watchdog::WatchdogStats;
 
 impl fmt::Debug for LockManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,28 +36,21 @@ impl fmt::Debug for LockManager {
 }
 
 impl LockManager {
+    /// Starts building a manager.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+
+    /// A manager over `nodes` with `config` as it is, unchecked (tests).
+    #[cfg(test)]
     pub(crate) fn from_parts(
         config: Config,
         nodes: Vec<Arc<dyn NodeOps>>,
         unreachable: Vec<NodeFailure>,
     ) -> Self {
-        let feeds: Vec<_> = nodes.iter().map(|n| n.feed()).collect();
-        let client_id = new_client_id();
-        let addrs: Vec<&str> = nodes.iter().map(|n| n.addr()).collect();
-        let up: Vec<bool> = (0..nodes.len())
-            .map(|i| !unreachable.iter().any(|f| f.node == i))
-            .collect();
-        let metrics = Metrics::register(&addrs, &up);
-        let notifier = Notifier::start(&client_id, feeds, &config, &metrics);
-        let nodes = Arc::new(Nodes::new(config, nodes, client_id, metrics));
-        let inner = Arc::new(Inner {
-            notifier,
-            watchdog: Watchdog::new(&nodes),
-            nodes,
-            slots: Arc::default(),
-            unreachable,
-        });
-        Self { inner }
+        Self {
+            inner: Inner::start(config, nodes, unreachable),
+        }
     }
 
     /// The validated configuration.
@@ -133,6 +91,159 @@ impl LockManager {
     #[must_use]
     pub fn current_owner(&self) -> Option<Owner> {
         Owner::scoped(&self.inner.nodes.client_id)
+    }
+
+    /// A configurable acquisition of `name`: owner, fixed lease, wait. See
+    /// [`LockRequest`] for an example.
+    pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
+        Request::new(self, OneName(name.into()))
+    }
+
+    /// Waits until `name` is held, then keeps it renewed until released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let guard = locks.lock("account:7").await?;
+    /// assert!(guard.is_held());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// See [`LockRequest::acquire`]; contention and outages are retried, so
+    /// this returns errors only for bad input, wrong-type keys and re-entry of
+    /// a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard, Error> {
+        self.request(name).acquire().await
+    }
+
+    /// Tries to take `name`, waiting at most `wait`; renewed while held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// match locks.try_lock("cron:cleanup", Duration::ZERO).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(e) if e.is_contended() => println!("another instance runs it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] (with the holder's smallest PTTL) or
+    /// [`Error::Unavailable`] once `wait` has passed; see
+    /// [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn try_lock(&self, name: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.request(name).wait(wait).acquire().await
+    }
+
+    /// Waits until `name` is held for a fixed `lease`, which is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero lease or one not above the drift;
+    /// see [`LockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back its partial grants at once.
+    pub async fn lock_with_lease(&self, name: &str, lease: Duration) -> Result<LockGuard, Error> {
+        self.request(name).lease(lease).acquire().await
+    }
+
+    /// A configurable acquisition of several names at once: owner, fixed
+    /// lease, wait. See [`MultiLockRequest`] for an example.
+    pub fn request_all<I, S>(&self, names: I) -> MultiLockRequest<'_>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Request::new(self, NameSet(names.into_iter().map(Into::into).collect()))
+    }
+
+    /// Waits until every one of `names` is held, all at once, then keeps
+    /// them renewed until released.
+    ///
+    /// On each node, one script grants every name or none, and the set
+    /// counts against the quorum like a single lock, so no ordering is
+    /// needed: two transfers `a → b` and `b → a` locking `["a", "b"]` and
+    /// `["b", "a"]` cannot deadlock. At most [`MAX_LOCK_ALL_NAMES`](crate::MAX_LOCK_ALL_NAMES) names.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let both = locks.lock_all(["account:7", "account:9"]).await?;
+    /// assert_eq!(both.names(), ["account:7", "account:9"]);
+    /// let token = both.fencing_token("account:7");
+    /// // ... move money between the two accounts, passing `token` along ...
+    /// both.release().await?;
+    /// # let _ = token;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// See [`MultiLockRequest::acquire`]; contention and outages are
+    /// retried, so this returns errors only for bad input, wrong-type keys
+    /// and re-entry of a hold that is no longer valid.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back every name's partial grants
+    /// at once, on every node that may hold one.
+    pub async fn lock_all<I, S>(&self, names: I) -> Result<MultiLockGuard, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.request_all(names).acquire().await
+    }
+
+    /// Tries to take every one of `names` at once, waiting at most `wait`;
+    /// renewed while held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] or [`Error::Unavailable`] once `wait` has
+    /// passed; see [`MultiLockRequest::acquire`] for the rest.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future rolls back every name's partial grants
+    /// at once.
+    pub async fn try_lock_all<I, S>(
+        &self,
+        names: I,
+        wait: Duration,
+    ) -> Result<MultiLockGuard, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.request_all(names).wait(wait).acquire().await
     }
 
     /// Deletes `name` on every node, whoever holds it, and wakes its waiters.
@@ -269,24 +380,5 @@ impl LockManager {
     #[must_use]
     pub fn watchdog_stats(&self) -> WatchdogStats {
         self.inner.watchdog.stats()
-    }
-}
-
-impl Inner {
-    /// What an acquisition measured by `probe` works with.
-    pub(crate) fn acquisition<'a>(&'a self, probe: &'a Acquiring) -> Acquisition<'a> {
-        Acquisition {
-            nodes: &self.nodes,
-            notifier: &self.notifier,
-            watchdog: &self.watchdog,
-            probe,
-        }
-    }
-
-    /// What a hold with no slot (an owner of its own) runs when dropped:
-    /// nothing, but it keeps the manager's state alive as long as the hold.
-    pub(crate) fn keep_alive(self: &Arc<Self>) -> OnDrop {
-        let keep = Arc::clone(self);
-        OnDrop::new(move || drop(keep))
     }
 }

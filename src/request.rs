@@ -1,8 +1,10 @@
 //! Asking for locks: the requests that acquire one name ([`LockRequest`])
 //! or a set ([`MultiLockRequest`]), configured step by step with the same
-//! settings, and the manager's entry points that build them. A request
-//! turns into terms (`acquire::Terms`), takes the owner's slots, re-enters
-//! what the owner holds and acquires the rest (`acquire`).
+//! settings (the manager's entry points, `LockManager::request`,
+//! `LockManager::lock` and the rest, in `manager`, build them). A request
+//! turns into terms (`acquire::Terms`), enters each name for its owner
+//! (`reentry`), re-enters what the owner holds and acquires the rest
+//! (`acquire`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,11 +13,11 @@ use crate::acquire::{reenter, Terms, Wait};
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::keys::{Keys, Target};
-use crate::manager::LockManager;
 use crate::multi::MultiLockGuard;
-use crate::node::cluster_node::refuse_cross_slot_set;
+use crate::node::refuse_cross_slot_set;
 use crate::owner::Owner;
-use crate::slots::SlotUse;
+use crate::reentry::Entered;
+use crate::shared::LockManager;
 use crate::telemetry::Acquiring;
 
 /// One acquisition, configured step by step: of one name
@@ -34,11 +36,11 @@ pub struct Request<'a, N> {
 
 /// What a [`LockRequest`] asks for: one lock name.
 #[derive(Debug)]
-pub struct OneName(String);
+pub struct OneName(pub(crate) String);
 
 /// What a [`MultiLockRequest`] asks for: several lock names, all or none.
 #[derive(Debug)]
-pub struct NameSet(Vec<String>);
+pub struct NameSet(pub(crate) Vec<String>);
 
 /// One acquisition, configured step by step; see [`LockManager::request`].
 ///
@@ -86,7 +88,7 @@ pub type LockRequest<'a> = Request<'a, OneName>;
 pub type MultiLockRequest<'a> = Request<'a, NameSet>;
 
 impl<'a, N> Request<'a, N> {
-    fn new(manager: &'a LockManager, names: N) -> Self {
+    pub(crate) fn new(manager: &'a LockManager, names: N) -> Self {
         Self {
             manager,
             names,
@@ -155,8 +157,8 @@ impl<'a, N> Request<'a, N> {
     /// owner holds (one level each) and acquires the others together, one
     /// guard per name in the target's order (re-entered names first).
     /// Without an owner (a new owner of its own, which nothing can
-    /// re-enter) no slot is used: the holds only keep the manager's state
-    /// alive.
+    /// re-enter) nothing is entered for re-entry: the holds only keep the
+    /// manager's state alive.
     async fn take(&self, target: Target, probe: &Acquiring) -> Result<Vec<LockGuard>, Error> {
         let inner = &self.manager.inner;
         let (terms, owner) = self.terms()?;
@@ -168,10 +170,10 @@ impl<'a, N> Request<'a, N> {
                 .await?;
             return Ok(holds.into_iter().map(LockGuard::new).collect());
         };
-        let uses: Vec<SlotUse> = target
+        let uses: Vec<Entered> = target
             .keys
             .iter()
-            .map(|k| inner.slots.enter(&owner, &k.name))
+            .map(|k| inner.reentry.enter(&owner, &k.name))
             .collect();
         // The gates in name order: two acquisitions of one owner never wait
         // for each other's gates in a cycle.
@@ -198,15 +200,15 @@ impl<'a, N> Request<'a, N> {
             } else {
                 target
             };
-            let slot_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
+            let entry_of = |name: &Arc<str>| uses.iter().find(|u| u.name() == name);
             let holds = acquisition
                 .fresh(&rest, &owner, terms, |name| {
-                    slot_of(name)
+                    entry_of(name)
                         .map_or_else(|| inner.keep_alive(), |u| u.on_hold_drop(Arc::clone(inner)))
                 })
                 .await?;
             for hold in holds {
-                if let Some(u) = slot_of(&hold.keys.name) {
+                if let Some(u) = entry_of(&hold.keys.name) {
                     u.keep(&hold);
                 }
                 guards.push(LockGuard::new(hold));
@@ -324,163 +326,6 @@ impl Request<'_, NameSet> {
         };
         let taken = taken.await;
         probe.finish(taken)
-    }
-}
-
-impl LockManager {
-    /// A configurable acquisition of `name`: owner, fixed lease, wait. See
-    /// [`LockRequest`] for an example.
-    pub fn request(&self, name: impl Into<String>) -> LockRequest<'_> {
-        Request::new(self, OneName(name.into()))
-    }
-
-    /// Waits until `name` is held, then keeps it renewed until released.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
-    /// let guard = locks.lock("account:7").await?;
-    /// assert!(guard.is_held());
-    /// guard.release().await?;
-    /// # Ok(())
-    /// # }
-    /// # fn main() { let _ = demo; }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// See [`LockRequest::acquire`]; contention and outages are retried, so
-    /// this returns errors only for bad input, wrong-type keys and re-entry of
-    /// a hold that is no longer valid.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future rolls back its partial grants at once.
-    pub async fn lock(&self, name: &str) -> Result<LockGuard, Error> {
-        self.request(name).acquire().await
-    }
-
-    /// Tries to take `name`, waiting at most `wait`; renewed while held.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    ///
-    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
-    /// match locks.try_lock("cron:cleanup", Duration::ZERO).await {
-    ///     Ok(guard) => guard.release().await?,
-    ///     Err(e) if e.is_contended() => println!("another instance runs it"),
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// # fn main() { let _ = demo; }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Contended`] (with the holder's smallest PTTL) or
-    /// [`Error::Unavailable`] once `wait` has passed; see
-    /// [`LockRequest::acquire`] for the rest.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future rolls back its partial grants at once.
-    pub async fn try_lock(&self, name: &str, wait: Duration) -> Result<LockGuard, Error> {
-        self.request(name).wait(wait).acquire().await
-    }
-
-    /// Waits until `name` is held for a fixed `lease`, which is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for a zero lease or one not above the drift;
-    /// see [`LockRequest::acquire`] for the rest.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future rolls back its partial grants at once.
-    pub async fn lock_with_lease(&self, name: &str, lease: Duration) -> Result<LockGuard, Error> {
-        self.request(name).lease(lease).acquire().await
-    }
-}
-
-impl LockManager {
-    /// A configurable acquisition of several names at once: owner, fixed
-    /// lease, wait. See [`MultiLockRequest`] for an example.
-    pub fn request_all<I, S>(&self, names: I) -> MultiLockRequest<'_>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Request::new(self, NameSet(names.into_iter().map(Into::into).collect()))
-    }
-
-    /// Waits until every one of `names` is held, all at once, then keeps
-    /// them renewed until released.
-    ///
-    /// On each node, one script grants every name or none, and the set
-    /// counts against the quorum like a single lock, so no ordering is
-    /// needed: two transfers `a → b` and `b → a` locking `["a", "b"]` and
-    /// `["b", "a"]` cannot deadlock. At most [`MAX_LOCK_ALL_NAMES`](crate::MAX_LOCK_ALL_NAMES) names.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
-    /// let both = locks.lock_all(["account:7", "account:9"]).await?;
-    /// assert_eq!(both.names(), ["account:7", "account:9"]);
-    /// let token = both.fencing_token("account:7");
-    /// // ... move money between the two accounts, passing `token` along ...
-    /// both.release().await?;
-    /// # let _ = token;
-    /// # Ok(())
-    /// # }
-    /// # fn main() { let _ = demo; }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// See [`MultiLockRequest::acquire`]; contention and outages are
-    /// retried, so this returns errors only for bad input, wrong-type keys
-    /// and re-entry of a hold that is no longer valid.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future rolls back every name's partial grants
-    /// at once, on every node that may hold one.
-    pub async fn lock_all<I, S>(&self, names: I) -> Result<MultiLockGuard, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.request_all(names).acquire().await
-    }
-
-    /// Tries to take every one of `names` at once, waiting at most `wait`;
-    /// renewed while held.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Contended`] or [`Error::Unavailable`] once `wait` has
-    /// passed; see [`MultiLockRequest::acquire`] for the rest.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future rolls back every name's partial grants
-    /// at once.
-    pub async fn try_lock_all<I, S>(
-        &self,
-        names: I,
-        wait: Duration,
-    ) -> Result<MultiLockGuard, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.request_all(names).wait(wait).acquire().await
     }
 }
 

@@ -35,7 +35,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(10);
 /// Finest poll period: tokio's timers fire on whole milliseconds.
 const FINEST: Duration = Duration::from_millis(1);
 
-/// The watcher's state, owned by [`Nodes`](crate::nodes::Nodes).
+/// The watcher's state, owned by [`Members`](crate::members::Members).
 pub(crate) struct Resume {
     /// The suspended total last seen; sent when it grows. Its receivers are
     /// the waits (counted: the watcher stops without one).

@@ -1056,7 +1056,7 @@ async fn hold_all(m: &LockManager, names: &[String]) -> Vec<quorumlock::LockGuar
 
 /// Thousands of locks over about as many slots are renewed in about one
 /// script call per shard per wave (and per 100 locks of a shard, counted
-/// in the unit tests of `cluster_batch`), not one per slot: the per-shard
+/// in the unit tests of `node/cluster/batch`), not one per slot: the per-shard
 /// script renews locks of any slots of its shard. Counted by the shards
 /// themselves (`INFO commandstats`, on the resharding cluster, which no
 /// other test uses meanwhile) and by the watchdog's stats.

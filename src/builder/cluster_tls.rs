@@ -1,6 +1,6 @@
 //! [`LockManagerBuilder::cluster_with_tls`].
 
-use crate::node::cluster_spec::{Certs, ClusterSpec};
+use crate::node::{Certs, ClusterSpec};
 
 use super::LockManagerBuilder;
 

@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use self::tally::{Seen, Tally};
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 use crate::keys::Keys;
+use crate::members::Members;
 use crate::node::{Feed, FeedConn};
-use crate::nodes::Nodes;
 
 /// One event of a lock, seen from the nodes.
 ///
@@ -154,12 +154,12 @@ enum Report {
 
 /// Subscribes to `keys`' events on every node that has a release feed, and
 /// returns once a quorum of them confirmed.
-pub(crate) async fn subscribe(nodes: &Nodes, keys: &Keys) -> Result<LockEvents, Error> {
+pub(crate) async fn subscribe(nodes: &Members, keys: &Keys) -> Result<LockEvents, Error> {
     let span = tracing::debug_span!("quorumlock.events", lock = %keys.name);
     tracing::Instrument::instrument(subscribe_in_span(nodes, keys), span).await
 }
 
-async fn subscribe_in_span(nodes: &Nodes, keys: &Keys) -> Result<LockEvents, Error> {
+async fn subscribe_in_span(nodes: &Members, keys: &Keys) -> Result<LockEvents, Error> {
     let (n, required) = (nodes.len(), nodes.required());
     let config = &nodes.config;
     // Unbounded: its one reader, the tally's task, never waits for the

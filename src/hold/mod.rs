@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::Error;
 use crate::keys::Keys;
+use crate::members::Members;
 use crate::node::{Claim, Released};
-use crate::nodes::{Nodes, ReleaseTally};
 use crate::owner::Owner;
-use crate::quorum::Stragglers;
+use crate::quorum::{ReleaseTally, Stragglers};
 use crate::resume::Resumes;
 use crate::telemetry::Cause;
 
@@ -64,9 +64,9 @@ pub(crate) struct Acquired {
 }
 
 /// Work to run when a hold is dropped, given by its creator (the manager
-/// forgets the owner's slot for the name). Whatever it captures lives as
-/// long as the hold: the manager's state, and so its watchdog, outlives
-/// every hold it renews.
+/// forgets the owner's entry for the name, `reentry`). Whatever it captures
+/// lives as long as the hold: the manager's state, and so its watchdog,
+/// outlives every hold it renews.
 pub(crate) struct OnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
 
 impl OnDrop {
@@ -77,7 +77,7 @@ impl OnDrop {
 
 /// The shared state of one held lock, behind all its guards.
 pub(crate) struct Hold {
-    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) nodes: Arc<Members>,
     pub(crate) keys: Arc<Keys>,
     pub(crate) owner: Owner,
     /// The id written into the lock hash: the owner's id plus a suffix
@@ -105,7 +105,7 @@ impl Hold {
     /// A hold of one level, as `acquired`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        nodes: &Arc<Nodes>,
+        nodes: &Arc<Members>,
         keys: &Arc<Keys>,
         owner: &Owner,
         holder_id: &Arc<str>,

@@ -15,8 +15,7 @@
 use tokio::time::Instant;
 
 use super::{lapses, renew_lapsed, Acquired, Hold, HoldState};
-use crate::quorum;
-use crate::renewal::{RenewalTally, Times, Verdict};
+use crate::quorum::{self, RenewalTally, Times, Verdict};
 use crate::sync::locked;
 
 /// What a hold holds, behind the hold's mutex.

@@ -6,7 +6,7 @@
 //! never see what carries it: a real master's pub/sub connection
 //! ([`RedisFeed`]), or the in-memory node's and the simulator's broadcast,
 //! which publish what the scripts publish (with the simulator's faults on
-//! the way), or a cluster member's sharded pub/sub (`cluster_feed`).
+//! the way), or a cluster member's sharded pub/sub (`cluster::feed`).
 
 use std::sync::Arc;
 

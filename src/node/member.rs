@@ -1,5 +1,5 @@
 //! A real member (a standalone master, `redis_node`, or a Redis Cluster,
-//! `cluster_node`) as one `NodeOps`: every script call written once here
+//! `cluster::node`) as one `NodeOps`: every script call written once here
 //! (which script, which keys from `script_keys`, which arguments, how its
 //! reply reads, whether it may be sent again after a broken connection),
 //! while a member states only how a call reaches its server
@@ -13,14 +13,15 @@ use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::scripts::{self, ms};
 
+use super::batch::RenewBatch;
+use super::feed::Feed;
+use super::ops::{
+    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, Renewed,
+};
 use super::order::{Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
-use super::{
-    Answer, BatchCost, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
-    Renewed,
-};
 
 /// How calls reach one real member's server.
 pub(crate) trait Server: Send + Sync + 'static {

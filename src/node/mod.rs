@@ -1,263 +1,62 @@
-//! One Redis master as the coordinator sees it: the calls it makes (the
-//! private [`NodeOps`] trait, so that it can be tested against fakes that
-//! stall, fail or grant partially) and what a node answers.
+//! One member (a Redis master, or a whole Redis Cluster) as the coordinator
+//! sees it. This module is the node layer's only door: it holds no code of
+//! its own, and the rest of the crate reaches the layer only through what
+//! it re-exports.
 //!
 //! Its parts, from the leaves up (each imports only parts above it):
 //!
 //! - `batch`: the locks of one watchdog tick, sent as one pipeline;
 //! - `feed`: the node's release messages, as the waiters receive them;
 //! - `spec`: a node as given to the builder, before connecting;
-//! - this module: [`NodeOps`] and its answers, re-exporting the three above;
+//! - `order`: the order of one hold's calls on one member (a call proven
+//!   not run is never sent again once a later call of its hold was made);
+//! - `script_keys`: the key names each script call passes, all in the
+//!   lock's hash slot for a call about one lock;
+//! - `ops`: [`NodeOps`], the calls the coordinator makes of a member, and
+//!   their answers;
 //! - `reply`: what a real master's replies mean (no I/O);
 //! - `script_call`: one script call, as `EVAL` or `EVALSHA`, and when it
 //!   may be sent again;
-//! - `script_keys`: the key names each script call passes, all in the
-//!   lock's hash slot for a call about one lock;
-//! - `order`: the order of one hold's calls on one member (a call proven
-//!   not run is never sent again once a later call of its hold was made);
-//! - `redis_node`: a real master behind a connection manager (reached as
-//!   `node::redis_node`, not re-exported here, since it imports this
-//!   module);
-//! - `cluster_map`: a cluster member's slot map (`CLUSTER SLOTS`), no I/O;
-//! - `cluster_route` and `cluster_batch`: how a cluster member's calls and
-//!   renewal batches reach its shards (with `WAIT` for `replica_wait`);
-//! - `cluster_watch`: a cluster member's probe of its topology when calls
-//!   go unanswered, and its new connections after a failover that
-//!   redis-rs's client cannot see (a frozen master);
-//! - `cluster_node`: a member that is a whole Redis Cluster, over
-//!   redis-rs's cluster client (reached as `node::cluster_node`).
+//! - `member`: a real member as one `NodeOps`, every script call written
+//!   once, over a `Server` that states only how a call reaches it;
+//! - `cluster`: a member that is a whole Redis Cluster, over redis-rs's
+//!   cluster client (a folder of its own, reached through its `mod.rs`);
+//! - `redis_node`: a real master behind a connection manager.
 
 mod batch;
-mod cluster_batch;
-mod cluster_feed;
-mod cluster_map;
-pub(crate) mod cluster_node;
-pub(crate) mod cluster_retry;
-pub(crate) mod cluster_route;
-mod cluster_seed;
-pub(crate) mod cluster_spec;
-mod cluster_watch;
+mod cluster;
 mod feed;
-pub(crate) mod lazy_cluster;
-pub(crate) mod member;
+mod member;
+mod ops;
 mod order;
-pub(crate) mod redis_node;
+mod redis_node;
 mod reply;
-pub(crate) mod script_call;
-pub(crate) mod script_keys;
+mod script_call;
+mod script_keys;
 mod spec;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::future::BoxFuture;
-
-use crate::error::NodeError;
-use crate::keys::Keys;
-
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
-pub(crate) use self::feed::{Feed, FeedConn, RedisFeed};
+#[cfg(feature = "tls-rustls")]
+pub(crate) use self::cluster::Certs;
+#[cfg(test)]
+pub(crate) use self::cluster::{failure, slot_groups, Redirect, Retry, Step};
+pub(crate) use self::cluster::{refuse_cross_slot_set, ClusterNode, ClusterSpec, LazyCluster};
+pub(crate) use self::feed::{Feed, FeedConn};
 #[cfg(test)]
 pub(crate) use self::feed::{FeedMessage, FeedSink};
+pub(crate) use self::member::{Member, Server};
+pub use self::ops::NodeLockState;
+pub(crate) use self::ops::{Answer, Claim, Grant, NodeOps, Place, Released, Renewed};
+pub(crate) use self::redis_node::RedisNode;
+#[cfg(test)]
+pub(crate) use self::script_call::Resend;
 pub(crate) use self::spec::{redact, NodeSpec};
 
-/// How a node answered an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grant {
-    /// Granted; carries the fence counter the node returned.
-    Granted(u64),
-    /// Not granted: another owner holds it (with its PTTL), or, for a
-    /// queued waiter, the lock is free but another waiter's turn (with the
-    /// time that waiter has left to claim it). Carries the waiter's ticket
-    /// on this node when it asked for a place in the queue (0 otherwise).
-    Taken(Option<Duration>, u64),
-    /// Re-entry only ([`NodeOps::reenter`]): the key is missing (forced,
-    /// expired, or the node restarted empty); nothing was created.
-    Missing,
-}
-
-/// Who a lock call is for and on what terms: the holder id written into the
-/// lock hash, the lease, and the hold count (to set, or to leave on a
-/// release).
-#[derive(Debug, Clone)]
-pub(crate) struct Claim {
-    pub(crate) holder: Arc<str>,
-    pub(crate) lease: Duration,
-    pub(crate) count: u32,
-}
-
-/// A waiter's place in a lock's queue, sent with each of its attempts
-/// (`scripts/acquire_queued.lua`).
-#[derive(Debug, Clone)]
-pub(crate) struct Place {
-    /// The waiter's id, the same for every attempt of one acquisition; it
-    /// starts with the manager's client id.
-    pub(crate) waiter: Arc<str>,
-    /// The ticket every node is to order the waiter by; 0 until known.
-    pub(crate) ticket: u64,
-    /// A waiter that makes no call for this long is skipped.
-    pub(crate) timeout: Duration,
-    /// Granted only at the head of the queue (the fair lock); otherwise the
-    /// place only decides whom a release wakes.
-    pub(crate) fair: bool,
-}
-
-/// How a node answered a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// Deleted, and waiters notified.
-    Deleted,
-    /// The hold count was lowered; the lock stays.
-    Lowered,
-    /// No key: expired, or the node lost it.
-    Missing,
-    /// Another owner holds it.
-    OtherOwner,
-}
-
-/// How a node answered one lock of a renewal batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewed {
-    /// Our owner held it; extended.
-    Extended,
-    /// The key was missing and has been re-created for us (repair only).
-    Repaired,
-    /// The key is missing (renewal only; nothing was created).
-    Missing,
-    /// Another owner holds it.
-    Conflict,
-    /// The key holds another type.
-    WrongType,
-    /// No answer for this lock: the part of the batch that carried it
-    /// failed (a cluster member's shard that failed, timed out, or whose
-    /// `WAIT` fell short) while other parts answered.
-    Failed,
-}
-
-/// What one node holds for one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NodeLockState {
-    /// The owner id holding the lock, if any.
-    pub holder: Option<String>,
-    /// The holder's hold count (0 when free).
-    pub hold_count: u32,
-    /// Remaining time of the lock key; `None` when free or without TTL.
-    pub pttl: Option<Duration>,
-    /// The fence counter of the lock's hash slot on this node (the last
-    /// token it issued for a name of that slot, or raised it to).
-    pub fence: u64,
-    /// For a member that is a Redis Cluster, the shard that answered (its
-    /// master's `host:port`); `None` for a standalone master.
-    pub shard: Option<String>,
-}
-
-/// What one renewal or repair batch costs on one member: round trips
-/// (pipelines) and script calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BatchCost {
-    pub(crate) round_trips: u64,
-    pub(crate) script_calls: u64,
-}
-
-impl BatchCost {
-    /// One pipeline carrying one script call per [`RENEW_CHUNK`] locks (a
-    /// standalone member).
-    pub(crate) fn of_one_pipeline(batch: &RenewBatch) -> Self {
-        Self {
-            round_trips: 1,
-            script_calls: batch.items.len().div_ceil(RENEW_CHUNK) as u64,
-        }
-    }
-}
-
-/// A node's answer to one call: `'static`, so that a call still in flight
-/// can outlive the caller that started it.
-pub(crate) type Answer<T> = BoxFuture<'static, Result<T, NodeError>>;
-
-/// Calls to one node (each answered by an [`Answer`]).
-pub(crate) trait NodeOps: Send + Sync + 'static {
-    fn addr(&self) -> &str;
-
-    /// The node's `maxmemory-policy` as last read (at connect, when a lazily
-    /// connected node first answered, and by each status call); `None` when
-    /// the node would not say (`CONFIG` refused or renamed) or never answered.
-    fn maxmemory_policy(&self) -> Option<String> {
-        None
-    }
-
-    /// Whether the member is a Redis Cluster (a set over several hash
-    /// slots cannot be taken on it in one script).
-    fn is_cluster(&self) -> bool {
-        false
-    }
-
-    /// The hash slots at which the shard serving the slots changes (see
-    /// `SlotMap::shard_breaks`), ascending: a cluster member of several
-    /// shards; empty for a master. The watchdog orders its holds by slot
-    /// and starts a lane at each, so that a wave renews the locks of one
-    /// shard (one full script call per 100 of its locks) and the shards'
-    /// lanes run at the same time.
-    fn shard_breaks(&self) -> Vec<u16> {
-        Vec::new()
-    }
-
-    /// What sending `batch` costs here: one pipeline carrying one script
-    /// call per [`RENEW_CHUNK`] locks (a cluster member: one pipeline per
-    /// shard, one call per shard and chunk).
-    fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
-        BatchCost::of_one_pipeline(batch)
-    }
-
-    /// The node's release messages, if it publishes any the waiters can
-    /// receive (see [`Feed`]).
-    fn feed(&self) -> Option<Arc<dyn Feed>> {
-        None
-    }
-
-    /// Acquires for `claim` (`scripts/acquire.lua`), or, with a `place`,
-    /// for a waiter with a place in the queue (`scripts/acquire_queued.lua`):
-    /// queued (or refreshed) when not granted, and for a fair place granted
-    /// only at the head of the queue.
-    fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant>;
-
-    /// Re-enters a hold (`scripts/acquire.lua` in its re-entry mode):
-    /// `Granted` with the fence counter when the claim's holder holds the
-    /// lock (the count is set to the claim's and the lease refreshed),
-    /// `Taken` when another holder does, `Missing` when there is no key. A
-    /// missing key is never created: a lock forced, or lost by a node
-    /// restarted empty, must not come back through a re-entry.
-    fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant>;
-
-    /// Takes `waiter` out of the lock's queue (`scripts/leave.lua`),
-    /// telling the next waiter if the lock is free and it was the head.
-    /// Returns whether it was queued.
-    fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool>;
-
-    /// Acquires every lock of `keys` (one set) in one call, all or none
-    /// (`scripts/acquire_all.lua`): `Granted` with one token when every
-    /// name is ours afterwards (every fence counter of the set's slots is
-    /// then at that token on this node), `Taken` with the largest PTTL
-    /// among the names another holder holds.
-    fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant>;
-
-    /// Releases all but the claim's count of levels (`scripts/release.lua`);
-    /// a count left above 0 resets the lease.
-    fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released>;
-
-    fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
-
-    /// Re-creates the missing keys of a batch (built with
-    /// [`RenewBatch::repair`]) and raises each one's fence counter to its
-    /// token.
-    fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
-
-    /// Raises the fence counters of the locks of `keys` (one lock, or a
-    /// set: each slot's counter once) to at least `token`; returns the
-    /// lowest of them after the call.
-    fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64>;
-
-    fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool>;
-
-    fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
+/// The keys (`KEYS`) each script call names, for the tests' nodes, which
+/// name them as a real member does.
+#[cfg(test)]
+pub(crate) mod call_keys {
+    pub(crate) use super::script_keys::{
+        acquire, acquire_all, acquire_queued, force_release, leave, raise_fences, release, Names,
+    };
 }

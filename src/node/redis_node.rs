@@ -14,12 +14,14 @@ use crate::keys::{self, Keys};
 use crate::layout::Layout;
 use crate::scripts;
 
+use super::batch::RenewBatch;
+use super::feed::{Feed, RedisFeed};
 use super::member::{Call, Server};
+use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use super::reply;
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, ScriptCall};
 use super::script_keys;
 use super::spec::NodeSpec;
-use super::{Answer, BatchCost, Feed, NodeLockState, RedisFeed, RenewBatch, Renewed};
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -95,7 +97,7 @@ impl RedisNode {
                 role,
             });
         }
-        super::cluster_seed::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
+        super::cluster::refuse_shard_of_cluster(&mut conn, index, &spec.addr, connect_timeout)
             .await?;
         let info = ServerInfo::read(&mut conn, connect_timeout).await;
         Ok(Self {
@@ -271,8 +273,8 @@ impl RedisNode {
     }
 }
 
-fn set_policy(slot: &Mutex<Option<String>>, policy: Option<String>) {
-    *slot.lock().unwrap_or_else(PoisonError::into_inner) = policy;
+fn set_policy(cell: &Mutex<Option<String>>, policy: Option<String>) {
+    *cell.lock().unwrap_or_else(PoisonError::into_inner) = policy;
 }
 
 /// The node's role: `master`, `slave` or `sentinel`.

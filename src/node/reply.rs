@@ -9,7 +9,7 @@ use redis::Value;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
-use super::{Grant, NodeLockState, Released, Renewed};
+use super::ops::{Grant, NodeLockState, Released, Renewed};
 
 /// An integer reply, or one sent as a string; `nil` is 0.
 pub(super) fn int(v: &Value) -> Option<i64> {

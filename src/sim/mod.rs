@@ -42,7 +42,7 @@
 //!   each process through `ShardedNode`: each call routed by the keys it
 //!   names, each shard answering `MOVED`, `ASK` or `TRYAGAIN` as Redis 7
 //!   does mid-migration, each error read and acted on by the production
-//!   retry rules (`node::cluster_retry`); the invariant
+//!   retry rules (`node::cluster::retry`); the invariant
 //!   [`checker::Invariant::Resent`] (an acquire or a forced release sent
 //!   again after a try that ran) is checked there;
 //! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from

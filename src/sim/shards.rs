@@ -17,12 +17,12 @@
 //! migration's end), and answers `MOVED` otherwise.
 //!
 //! The calls of each process ([`ShardedNode`]) follow the production
-//! retry rules (`node::cluster_retry::Retry`) on errors built as a real
+//! retry rules (`node::cluster::retry`'s `Retry`) on errors built as a real
 //! member meets them (a server error line, a refused or reset
 //! connection) and read by the production classifier
-//! (`node::cluster_route::failure`). Its client slot map goes stale when a
+//! (`node::cluster::route`'s `failure`). Its client slot map goes stale when a
 //! slot moves and is refreshed after `MOVED`. A renewal batch is sent per
-//! slot (`cluster_route::slot_groups`), each part's locks answered, a
+//! slot (`node::cluster::route`'s `slot_groups`), each part's locks answered, a
 //! failed part's [`Renewed::Failed`]. Release messages come from the
 //! member as a whole (its feed is the member's: shard faults do not touch
 //! pub/sub).
@@ -44,10 +44,9 @@ use super::net::{Cut, Health, LinkCtl, NodeCtl};
 use super::node::{Lost, Path, ShardWay, SimNode};
 use crate::error::NodeError;
 use crate::keys::{key_slot, name_slot, Keys};
-use crate::node::cluster_retry::{Redirect, Retry, Step};
-use crate::node::cluster_route::{failure, slot_groups};
-use crate::node::script_call::Resend;
-use crate::node::{Answer, Feed, Grant, RenewBatch, Renewed};
+use crate::node::{
+    failure, slot_groups, Answer, Feed, Grant, Redirect, RenewBatch, Renewed, Resend, Retry, Step,
+};
 use crate::rng::up_to;
 use crate::sync::locked;
 use crate::tests::fake::{renew_or_repair, FakeNode, Script, State, TestNode};
@@ -371,7 +370,7 @@ impl TestNode for ShardedNode {
     fn reach_keyed<T: Debug + Send + 'static>(
         &self,
         what: &'static str,
-        (keys, resend): (impl FnOnce() -> crate::node::script_keys::Names, Resend),
+        (keys, resend): (impl FnOnce() -> crate::node::call_keys::Names, Resend),
         script: impl Script<T> + Clone,
     ) -> Answer<T> {
         self.routed(what, keys().to_vec(), resend, script)

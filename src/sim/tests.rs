@@ -327,7 +327,7 @@ sweeps! {
     /// Node 0 a Redis Cluster of 2 or 3 shards (one vote), its locks'
     /// slots migrating during the run and its shards failing, black-holed,
     /// slow or resetting replies after the call ran: every call through
-    /// the production retry rules (`node::cluster_retry`).
+    /// the production retry rules (`node::cluster::retry`).
     sharded_member_keeps_every_invariant:
         Safe on Shards => keeps("QUORUMLOCK_SIM_SHARDS_SEEDS" or SHARDS_SEEDS);
     sharded_member_fair_mode_keeps_every_invariant:

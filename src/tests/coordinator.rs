@@ -360,7 +360,7 @@ async fn watchdog_renews_repairs_and_signals_loss() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_slot_outlives_its_acquisitions() {
+async fn no_reentry_entry_outlives_its_acquisitions() {
     let (m, fakes) = cluster(3, Quorum::Majority);
     let me = m.new_owner();
     for i in 0..20 {
@@ -384,11 +384,15 @@ async fn no_slot_outlives_its_acquisitions() {
         let _ = try_now(&m).await;
     }
     let g = lock_as(&m, &me, "free").await.expect("lock");
-    assert_eq!(m.inner.slots.len(), 1, "only the held lock keeps a slot");
+    assert_eq!(
+        m.inner.reentry.len(),
+        1,
+        "only the held lock keeps an entry"
+    );
     drop(g);
     // The background release holds the hold until it is done.
     tokio::time::sleep(MS).await;
-    assert_eq!(m.inner.slots.len(), 0);
+    assert_eq!(m.inner.reentry.len(), 0);
 }
 
 /// The fence counter of "job"'s slot.

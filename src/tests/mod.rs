@@ -19,3 +19,4 @@ mod reentry;
 mod safety;
 mod scale;
 mod suspend;
+mod tiers;

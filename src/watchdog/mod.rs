@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use crate::clock;
 use crate::config::Config;
 use crate::hold::{Hold, HoldState};
-use crate::nodes::Nodes;
+use crate::members::Members;
 use crate::sync::locked;
 use crate::telemetry::Cause;
 
@@ -105,7 +105,7 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 pub(crate) struct Watchdog {
-    nodes: Arc<Nodes>,
+    nodes: Arc<Members>,
     /// Most locks per wave: [`WAVE`], smaller in tests.
     wave: AtomicUsize,
     holds: Mutex<Vec<Weak<Hold>>>,
@@ -114,7 +114,7 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn new(nodes: &Arc<Nodes>) -> Arc<Self> {
+    pub(crate) fn new(nodes: &Arc<Members>) -> Arc<Self> {
         Arc::new(Self {
             nodes: Arc::clone(nodes),
             wave: AtomicUsize::new(WAVE),

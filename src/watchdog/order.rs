@@ -15,13 +15,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::hold::Hold;
-use crate::nodes::Nodes;
+use crate::members::Members;
 
 /// Orders `holds` by slot when a member has several shards, and returns
 /// where lanes must end (indices into `holds`, ascending): at each slot
 /// where some member's serving shard changes. Empty, and `holds` left in
 /// its order, on a manager of masters (or of one-shard clusters).
-pub(super) fn by_shard(nodes: &Nodes, holds: &mut [Arc<Hold>]) -> Vec<usize> {
+pub(super) fn by_shard(nodes: &Members, holds: &mut [Arc<Hold>]) -> Vec<usize> {
     let mut breaks: Vec<u16> = (0..nodes.len())
         .flat_map(|i| nodes.node(i).shard_breaks())
         .collect();

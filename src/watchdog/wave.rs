@@ -16,10 +16,9 @@ use super::{add, lose, renew_timeout, Watchdog};
 use crate::clock;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
+use crate::members::Members;
 use crate::node::{RenewBatch, RenewItem, Renewed};
-use crate::nodes::Nodes;
-use crate::quorum::{self, FanOut, Slot};
-use crate::renewal::{Loss, RenewalTally, Verdict};
+use crate::quorum::{self, FanOut, Leg, Loss, RenewalTally, Verdict};
 use crate::telemetry::Cause;
 
 /// Renews one wave of holds; a node that fails it is marked in `down`.
@@ -122,12 +121,12 @@ async fn send(wd: &Watchdog, wave: &Wave, down: &mut [bool]) -> Sent {
     let built = wave.start.elapsed();
     let mut fan = nodes.fan_out(wave.timeout, |i| {
         if down[i] {
-            Slot::Known(Err(NodeError::new(
+            Leg::Known(Err(NodeError::new(
                 NodeErrorKind::Timeout,
                 "failed an earlier wave of this tick",
             )))
         } else {
-            Slot::Call(nodes.node(i).renew(Arc::clone(&batch)))
+            Leg::Call(nodes.node(i).renew(Arc::clone(&batch)))
         }
     });
     fan.until(|_| false).await;
@@ -190,7 +189,7 @@ fn note_failures(
 
 /// Tallies each hold's answers ([`RenewalTally`]) and records them on the
 /// hold, which gives the verdict.
-fn tally(nodes: &Nodes, wave: &Wave, sent: &Sent) -> Tallied {
+fn tally(nodes: &Members, wave: &Wave, sent: &Sent) -> Tallied {
     let mut t = Tallied {
         lost: vec![None; wave.due.len()],
         repairs: vec![Vec::new(); nodes.len()],
@@ -288,8 +287,8 @@ async fn repair(wd: &Watchdog, due: &[Arc<Hold>], repairs: &[Vec<usize>], start:
         }
     }
     let mut fan = nodes.fan_out(timeout, |i| match &batches[i] {
-        Some(b) => Slot::Call(nodes.node(i).repair(Arc::clone(b))),
-        None => Slot::Known(Ok(Vec::new())),
+        Some(b) => Leg::Call(nodes.node(i).repair(Arc::clone(b))),
+        None => Leg::Known(Ok(Vec::new())),
     });
     fan.until(|_| false).await;
     let mut repaired = 0;

@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use crate::error::NodeError;
 use crate::keys::Keys;
-use crate::node::script_call::Resend;
-use crate::node::script_keys;
 use crate::node::{
-    Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch, Renewed,
+    call_keys, Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
+    Renewed, Resend,
 };
 use crate::tests::fake_feed::HubFeed;
 
@@ -46,7 +45,7 @@ pub(crate) trait TestNode: Send + Sync + 'static {
     fn reach_keyed<T: Debug + Send + 'static>(
         &self,
         what: &'static str,
-        (keys, resend): (impl FnOnce() -> crate::node::script_keys::Names, Resend),
+        (keys, resend): (impl FnOnce() -> crate::node::call_keys::Names, Resend),
         script: impl Script<T> + Clone,
     ) -> Answer<T> {
         let _ = (keys, resend);
@@ -119,8 +118,8 @@ impl<N: TestNode> NodeOps for N {
         let (k, c, p) = (Arc::clone(keys), claim.clone(), place.cloned());
         let queued = place.is_some();
         let names = move || match queued {
-            false => script_keys::acquire(keys),
-            true => script_keys::acquire_queued(keys),
+            false => call_keys::acquire(keys),
+            true => call_keys::acquire_queued(keys),
         };
         let names = (names, Resend::Never);
         self.acquired(self.reach_keyed("acquire", names, move |s| match p {
@@ -131,7 +130,7 @@ impl<N: TestNode> NodeOps for N {
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (k, c) = (Arc::clone(keys), claim.clone());
-        let names = (|| script_keys::acquire(keys), Resend::Never);
+        let names = (|| call_keys::acquire(keys), Resend::Never);
         self.reach_keyed("reenter", names, move |s| {
             scripts::acquire(s, &k, &c.holder, c.lease, c.count, true)
         })
@@ -139,13 +138,13 @@ impl<N: TestNode> NodeOps for N {
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
         let (k, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-        let names = (|| script_keys::leave(keys), Resend::AfterBrokenConnection);
+        let names = (|| call_keys::leave(keys), Resend::AfterBrokenConnection);
         self.reach_keyed("leave", names, move |s| scripts::leave(s, &k, &waiter))
     }
 
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
         let (k, c) = (Arc::clone(keys), claim.clone());
-        let names = (|| script_keys::acquire_all(keys), Resend::Never);
+        let names = (|| call_keys::acquire_all(keys), Resend::Never);
         self.reach_keyed("acquire_all", names, move |s| {
             scripts::acquire_all(s, &k, &c.holder, c.lease, c.count)
         })
@@ -153,7 +152,7 @@ impl<N: TestNode> NodeOps for N {
 
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (k, c) = (Arc::clone(keys), claim.clone());
-        let names = (|| script_keys::release(keys), Resend::AfterBrokenConnection);
+        let names = (|| call_keys::release(keys), Resend::AfterBrokenConnection);
         self.reach_keyed("release", names, move |s| {
             scripts::release(s, &k, &c.holder, c.count, c.lease, token)
         })
@@ -170,7 +169,7 @@ impl<N: TestNode> NodeOps for N {
     fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {
         let k = keys.to_vec();
         let names = (
-            || script_keys::raise_fences(keys),
+            || call_keys::raise_fences(keys),
             Resend::AfterBrokenConnection,
         );
         self.reach_keyed("raise_fence", names, move |s| {
@@ -180,7 +179,7 @@ impl<N: TestNode> NodeOps for N {
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool> {
         let (landed, k) = (self.forced(keys), Arc::clone(keys));
-        let names = (|| script_keys::force_release(keys), Resend::Never);
+        let names = (|| call_keys::force_release(keys), Resend::Never);
         self.reach_keyed("force_release", names, move |s| {
             landed();
             scripts::force_release(s, &k)

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::layout::Layout;
-use crate::node::member::Member;
-use crate::node::redis_node::RedisNode;
-use crate::node::{NodeOps, NodeSpec};
+use crate::node::{Member, NodeOps, NodeSpec, RedisNode};
 use crate::tests::fake::FakeNode;
 
 #[path = "../../../tests/support/local.rs"]

@@ -6,7 +6,7 @@ use redis::ConnectionInfo;
 
 use crate::error::Error;
 
-use super::spec::{redact, NodeSpec};
+use crate::node::spec::{redact, NodeSpec};
 
 /// A cluster member as given to the builder.
 #[derive(Clone, Default)]

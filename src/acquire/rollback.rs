@@ -8,9 +8,9 @@ use tracing::{debug, warn};
 use crate::error::NodeError;
 use crate::hold::Hold;
 use crate::keys::{Keys, Target};
+use crate::members::Members;
 use crate::node::{Claim, Grant, Released};
-use crate::nodes::Nodes;
-use crate::quorum::{FanOut, Slot, Stragglers};
+use crate::quorum::{FanOut, Leg, Stragglers};
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -68,7 +68,7 @@ impl LateGrants {
 /// that timed out or are still in flight, gets it. Commands on one node's
 /// connection run in order, so the rollback lands after the acquire.
 pub(crate) struct Rollback {
-    nodes: Arc<Nodes>,
+    nodes: Arc<Members>,
     /// Every name of the acquisition (one, or a set's).
     keys: Arc<[Arc<Keys>]>,
     label: Arc<str>,
@@ -82,7 +82,7 @@ pub(crate) struct Rollback {
 }
 
 impl Rollback {
-    pub(crate) fn new(nodes: &Arc<Nodes>, target: &Target, restore: Claim) -> Self {
+    pub(crate) fn new(nodes: &Arc<Members>, target: &Target, restore: Claim) -> Self {
         Self {
             nodes: Arc::clone(nodes),
             keys: Arc::clone(&target.keys),
@@ -108,9 +108,9 @@ impl Rollback {
             .map(|keys| {
                 nodes.fan_out(timeout, |i| {
                     if skip.get(i).copied().unwrap_or(false) {
-                        Slot::Known(Ok(Released::Missing))
+                        Leg::Known(Ok(Released::Missing))
                     } else {
-                        Slot::Call(nodes.release_call(i, keys, claim, 0))
+                        Leg::Call(nodes.release_call(i, keys, claim, 0))
                     }
                 })
             })

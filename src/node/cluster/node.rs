@@ -8,7 +8,7 @@
 //! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
 //! the shard, whatever their slots), one pipeline per shard: one round
 //! trip per shard per wave; a lock the shard no longer serves goes by its
-//! slot (`cluster_batch`). The batches go over a second cluster connection
+//! slot (`batch`). The batches go over a second cluster connection
 //! of their own, as a master's renewals do, so that acquisitions never
 //! queue behind them on the client side.
 //!
@@ -34,7 +34,7 @@
 //!
 //! **Failover of a frozen master.** A call left unanswered makes the
 //! member probe its topology and follow a failover that redis-rs's client
-//! cannot see (`cluster_watch`).
+//! cannot see (`watch`).
 //!
 //! **Resharding.** Mid-migration the source answers `ASK` for the keys it
 //! moved: a script call, a renewal batch's calls of that slot and a status
@@ -46,7 +46,7 @@
 //!
 //! Release messages: the scripts publish with `SPUBLISH` on a cluster
 //! member (sharded pub/sub, in the lock's slot), and its feed
-//! (`cluster_feed`) subscribes on the shard that serves the slot. `build()`
+//! (`feed`) subscribes on the shard that serves the slot. `build()`
 //! refuses a seed older than Redis 7.
 
 use std::sync::{Arc, Mutex};
@@ -62,20 +62,22 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{key_slot, Keys};
 use crate::sync::locked;
 
-use super::cluster_batch::{batch_cost, send_batch};
-use super::cluster_feed::{check_version, ClusterFeed};
-use super::cluster_map::{check_replicas, check_seeds, SlotMap};
-use super::cluster_retry::{Retry, Step};
-use super::cluster_route::{confirmed, failure, send, status_values, Next, Shards};
-use super::cluster_seed::read_seed;
-use super::cluster_spec::ClusterSpec;
-use super::cluster_watch::{suspect_after, Dial, Link, Watch};
-use super::member::{Call, Confirm, Server};
-use super::reply;
-use super::script_call::map_err;
-use super::script_keys;
-use super::spec::NodeSpec;
-use super::{Answer, BatchCost, Feed, NodeLockState, NodeOps, RenewBatch, Renewed};
+use super::batch::{batch_cost, send_batch};
+use super::feed::{check_version, ClusterFeed};
+use super::map::{check_replicas, check_seeds, SlotMap};
+use super::retry::{Retry, Step};
+use super::route::{confirmed, failure, send, status_values, Next, Shards};
+use super::seed::read_seed;
+use super::spec::ClusterSpec;
+use super::watch::{suspect_after, Dial, Link, Watch};
+use crate::node::batch::RenewBatch;
+use crate::node::feed::Feed;
+use crate::node::member::{Call, Confirm, Server};
+use crate::node::ops::{Answer, BatchCost, NodeLockState, NodeOps, Renewed};
+use crate::node::reply;
+use crate::node::script_call::map_err;
+use crate::node::script_keys;
+use crate::node::spec::NodeSpec;
 
 /// The status reads' replies: the hash, its PTTL, the counter, the id of
 /// the node that holds the hash.
@@ -90,7 +92,7 @@ pub(crate) struct ClusterNode {
     /// connection to each shard, sharing the slot map), so that
     /// acquisitions and releases never queue behind a long renewal
     /// pipeline on the client side, as on a master; both replaced when the
-    /// member follows a failover (`cluster_watch`).
+    /// member follows a failover (`watch`).
     link: Arc<Link>,
     map: Arc<Mutex<SlotMap>>,
     /// The host of the first seed (see [`Shards::seed_host`]).
@@ -403,7 +405,7 @@ impl Server for ClusterNode {
         let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
             let slot = keys.first().map_or(0, key_slot);
-            // The rules of `cluster_retry`, shared with the simulator.
+            // The rules of `retry`, shared with the simulator.
             let mut retry = Retry::new(resend, patience);
             // Whether a try may have run (a broken connection): a call
             // superseded after one fails as that try did, not as unrun.
@@ -449,7 +451,7 @@ impl Server for ClusterNode {
         })
     }
 
-    /// A renew or repair batch (see `cluster_batch`), on the renewal
+    /// A renew or repair batch (see `batch`), on the renewal
     /// connection.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         let sent = send_batch(self.renewals(), batch, self.wait);
@@ -474,7 +476,7 @@ impl Server for ClusterNode {
 
 /// A try on the wire: dropped unanswered (its caller stopped waiting, or
 /// it failed) after `suspect_after` or more, it makes the member probe its
-/// topology (see `cluster_watch`).
+/// topology (see `watch`).
 struct Unanswered<'a> {
     watch: &'a Arc<Watch>,
     since: Instant,

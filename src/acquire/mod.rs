@@ -1,23 +1,42 @@
 //! Taking a lock or a set: attempts (`attempt`) until one wins or the wait
 //! runs out, sleeping between them for the acquisition's turn (`turn`),
 //! and re-entering a hold the owner already has.
+//!
+//! The acquisition's own parts, private to it, from the leaves up (each
+//! imports only parts above it):
+//!
+//! - `queue`: a waiter's place in the lock's queue on every node (`Spot`);
+//! - `fence`: the fence rule, a token shown only on a quorum of counters;
+//! - `rollback`: undoing the grants an attempt does not keep, and the
+//!   grants that land late;
+//! - `turn`: one acquisition's turn, its place in the queue and its bell;
+//! - `attempt`: one attempt, the script on every node counted against the
+//!   quorum, with one exit that rolls back;
+//! - this module: the loop over them ([`Acquisition::fresh`]) and
+//!   re-entry ([`reenter`]), all that the request layer and the manager use.
+
+mod attempt;
+mod fence;
+mod queue;
+mod rollback;
+mod turn;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::attempt::{attempt, Ask, Kind};
+use self::attempt::{attempt, Ask, Kind};
+use self::turn::Turn;
 use crate::clock;
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::hold::{Hold, OnDrop};
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::Claim;
-use crate::nodes::Nodes;
 use crate::owner::Owner;
 use crate::telemetry::{Acquiring, Cause};
-use crate::turn::Turn;
 use crate::wait::Notifier;
 use crate::watchdog::Watchdog;
 
@@ -43,7 +62,7 @@ pub(crate) struct Terms {
 /// waiters listen on, the watchdog that renews what it wins, and its
 /// measures.
 pub(crate) struct Acquisition<'a> {
-    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) nodes: &'a Arc<Members>,
     pub(crate) notifier: &'a Notifier,
     pub(crate) watchdog: &'a Arc<Watchdog>,
     pub(crate) probe: &'a Acquiring,

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use tracing::debug;
 
+use super::queue::Spot;
 use crate::error::Error;
 use crate::keys::{Keys, Target};
-use crate::nodes::Nodes;
+use crate::members::Members;
 use crate::owner::Owner;
-use crate::queue::Spot;
 use crate::rng::jitter;
 use crate::telemetry::Waiting;
 use crate::wait::{Notifier, Waiter};
@@ -30,7 +30,7 @@ use crate::wait::{Notifier, Waiter};
 /// waiter may be queued (in the background) and leaves the local FIFO,
 /// passing the turn on.
 pub(crate) struct Turn<'a> {
-    nodes: Arc<Nodes>,
+    nodes: Arc<Members>,
     notifier: &'a Notifier,
     /// The lock's keys; `None` for a set, which only polls.
     keys: Option<Arc<Keys>>,
@@ -63,7 +63,7 @@ impl<'a> Turn<'a> {
     ///   no second try before waiting (one fan-out and its rollbacks fewer
     ///   per contended acquisition).
     pub(crate) fn new(
-        nodes: &Arc<Nodes>,
+        nodes: &Arc<Members>,
         notifier: &'a Notifier,
         target: &Target,
         owner: &Owner,
@@ -239,7 +239,7 @@ impl<'a> Turn<'a> {
 /// the polling backoff, no longer than that. Never past `remaining`;
 /// jittered.
 fn fallback(
-    nodes: &Nodes,
+    nodes: &Members,
     misses: u32,
     pttl: Option<Duration>,
     covered: bool,

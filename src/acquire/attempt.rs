@@ -8,16 +8,16 @@ use std::time::Duration;
 
 use tracing::{debug, field, Instrument};
 
+use super::fence::fence_quorum;
+use super::queue::Spot;
+use super::rollback::{LateGrants, Rollback};
 use crate::clock;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
-use crate::fence::fence_quorum;
 use crate::hold::Acquired;
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::{Answer, Claim, Grant, Place};
-use crate::nodes::Nodes;
-use crate::queue::Spot;
 use crate::quorum::{self, Decision, Tally};
-use crate::rollback::{LateGrants, Rollback};
 
 /// What one fan-out asks of the nodes: which locks, for whom and on what
 /// terms (the `claim`: the attempt's holder id, one per attempt so that a
@@ -25,7 +25,7 @@ use crate::rollback::{LateGrants, Rollback};
 /// the lease; the count, 1 for a fresh acquisition), and whether it is a
 /// re-entry.
 pub(crate) struct Ask<'a> {
-    pub(crate) nodes: &'a Arc<Nodes>,
+    pub(crate) nodes: &'a Arc<Members>,
     pub(crate) target: &'a Target,
     pub(crate) claim: Claim,
     pub(crate) kind: Kind,
@@ -127,7 +127,11 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     if tally.decide(required) != Decision::Won {
         span.record("outcome", "missed");
         rollback.run(&replies).await;
-        if ask.kind == Kind::Reenter && unconfirmable(nodes, &replies, tally) {
+        // A re-entry that missed because the hold is gone: so many nodes
+        // answered that the key is missing, another holder's or of another
+        // type that no quorum can confirm it (the watchdog's rule for a
+        // loss). Nodes that failed or did not answer may still hold it.
+        if ask.kind == Kind::Reenter && !tally.confirmable(required) {
             span.record("outcome", "lost");
             return Err(Error::Lost {
                 name: target.label.to_string(),
@@ -226,28 +230,11 @@ fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, ela
     }
 }
 
-/// A re-entry that missed the quorum because the hold is gone: so many
-/// nodes answered that the key is missing, another holder's, or of another
-/// type, that the others could not make a quorum (the watchdog's rule for a
-/// loss). Nodes that failed or did not answer may still hold it.
-fn unconfirmable(
-    nodes: &Nodes,
-    replies: &[Option<Result<Grant, NodeError>>],
-    tally: Tally,
-) -> bool {
-    let wrong = replies
-        .iter()
-        .filter(|r| matches!(r, Some(Err(e)) if e.kind == NodeErrorKind::WrongType))
-        .count();
-    let absent = tally.taken + tally.missing + wrong;
-    nodes.len().saturating_sub(absent) < nodes.required()
-}
-
 /// The error of an attempt on `name` (a lock name, or a set's label) that
 /// missed the quorum: wrong type if any node said so, else contended if any
 /// node holds it for another owner, else unavailable.
 pub(crate) fn missed(
-    nodes: &Nodes,
+    nodes: &Members,
     name: &str,
     replies: &[Option<Result<Grant, NodeError>>],
     tally: Tally,

@@ -25,7 +25,7 @@
 //!   connection and subscribes them all again.
 //! - **A frozen master failed over.** Its connection neither closes nor
 //!   answers, so nothing above happens; when the member follows the
-//!   failover (`cluster_watch`), [`ClusterFeed::follow`] ends every
+//!   failover (`watch`), [`ClusterFeed::follow`] ends every
 //!   connection opened before, as a dropped one ends, and the next opens
 //!   over the nodes that told the new topology.
 
@@ -43,8 +43,8 @@ use crate::error::NodeError;
 use crate::keys::key_slot;
 use crate::sync::locked;
 
-use super::cluster_spec::Certs;
-use super::feed::{Feed, FeedConn, FeedMessage, FeedSink};
+use super::spec::Certs;
+use crate::node::feed::{Feed, FeedConn, FeedMessage, FeedSink};
 
 /// A cluster member's feed: its seeds and certificates, to open a
 /// connection of its own.
@@ -220,7 +220,7 @@ impl FeedSink for ClusterSink {
 /// member whose seed runs a Redis older than 7, which has no sharded
 /// pub/sub for its release messages.
 pub(crate) fn check_version(info: &str) -> Result<(), String> {
-    let version = super::cluster_map::info_field(info, "redis_version").unwrap_or("");
+    let version = super::map::info_field(info, "redis_version").unwrap_or("");
     let major = version
         .split('.')
         .next()

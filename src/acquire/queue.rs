@@ -28,14 +28,14 @@ use std::sync::Arc;
 
 use crate::error::NodeError;
 use crate::keys::Keys;
+use crate::members::Members;
 use crate::node::{Grant, Place};
-use crate::nodes::Nodes;
 
 /// One acquisition's place in a lock's queue, across all nodes. Dropping it
 /// takes the waiter out of the queue wherever it may still be queued.
 pub(crate) struct Spot {
     place: Place,
-    nodes: Arc<Nodes>,
+    nodes: Arc<Members>,
     keys: Arc<Keys>,
     /// Per node: the waiter may be queued there (sent an attempt whose
     /// answer did not show it left).
@@ -48,7 +48,12 @@ pub(crate) struct Spot {
 }
 
 impl Spot {
-    pub(crate) fn new(nodes: &Arc<Nodes>, keys: &Arc<Keys>, waiter: Arc<str>, fair: bool) -> Self {
+    pub(crate) fn new(
+        nodes: &Arc<Members>,
+        keys: &Arc<Keys>,
+        waiter: Arc<str>,
+        fair: bool,
+    ) -> Self {
         Self {
             place: Place {
                 waiter,

@@ -1,10 +1,10 @@
 //! When a cluster member sends one script call again, apart from how it
 //! is sent: what an error proves ([`Failure`], read from a `RedisError` by
-//! `cluster_route::failure`) and what follows it ([`Retry::after`]). No
+//! `route::failure`) and what follows it ([`Retry::after`]). No
 //! I/O, so that the simulator's sharded member (`sim::shards`) follows the
-//! very rules `cluster_node` does.
+//! very rules `node` does.
 //!
-//! The rules (see `cluster_node`'s module doc): `NOSCRIPT` is sent again
+//! The rules (see `node`'s module doc): `NOSCRIPT` is sent again
 //! once as `EVAL`; `MOVED` and `ASK` to the address named (`ASK` after
 //! `ASKING`), at most [`MAX_TRIES`] redirects; `TRYAGAIN`, `CLUSTERDOWN`,
 //! ..., a refused connection or no connection yet after a pause, 5 ms
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::script_call::Resend;
+use crate::node::script_call::Resend;
 
 /// Tries of one script call, redirects and pauses included (the caller's
 /// timeout bounds them too).

@@ -8,8 +8,8 @@ use redis::Value;
 
 use crate::error::Error;
 
-use super::cluster_map::{info_field, SlotMap};
-use super::spec::NodeSpec;
+use super::map::{info_field, SlotMap};
+use crate::node::spec::NodeSpec;
 
 /// What a seed says: its slot map (each shard's replicas counted from
 /// `CLUSTER NODES`), or `None` for a standalone server; its

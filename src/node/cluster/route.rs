@@ -17,10 +17,10 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts::{ms, Lua};
 use crate::sync::locked;
 
-use super::cluster_map::SlotMap;
-pub(crate) use super::cluster_retry::{Failure, Next, Redirect, MAX_TRIES};
-use super::script_call::{broken, no_script};
-use super::{RenewItem, RENEW_CHUNK};
+use super::map::SlotMap;
+pub(crate) use super::retry::{Failure, Next, Redirect, MAX_TRIES};
+use crate::node::batch::{RenewItem, RENEW_CHUNK};
+use crate::node::script_call::{broken, no_script};
 
 /// A cluster member's way to its shards: redis-rs's cluster client (its
 /// retries off) and the member's own slot map.
@@ -89,7 +89,7 @@ pub(crate) fn next(e: &RedisError) -> Next {
     }
 }
 
-/// What a try's error proves, for [`super::cluster_retry::Retry::after`].
+/// What a try's error proves, for [`super::retry::Retry::after`].
 pub(crate) fn failure(e: &RedisError) -> Failure {
     Failure {
         next: next(e),
@@ -431,7 +431,7 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&n| n == 1), "every item once");
-        let reply = crate::node::cluster_map::slots_reply(&[
+        let reply = crate::node::cluster::map::slots_reply(&[
             (0, 5460, 7000, "a"),
             (5461, 10922, 7000, "b"),
             (10923, 16383, 7000, "c"),

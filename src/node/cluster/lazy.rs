@@ -25,10 +25,12 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::sync::locked;
 
-use super::cluster_node::{ClusterNode, Passing};
-use super::cluster_spec::ClusterSpec;
-use super::member::{Call, Server};
-use super::{Answer, BatchCost, Feed, FeedConn, NodeLockState, RenewBatch, Renewed};
+use super::node::{ClusterNode, Passing};
+use super::spec::ClusterSpec;
+use crate::node::batch::RenewBatch;
+use crate::node::feed::{Feed, FeedConn};
+use crate::node::member::{Call, Server};
+use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 
 /// Time between two connection attempts.
 const RETRY: Duration = Duration::from_millis(500);

@@ -42,9 +42,9 @@ use tracing::{debug, info, warn};
 
 use crate::sync::locked;
 
-use super::cluster_feed::ClusterFeed;
-use super::cluster_map::SlotMap;
-use super::cluster_spec::Certs;
+use super::feed::ClusterFeed;
+use super::map::SlotMap;
+use super::spec::Certs;
 
 /// A try on the wire this long is suspect: the shard may be frozen.
 pub(super) fn suspect_after(node_timeout: Duration) -> Duration {
@@ -92,7 +92,7 @@ pub(super) struct Dial {
 
 impl Dial {
     /// A cluster client over `first` nodes: redis-rs's retries off (every
-    /// call is sent again only by `cluster_retry`'s rules), its responses
+    /// call is sent again only by `retry`'s rules), its responses
     /// bounded by the node timeout (which bounds its own topology
     /// refreshes too: one that asked a frozen node would hold every call
     /// of the connection), no Nagle delay.
@@ -391,7 +391,7 @@ fn failed_over(current: &SlotMap, view: &SlotMap) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::cluster_map::slots_reply;
+    use super::super::map::slots_reply;
     use super::*;
 
     fn map(ranges: &[(i64, i64, i64, &str)]) -> SlotMap {

@@ -1,7 +1,7 @@
-//! The N masters as one value: the configuration, the node list, the
-//! background work and the calls that go to every node at once (release,
-//! force release, status). The acquisition, the hold and the watchdog take
-//! this, never the manager.
+//! The N members (masters, or Redis Clusters) as one value: the
+//! configuration, the member list, the background work and the calls that
+//! go to every member at once (release, force release, status). The
+//! acquisition, the hold and the watchdog take this, never the manager.
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -16,13 +16,14 @@ use crate::config::Config;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{Claim, NodeOps, Released};
-use crate::quorum::{deadline_after, FanOut, Slot, Stragglers};
+use crate::quorum::{deadline_after, FanOut, Leg, ReleaseTally, Stragglers};
 use crate::resume::{Resume, Resumes};
 use crate::status::NodeStatus;
 use crate::sync::Background;
 use crate::telemetry::Metrics;
 
-pub(crate) struct Nodes {
+/// The members of one manager, with what every call to them shares.
+pub(crate) struct Members {
     pub(crate) config: Config,
     list: Vec<Arc<dyn NodeOps>>,
     /// This manager's id: the prefix of every owner id it creates.
@@ -38,7 +39,7 @@ pub(crate) struct Nodes {
     pub(crate) lost_holds: AtomicU64,
 }
 
-impl Nodes {
+impl Members {
     pub(crate) fn new(
         config: Config,
         list: Vec<Arc<dyn NodeOps>>,
@@ -66,7 +67,7 @@ impl Nodes {
     }
 
     /// Node `i`, in the builder's order: its address, its settings. Its
-    /// calls go through [`Nodes::fan_out`].
+    /// calls go through [`Members::fan_out`].
     pub(crate) fn node(&self, i: usize) -> &dyn NodeOps {
         &*self.list[i]
     }
@@ -74,14 +75,14 @@ impl Nodes {
     /// Starts a fan-out: `each` says what to do with node `i` (a call, or
     /// a reply known without asking), and every call has `timeout` to
     /// answer. Every call to a node goes through a fan-out (or
-    /// [`Nodes::after_pause`]'s resend), so that each is metered in one
+    /// [`Members::after_pause`]'s resend), so that each is metered in one
     /// place, fakes and real masters alike: latency, errors by kind, a
     /// timeout when it is left unanswered after `timeout`, whether the node
     /// answers (`telemetry`; nothing without the `metrics` feature).
     pub(crate) fn fan_out<T, S>(&self, timeout: Duration, each: impl FnMut(usize) -> S) -> FanOut<T>
     where
         T: Send + 'static,
-        S: Into<Slot<T>>,
+        S: Into<Leg<T>>,
     {
         let now = Instant::now();
         FanOut::start(self.len(), now, timeout, self.metrics.meter(now), each)
@@ -148,23 +149,13 @@ impl Nodes {
         })
         .await;
         let (replies, rest) = fan.into_parts();
-        let mut t = ReleaseTally::default();
-        for (i, r) in replies.iter().enumerate() {
-            match r {
-                Some(Ok(Released::Deleted | Released::Lowered)) => t.released += 1,
-                Some(Ok(Released::Missing)) => {}
-                Some(Ok(Released::OtherOwner)) => t.other += 1,
-                Some(Err(e)) => t.failures.push(self.failure(i, e)),
-                None => t.pending += 1,
-            }
-        }
-        (t, rest)
+        (ReleaseTally::of(&replies, |i, e| self.failure(i, e)), rest)
     }
 
     /// Node `i`'s release of all but `left` levels of `holder`'s hold (a
     /// rollback too). One that meets the node's pause after a refused
     /// connection was never sent: it is sent when the pause ends (see
-    /// [`Nodes::after_pause`]), so that a node back with its data (it was
+    /// [`Members::after_pause`]), so that a node back with its data (it was
     /// persisted) does not keep the key for the rest of the lease.
     pub(crate) fn release_call(
         self: &Arc<Self>,
@@ -179,7 +170,7 @@ impl Nodes {
 
     /// Takes `waiter` out of the queue of `keys` on every node `on` names
     /// (the others answer `false` unasked), each with the node timeout to
-    /// answer; as [`Nodes::release_call`], a call that met a node's pause
+    /// answer; as [`Members::release_call`], a call that met a node's pause
     /// is sent when the pause ends.
     pub(crate) fn leave(
         self: &Arc<Self>,
@@ -189,10 +180,10 @@ impl Nodes {
     ) -> FanOut<bool> {
         self.fan_out(self.config.node_timeout, |i| {
             if !on(i) {
-                return Slot::Known(Ok(false));
+                return Leg::Known(Ok(false));
             }
             let (keys, waiter) = (Arc::clone(keys), Arc::clone(waiter));
-            Slot::Call(self.after_pause(i, self.config.queue_timeout, move |n| {
+            Leg::Call(self.after_pause(i, self.config.queue_timeout, move |n| {
                 n.leave(&keys, &waiter)
             }))
         })
@@ -287,23 +278,16 @@ impl Nodes {
     }
 }
 
-/// How the nodes answered a release.
-#[derive(Default)]
-pub(crate) struct ReleaseTally {
-    /// Nodes that deleted the key or lowered its count.
-    pub(crate) released: usize,
-    /// Nodes where another owner holds it.
-    pub(crate) other: usize,
-    /// Nodes that had not answered when the release was decided.
-    pub(crate) pending: usize,
-    pub(crate) failures: Vec<NodeFailure>,
-}
-
 /// Sends `call` to node `i` once its pause ends (`at`), and again each time
 /// it meets a pause unsent, as long as that ends before `end`; each try has
 /// the node timeout to answer, and is metered.
-async fn send_after_pause<T, C>(nodes: Arc<Nodes>, i: usize, call: C, mut at: Instant, end: Instant)
-where
+async fn send_after_pause<T, C>(
+    nodes: Arc<Members>,
+    i: usize,
+    call: C,
+    mut at: Instant,
+    end: Instant,
+) where
     C: Fn(&dyn NodeOps) -> BoxFuture<'static, Result<T, NodeError>>,
 {
     let timeout = nodes.config.node_timeout;

@@ -10,9 +10,9 @@ use tracing::debug;
 use crate::clock;
 use crate::error::{NodeError, NodeFailure};
 use crate::keys::Target;
+use crate::members::Members;
 use crate::node::Grant;
-use crate::nodes::Nodes;
-use crate::quorum::{self, Slot};
+use crate::quorum::{self, Leg};
 
 /// Hands out `token` (of one lock, or of a set, whose names share one
 /// counter per node) only once a quorum of nodes is known to have a fence
@@ -25,7 +25,7 @@ use crate::quorum::{self, Slot};
 /// leaves every counter of the set's slots at its token, and a raise raises
 /// them all, so the token is shown for every name of the target.
 pub(crate) async fn fence_quorum(
-    nodes: &Nodes,
+    nodes: &Members,
     target: &Target,
     replies: &[Option<Result<Grant, NodeError>>],
     token: u64,
@@ -48,9 +48,9 @@ pub(crate) async fn fence_quorum(
             .fence_raised((0..nodes.len()).filter(|i| below(*i)).count());
         let mut fan = nodes.fan_out(lease, |i| {
             if below(i) {
-                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
+                Leg::Call(nodes.node(i).raise_fence(&target.keys, token))
             } else {
-                Slot::Known(Ok(0))
+                Leg::Known(Ok(0))
             }
         });
         nodes.spawn(async move { fan.until(|_| false).await });
@@ -92,12 +92,12 @@ pub(crate) async fn fence_quorum(
             .fence_raised(targets.iter().filter(|t| **t).count());
         let mut fan = nodes.fan_out(round, |i| {
             if at[i] {
-                Slot::Known(Ok(token))
+                Leg::Known(Ok(token))
             } else if targets[i] {
-                Slot::Call(nodes.node(i).raise_fence(&target.keys, token))
+                Leg::Call(nodes.node(i).raise_fence(&target.keys, token))
             } else {
                 // Not asked in this round: neither raised nor pending.
-                Slot::Known(Ok(0))
+                Leg::Known(Ok(0))
             }
         });
         let done = fan.until_quorum(required, |c| *c >= token).await;

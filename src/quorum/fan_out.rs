@@ -1,5 +1,8 @@
-//! Pure quorum and validity math, and the one fan-out helper that acquire,
-//! release and status share.
+//! The one fan-out helper that acquire, release, renewal and status share:
+//! a call to every node at once under one deadline for the whole fan-out,
+//! read as the replies land, and the quorum stop rule every fan-out of a
+//! quorum follows ([`FanOut::until_quorum`], deciding by
+//! [`Decision`](super::verdict::Decision)).
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -8,30 +11,9 @@ use tokio::time::Instant;
 
 use futures::future::BoxFuture;
 
+use super::verdict::Decision;
 use crate::error::NodeError;
-use crate::node::Grant;
 use crate::telemetry::Meter;
-
-/// What is left of a lease after `elapsed` and the drift allowance, if anything.
-///
-/// `validity = lease - elapsed - drift`; `None` when that is zero or less.
-pub(crate) fn validity(lease: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    lease
-        .checked_sub(elapsed)
-        .and_then(|left| left.checked_sub(drift))
-        .filter(|left| !left.is_zero())
-}
-
-/// The instant until which a lock taken at `start` with `lease` is valid, as
-/// seen at `now`.
-pub(crate) fn valid_until(
-    start: Instant,
-    now: Instant,
-    lease: Duration,
-    drift: Duration,
-) -> Option<Instant> {
-    validity(lease, now.saturating_duration_since(start), drift).map(|v| now + v)
-}
 
 /// `now + timeout`, or a deadline decades away when that would overflow
 /// (`Duration::MAX` means no deadline, as for `tokio::time::timeout`).
@@ -79,10 +61,10 @@ impl<T> Pending<T> {
         if self.left == 0 {
             return Poll::Ready(None);
         }
-        for (i, slot) in self.calls.iter_mut().enumerate() {
-            if let Some(call) = slot {
+        for (i, cell) in self.calls.iter_mut().enumerate() {
+            if let Some(call) = cell {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
-                    *slot = None;
+                    *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut None);
                     return Poll::Ready(Some((i, r)));
@@ -107,10 +89,10 @@ impl<T> Pending<T> {
         // Replies seen in one pass landed by the same instant: one clock
         // read for all of them.
         let mut now = None;
-        for (i, (slot, reply)) in self.calls.iter_mut().zip(replies.iter_mut()).enumerate() {
-            if let Some(call) = slot {
+        for (i, (cell, reply)) in self.calls.iter_mut().zip(replies.iter_mut()).enumerate() {
+            if let Some(call) = cell {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
-                    *slot = None;
+                    *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut now);
                     *reply = Some(r);
@@ -136,14 +118,14 @@ impl<T> Drop for Pending<T> {
     }
 }
 
-/// What a fan-out does with one node: a call to send, or a reply known
-/// without asking (a node left out of this round).
-pub(crate) enum Slot<T> {
+/// One leg of a fan-out, what it does with one node: a call to send, or a
+/// reply known without asking (a node left out of this round).
+pub(crate) enum Leg<T> {
     Call(BoxFuture<'static, Result<T, NodeError>>),
     Known(Result<T, NodeError>),
 }
 
-impl<T> From<BoxFuture<'static, Result<T, NodeError>>> for Slot<T> {
+impl<T> From<BoxFuture<'static, Result<T, NodeError>>> for Leg<T> {
     fn from(call: BoxFuture<'static, Result<T, NodeError>>) -> Self {
         Self::Call(call)
     }
@@ -169,17 +151,17 @@ impl<T: Send + 'static> FanOut<T> {
     ) -> Self
     where
         F: FnMut(usize) -> S,
-        S: Into<Slot<T>>,
+        S: Into<Leg<T>>,
     {
         let mut calls = Vec::with_capacity(nodes);
         let mut replies = Vec::with_capacity(nodes);
         for i in 0..nodes {
             match each(i).into() {
-                Slot::Call(call) => {
+                Leg::Call(call) => {
                     calls.push(Some(call));
                     replies.push(None);
                 }
-                Slot::Known(reply) => {
+                Leg::Known(reply) => {
                     calls.push(None);
                     replies.push(Some(reply));
                 }
@@ -291,135 +273,12 @@ impl<T> Stragglers<T> {
     }
 }
 
-/// The running count of an acquisition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Tally {
-    pub(crate) granted: usize,
-    pub(crate) taken: usize,
-    /// Re-entry only: the key is missing.
-    pub(crate) missing: usize,
-    pub(crate) failed: usize,
-    pub(crate) pending: usize,
-}
-
-/// Where a fan-out of a quorum stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// Not yet decided.
-    Open,
-    /// The quorum is reached.
-    Won,
-    /// The quorum can no longer be reached.
-    Lost,
-}
-
-impl Decision {
-    /// The quorum rule: won at `required` successes (`done`), lost once the
-    /// calls still `pending` can no longer make up the difference.
-    pub(crate) fn of(done: usize, pending: usize, required: usize) -> Self {
-        if done >= required {
-            Self::Won
-        } else if done + pending < required {
-            Self::Lost
-        } else {
-            Self::Open
-        }
-    }
-}
-
-impl Tally {
-    pub(crate) fn of(replies: &[Option<Result<Grant, NodeError>>]) -> Self {
-        let mut t = Self::default();
-        for r in replies {
-            match r {
-                None => t.pending += 1,
-                Some(Ok(Grant::Granted(_))) => t.granted += 1,
-                Some(Ok(Grant::Taken(..))) => t.taken += 1,
-                Some(Ok(Grant::Missing)) => t.missing += 1,
-                Some(Err(_)) => t.failed += 1,
-            }
-        }
-        t
-    }
-
-    pub(crate) fn decide(&self, required: usize) -> Decision {
-        Decision::of(self.granted, self.pending, required)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::MAX_LEASE;
 
     const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift() {
-        let lease = 10_000 * MS;
-        let drift = 102 * MS;
-        assert_eq!(validity(lease, Duration::ZERO, drift), Some(9_898 * MS));
-        assert_eq!(validity(lease, 898 * MS, drift), Some(9_000 * MS));
-        assert_eq!(validity(lease, 9_898 * MS, drift), None);
-        assert_eq!(validity(lease, 9_897 * MS, drift), Some(MS));
-        assert_eq!(validity(lease, 20_000 * MS, drift), None);
-        assert_eq!(validity(MS, Duration::ZERO, 2 * MS), None);
-    }
-
-    #[test]
-    fn valid_until_is_now_plus_validity() {
-        let start = Instant::now();
-        let now = start + 100 * MS;
-        assert_eq!(
-            valid_until(start, now, 1_000 * MS, 12 * MS),
-            Some(now + 888 * MS)
-        );
-        assert_eq!(valid_until(start, now, 100 * MS, 12 * MS), None);
-    }
-
-    fn replies(spec: &str) -> Vec<Option<Result<Grant, NodeError>>> {
-        spec.chars()
-            .map(|c| match c {
-                'g' => Some(Ok(Grant::Granted(1))),
-                't' => Some(Ok(Grant::Taken(None, 0))),
-                'e' => Some(Err(NodeError::timeout())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn decides_as_soon_as_known() {
-        assert_eq!(Tally::of(&replies("gg???")).decide(3), Decision::Open);
-        assert_eq!(Tally::of(&replies("ggg??")).decide(3), Decision::Won);
-        assert_eq!(Tally::of(&replies("tte??")).decide(3), Decision::Lost);
-        assert_eq!(Tally::of(&replies("gte??")).decide(3), Decision::Open);
-        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
-        assert_eq!(Tally::of(&replies("gggg?")).decide(5), Decision::Open);
-        assert_eq!(Tally::of(&replies("ggggt")).decide(5), Decision::Lost);
-        assert_eq!(Tally::of(&replies("t????")).decide(5), Decision::Lost);
-        assert_eq!(Tally::of(&replies("?????")).decide(1), Decision::Open);
-        assert_eq!(Tally::of(&replies("e???g")).decide(1), Decision::Won);
-    }
-
-    #[test]
-    fn every_subset_of_five_under_each_policy() {
-        // Bit i set: node i is taken by someone else. Grants on the others.
-        for required in 1..=5usize {
-            for mask in 0u32..32 {
-                let spec: String = (0..5)
-                    .map(|i| if mask & (1 << i) != 0 { 't' } else { 'g' })
-                    .collect();
-                let free = 5 - mask.count_ones() as usize;
-                let want = if free >= required {
-                    Decision::Won
-                } else {
-                    Decision::Lost
-                };
-                assert_eq!(Tally::of(&replies(&spec)).decide(required), want, "{spec}");
-            }
-        }
-    }
 
     #[tokio::test(start_paused = true)]
     async fn fan_out_takes_any_timeout() {

@@ -19,13 +19,14 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts::{Lua, RENEW_NOT_HERE};
 use crate::sync::locked;
 
-use super::cluster_map::SlotMap;
-use super::cluster_route::{
+use super::map::SlotMap;
+use super::route::{
     by_shard, confirmed, next, send_calls, slot_groups, Next, Redirect, Route, Shards,
 };
-use super::reply;
-use super::script_call::{map_err, no_script};
-use super::{BatchCost, RenewBatch, RenewItem, Renewed, RENEW_CHUNK};
+use crate::node::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+use crate::node::ops::{BatchCost, Renewed};
+use crate::node::reply;
+use crate::node::script_call::{map_err, no_script};
 
 /// A node's host and port, as a redirect names it.
 type Addr = (String, u16);
@@ -361,7 +362,7 @@ fn timed_out() -> redis::RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::cluster_map::slots_reply;
+    use crate::node::cluster::map::slots_reply;
     use std::time::Duration;
 
     /// A batch goes per shard, one call per 100 locks of a shard whatever

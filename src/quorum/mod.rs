@@ -1,0 +1,12 @@
+//! Quorums: every verdict on the nodes' answers, pure (`verdict`), and the
+//! fan-out to every node under one deadline that gathers them (`fan_out`).
+//! This module is the folder's door.
+
+mod verdict;
+
+mod fan_out;
+
+pub(crate) use self::fan_out::{deadline_after, FanOut, Leg, Stragglers};
+pub(crate) use self::verdict::{
+    valid_until, validity, Decision, Loss, ReleaseTally, RenewalTally, Tally, Times, Verdict,
+};
