@@ -1310,8 +1310,9 @@ async fn reacquiring_right_after_an_expired_release_is_exclusive_with_a_new_toke
 
 /// A hold whose validity ended while its process was stalled (a GC pause,
 /// SIGSTOP, a swapped-out VM), and which another client took and released
-/// meanwhile, is renewed ("repaired") by the watchdog when the process
-/// resumes: `is_held()` turns true again and `lost()` never fires.
+/// meanwhile, is not renewed ("repaired") by the watchdog when the process
+/// resumes: it is lost, `is_held()` stays false and `lost()` fires. (It
+/// used to be renewed, with `lost()` never firing.)
 #[tokio::test]
 async fn a_hold_that_lapsed_during_a_process_stall_is_lost_not_renewed() {
     let (_serial, cluster) = exclusive(Profile::Fast).await;
