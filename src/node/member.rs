@@ -18,7 +18,7 @@ use super::feed::Feed;
 use super::ops::{
     Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, Renewed,
 };
-use super::order::{Order, Stamp};
+use super::order::{pair, Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
@@ -118,8 +118,8 @@ fn grant_call(stamp: Stamp) -> (Resend, Confirm, Stamp) {
 pub(crate) struct Member<S>(pub(crate) S, Arc<Order>);
 
 /// The (lock, holder) pair of a call for `holder`.
-fn holder(keys: &Keys, holder: &Arc<str>) -> (Arc<str>, Arc<str>) {
-    (Arc::clone(&keys.name), Arc::clone(holder))
+fn holder(keys: &Keys, holder: &str) -> u64 {
+    pair(&keys.name, holder)
 }
 
 impl<S: Server> Member<S> {
@@ -128,8 +128,8 @@ impl<S: Server> Member<S> {
     }
 
     /// Stamps a call about these (lock, party) pairs, made now.
-    fn stamp(&self, parties: Vec<(Arc<str>, Arc<str>)>) -> Stamp {
-        self.1.stamp(parties)
+    fn stamp(&self, pairs: &[u64]) -> Stamp {
+        self.1.stamp(pairs)
     }
 
     /// The last argument of every script that publishes (`release`,
@@ -184,14 +184,14 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
-            let stamp = self.stamp(vec![holder(keys, &owner)]);
+            let stamp = self.stamp(&[holder(keys, &owner)]);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
             let names = script_keys::acquire(keys);
             return self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read);
         };
-        let stamp = self.stamp(vec![holder(keys, &owner), holder(keys, &p.waiter)]);
+        let stamp = self.stamp(&[holder(keys, &owner), holder(keys, &p.waiter)]);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
@@ -211,7 +211,7 @@ impl<S: Server> NodeOps for Member<S> {
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire(keys);
-        let stamp = self.stamp(vec![holder(keys, &owner)]);
+        let stamp = self.stamp(&[holder(keys, &owner)]);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
@@ -220,7 +220,7 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let stamp = self.stamp(vec![holder(keys, waiter)]);
+        let stamp = self.stamp(&[holder(keys, waiter)]);
         let waiter = Arc::clone(waiter);
         let names = script_keys::leave(keys);
         let sharded = self.sharded();
@@ -235,7 +235,8 @@ impl<S: Server> NodeOps for Member<S> {
     fn acquire_all(&self, keys: &Arc<[Arc<Keys>]>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire_all(keys);
-        let stamp = self.stamp(keys.iter().map(|k| holder(k, &owner)).collect());
+        let pairs: Vec<u64> = keys.iter().map(|k| holder(k, &owner)).collect();
+        let stamp = self.stamp(&pairs);
         let n = keys.len();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
@@ -247,7 +248,7 @@ impl<S: Server> NodeOps for Member<S> {
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
-        let stamp = self.stamp(vec![holder(keys, &owner)]);
+        let stamp = self.stamp(&[holder(keys, &owner)]);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);

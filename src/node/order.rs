@@ -25,45 +25,123 @@
 //! flight), and a fence raise only ever raises a counter.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::sync::locked;
 
-/// One (lock name, holder or waiter id) pair.
-type Party = (Arc<str>, Arc<str>);
+/// One (lock name, holder or waiter id) pair, as a 64-bit hash: computed
+/// once per call, so that the member's map neither clones nor hashes the
+/// names again. Two pairs that share a hash (about one in 2^64) only make
+/// a call proven not run fail instead of being sent again.
+pub(crate) fn pair(lock: &str, party: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    lock.hash(&mut h);
+    party.hash(&mut h);
+    h.finish()
+}
 
-/// The latest stamp of every (lock, party) pair with a call in flight on
-/// one member, and how many of its calls are in flight.
+/// A pair is its own hash.
+#[derive(Default)]
+struct Identity(u64);
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// The latest stamp of every pair with a call in flight on one member, and
+/// how many of its calls are in flight.
 #[derive(Default)]
 pub(crate) struct Order {
-    latest: Mutex<HashMap<Party, (u64, usize)>>,
+    latest: Mutex<HashMap<u64, (u64, usize), BuildHasherDefault<Identity>>>,
     next: AtomicU64,
 }
 
 impl Order {
-    /// Stamps a call about `parties`, made now: it is the latest of each.
-    pub(crate) fn stamp(self: &Arc<Self>, parties: Vec<Party>) -> Stamp {
+    /// Stamps a call about `pairs` (see [`pair`]), made now: it is the
+    /// latest of each.
+    pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64]) -> Stamp {
         let seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        if !parties.is_empty() {
+        let pairs = Pairs::of(pairs);
+        if !pairs.as_slice().is_empty() {
             let mut latest = locked(&self.latest);
-            for p in &parties {
-                let entry = latest.entry(p.clone()).or_insert((seq, 0));
+            for &p in pairs.as_slice() {
+                let entry = latest.entry(p).or_insert((seq, 0));
                 *entry = (seq, entry.1 + 1);
             }
         }
         Stamp {
             order: Some(Arc::clone(self)),
             seq,
-            parties,
+            pairs,
         }
     }
 
-    /// How many (lock, party) pairs have a call in flight.
+    /// How many pairs have a call in flight.
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         locked(&self.latest).len()
+    }
+}
+
+/// A call's pairs: one or two inline (a lock's holder, a queued waiter),
+/// more for a set.
+struct Pairs {
+    inline: [u64; 2],
+    len: usize,
+    more: Vec<u64>,
+}
+
+impl Pairs {
+    fn of(pairs: &[u64]) -> Self {
+        match *pairs {
+            [] => Self::none(),
+            [a] => Self {
+                inline: [a, 0],
+                len: 1,
+                more: Vec::new(),
+            },
+            [a, b] => Self {
+                inline: [a, b],
+                len: 2,
+                more: Vec::new(),
+            },
+            _ => Self {
+                inline: [0; 2],
+                len: 0,
+                more: pairs.to_vec(),
+            },
+        }
+    }
+
+    fn none() -> Self {
+        Self {
+            inline: [0; 2],
+            len: 0,
+            more: Vec::new(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        if self.more.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.more
+        }
     }
 }
 
@@ -72,7 +150,7 @@ impl Order {
 pub(crate) struct Stamp {
     order: Option<Arc<Order>>,
     seq: u64,
-    parties: Vec<Party>,
+    pairs: Pairs,
 }
 
 impl Stamp {
@@ -81,7 +159,7 @@ impl Stamp {
         Self {
             order: None,
             seq: 0,
-            parties: Vec::new(),
+            pairs: Pairs::none(),
         }
     }
 
@@ -90,11 +168,12 @@ impl Stamp {
         let Some(order) = &self.order else {
             return false;
         };
-        if self.parties.is_empty() {
+        let pairs = self.pairs.as_slice();
+        if pairs.is_empty() {
             return false;
         }
         let latest = locked(&order.latest);
-        self.parties
+        pairs
             .iter()
             .any(|p| latest.get(p).is_some_and(|&(s, _)| s != self.seq))
     }
@@ -116,11 +195,12 @@ impl Stamp {
 impl Drop for Stamp {
     fn drop(&mut self) {
         let Some(order) = &self.order else { return };
-        if self.parties.is_empty() {
+        let pairs = self.pairs.as_slice();
+        if pairs.is_empty() {
             return;
         }
         let mut latest = locked(&order.latest);
-        for p in &self.parties {
+        for p in pairs {
             if let Some(entry) = latest.get_mut(p) {
                 entry.1 -= 1;
                 if entry.1 == 0 {
@@ -135,8 +215,9 @@ impl Drop for Stamp {
 mod tests {
     use super::*;
 
-    fn pair(lock: &str, who: &str) -> Party {
-        (Arc::from(lock), Arc::from(who))
+    fn stamp(order: &Arc<Order>, pairs: &[(&str, &str)]) -> Stamp {
+        let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
+        order.stamp(&pairs)
     }
 
     /// A later call of the same (lock, holder) supersedes an earlier one,
@@ -145,12 +226,12 @@ mod tests {
     #[test]
     fn a_later_call_of_the_same_hold_supersedes_an_earlier_one() {
         let order = Arc::new(Order::default());
-        let acquire = order.stamp(vec![pair("a", "h1")]);
-        let other_holder = order.stamp(vec![pair("a", "h2")]);
-        let other_lock = order.stamp(vec![pair("b", "h1")]);
+        let acquire = stamp(&order, &[("a", "h1")]);
+        let other_holder = stamp(&order, &[("a", "h2")]);
+        let other_lock = stamp(&order, &[("b", "h1")]);
         assert!(!acquire.superseded());
         assert!(acquire.may_resend().is_ok());
-        let release = order.stamp(vec![pair("a", "h1")]);
+        let release = stamp(&order, &[("a", "h1")]);
         assert!(acquire.superseded(), "the release was made after it");
         let e = acquire.may_resend().expect_err("superseded");
         assert_eq!(e.kind, NodeErrorKind::Superseded);
@@ -162,7 +243,7 @@ mod tests {
             "a release that already ended still comes first"
         );
         drop(acquire);
-        let next = order.stamp(vec![pair("a", "h1")]);
+        let next = stamp(&order, &[("a", "h1")]);
         assert!(!next.superseded(), "a new call after both ended");
         drop((next, other_holder, other_lock));
         assert_eq!(order.in_flight(), 0, "nothing kept once the calls end");
@@ -174,8 +255,8 @@ mod tests {
     #[test]
     fn a_queued_acquire_is_ordered_by_its_holder_and_its_waiter() {
         let order = Arc::new(Order::default());
-        let queued = order.stamp(vec![pair("a", "h1"), pair("a", "w1")]);
-        let leave = order.stamp(vec![pair("a", "w1")]);
+        let queued = stamp(&order, &[("a", "h1"), ("a", "w1")]);
+        let leave = stamp(&order, &[("a", "w1")]);
         assert!(queued.superseded());
         drop(leave);
         assert!(queued.superseded(), "the leave came first");
