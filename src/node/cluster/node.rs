@@ -326,12 +326,6 @@ impl ClusterNode {
         }
     }
 
-    /// Failovers this member followed since it connected.
-    #[allow(dead_code)]
-    pub(crate) fn failovers_followed(&self) -> u64 {
-        self.watch.followed()
-    }
-
     /// What `build()` checks: the cluster's identities (its masters' node
     /// ids) and a seed's `maxmemory-policy`.
     pub(crate) fn info(&self) -> ServerInfo {

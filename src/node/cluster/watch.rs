@@ -179,8 +179,6 @@ pub(super) struct Watch {
     link: Arc<Link>,
     feed: Arc<ClusterFeed>,
     probing: Mutex<Probing>,
-    /// Failovers followed (for tests and logs).
-    followed: std::sync::atomic::AtomicU64,
 }
 
 impl Watch {
@@ -200,7 +198,6 @@ impl Watch {
             link,
             feed,
             probing: Mutex::default(),
-            followed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -241,11 +238,6 @@ impl Watch {
                 tokio::time::sleep_until(started + spacing).await;
             }
         }));
-    }
-
-    /// Failovers this member followed.
-    pub(super) fn followed(&self) -> u64 {
-        self.followed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Asks every known node for the slot map; follows a failover it
@@ -300,8 +292,6 @@ impl Watch {
                 *locked(&self.linked) = view.clone();
                 self.link.replace(calls, renewals);
                 self.feed.follow(first);
-                self.followed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 info!(member = %self.addr, "cluster member follows a failover: new connections to its shards");
                 Found::Followed
             }
