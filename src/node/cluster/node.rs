@@ -394,7 +394,7 @@ impl Server for ClusterNode {
         let (keys, read, stamp) = (call.keys, call.read, call.stamp);
         let wait = self.wait.filter(|_| call.confirm == Confirm::Replicas);
         let patience = self.patience;
-        let mut conn = self.link.calls();
+        let link = Arc::clone(&self.link);
         let map = Arc::clone(&self.map);
         let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
@@ -407,6 +407,9 @@ impl Server for ClusterNode {
             loop {
                 let mut cmd = keys.call(script, retry.send_body());
                 args(&mut cmd);
+                // Each try over the connection of the moment: one made
+                // after a failover was followed goes to the new master.
+                let mut conn = link.calls();
                 let on_wire = Unanswered::new(&watch, suspect_after);
                 let sent = send(&mut conn, cmd, (retry.route(), slot), wait).await;
                 // An error after a long wait (redis-rs's response
