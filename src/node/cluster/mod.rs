@@ -34,11 +34,12 @@ mod spec;
 mod watch;
 
 pub(crate) use self::lazy::LazyCluster;
-pub(crate) use self::node::{refuse_cross_slot_set, ClusterNode};
+pub(crate) use self::node::ClusterNode;
 #[cfg(test)]
 pub(crate) use self::retry::{Redirect, Retry, Step};
 #[cfg(test)]
 pub(crate) use self::route::{failure, slot_groups};
+pub(crate) use self::seed::refuse_cross_slot_set;
 pub(crate) use self::seed::refuse_shard_of_cluster;
 #[cfg(feature = "tls-rustls")]
 pub(crate) use self::spec::Certs;

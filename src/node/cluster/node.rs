@@ -52,8 +52,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use redis::{RedisError, Value};
 
 use crate::admission::ServerInfo;
@@ -69,11 +67,11 @@ use super::retry::{Retry, Step};
 use super::route::{confirmed, failure, send, status_values, Next, Shards};
 use super::seed::read_seed;
 use super::spec::ClusterSpec;
-use super::watch::{suspect_after, Dial, Link, Watch};
+use super::watch::{suspect_after, Dial, Link, Unanswered, Watch};
 use crate::node::batch::RenewBatch;
 use crate::node::feed::Feed;
 use crate::node::member::{Call, Confirm, Server};
-use crate::node::ops::{Answer, BatchCost, NodeLockState, NodeOps, Renewed};
+use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::reply;
 use crate::node::script_call::map_err;
 use crate::node::script_keys;
@@ -471,83 +469,9 @@ impl Server for ClusterNode {
     }
 }
 
-/// A try on the wire: dropped unanswered (its caller stopped waiting, or
-/// it failed) after `suspect_after` or more, it makes the member probe its
-/// topology (see `watch`).
-struct Unanswered<'a> {
-    watch: &'a Arc<Watch>,
-    since: Instant,
-    after: Duration,
-    answered: bool,
-}
-
-impl<'a> Unanswered<'a> {
-    fn new(watch: &'a Arc<Watch>, after: Duration) -> Self {
-        Self {
-            watch,
-            since: Instant::now(),
-            after,
-            answered: false,
-        }
-    }
-
-    /// Answered: `ok`, or an error (suspect after a long wait, as no
-    /// answer is).
-    fn answered(mut self, ok: bool) {
-        self.answered = ok;
-    }
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if !self.answered && self.since.elapsed() >= self.after {
-            self.watch.suspect();
-        }
-    }
-}
-
 /// Whether a failed connect may pass, so that it is worth trying again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Passing {
     Yes,
     No,
-}
-
-/// Refuses a set over several hash slots when a member is a cluster: one
-/// script cannot touch keys of several slots there (`CROSSSLOT`), and
-/// taking the slots one after another would no longer be all or none on
-/// that member. Lock names may not hold braces, so no hash tag can put
-/// names of the caller's choosing in one slot; the error says what works.
-pub(crate) fn refuse_cross_slot_set(
-    members: &[Arc<dyn NodeOps>],
-    set: &[Arc<Keys>],
-) -> Result<(), Error> {
-    let Some(cluster) = members.iter().position(|m| m.is_cluster()) else {
-        return Ok(());
-    };
-    let mut slots: Vec<(u16, &str)> = set.iter().map(|k| (k.slot(), &*k.name)).collect();
-    slots.sort_unstable();
-    slots.dedup_by_key(|(s, _)| *s);
-    if slots.len() <= 1 {
-        return Ok(());
-    }
-    let shown: Vec<String> = slots
-        .iter()
-        .take(4)
-        .map(|(s, n)| format!("{n:?} in slot {s}"))
-        .collect();
-    Err(Error::invalid(
-        "lock names",
-        format!(
-            "member {cluster} ({}) is a Redis Cluster, where one script can only touch keys of \
-             one hash slot, and these names sit in {} slots ({}{}); lock_all there takes only \
-             names of one slot (lock names cannot carry a {{hash tag}}, so check with \
-             quorumlock::lock_slot), or take the names one by one with nested lock() calls in \
-             a fixed order (e.g. sorted) to stay deadlock-free",
-            members[cluster].addr(),
-            slots.len(),
-            shown.join(", "),
-            if slots.len() > 4 { ", ..." } else { "" },
-        ),
-    ))
 }

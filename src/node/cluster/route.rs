@@ -185,16 +185,10 @@ pub(super) async fn send_calls(
     Ok((replies, acks))
 }
 
-/// Sends one command: by `slot` (its first key's), to a redirect's
-/// address, or there after `ASKING`; with `wait`, `WAIT` after it in the
-/// same pipeline. Its reply, and `WAIT`'s.
-pub(super) async fn send(
-    conn: &mut ClusterConnection,
-    cmd: redis::Cmd,
-    (route, slot): (&Redirect, u16),
-    wait: Option<ReplicaWait>,
-) -> redis::RedisResult<(Value, Option<Value>)> {
-    let to = match route {
+/// Where a try goes: the master of `slot` as redis-rs's map says, or the
+/// address a redirect named.
+fn routing(route: &Redirect, slot: u16) -> SingleNodeRoutingInfo {
+    match route {
         Redirect::BySlot => {
             SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(slot, SlotAddr::Master))
         }
@@ -204,7 +198,19 @@ pub(super) async fn send(
                 port: *port,
             }
         }
-    };
+    }
+}
+
+/// Sends one command: by `slot` (its first key's), to a redirect's
+/// address, or there after `ASKING`; with `wait`, `WAIT` after it in the
+/// same pipeline. Its reply, and `WAIT`'s.
+pub(super) async fn send(
+    conn: &mut ClusterConnection,
+    cmd: redis::Cmd,
+    (route, slot): (&Redirect, u16),
+    wait: Option<ReplicaWait>,
+) -> redis::RedisResult<(Value, Option<Value>)> {
+    let to = routing(route, slot);
     let asking = matches!(route, Redirect::Ask(..));
     let mut pipe = redis::pipe();
     if asking {
@@ -312,17 +318,7 @@ async fn read_following(
             pipe.cmd("CLUSTER").arg("MYID");
         }
         let per_read = if asking { 2 } else { 1 };
-        let to = match &route {
-            Redirect::BySlot => {
-                SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(slot, SlotAddr::Master))
-            }
-            Redirect::Moved(host, port) | Redirect::Ask(host, port) => {
-                SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                }
-            }
-        };
+        let to = routing(&route, slot);
         let count = reads.len() * per_read + usize::from(myid);
         let e = match conn.route_pipeline(pipe, 0, count, to).await {
             Ok(values) => {

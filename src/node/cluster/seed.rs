@@ -1,14 +1,18 @@
 //! What a cluster member's seeds say at `build()`: their slot map, eviction
-//! policy and version; and the refusal of a node given as a standalone
-//! master that is one shard of a larger cluster.
+//! policy and version; the refusal of a node given as a standalone master
+//! that is one shard of a larger cluster, and of a set over several hash
+//! slots when a member is a cluster.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 
 use crate::error::Error;
+use crate::keys::Keys;
 
 use super::map::{info_field, SlotMap};
+use crate::node::ops::NodeOps;
 use crate::node::spec::NodeSpec;
 
 /// What a seed says: its slot map (each shard's replicas counted from
@@ -94,4 +98,43 @@ pub(crate) async fn refuse_shard_of_cluster<C: redis::aio::ConnectionLike>(
         ))),
         _ => Ok(()),
     }
+}
+
+/// Refuses a set over several hash slots when a member is a cluster: one
+/// script cannot touch keys of several slots there (`CROSSSLOT`), and
+/// taking the slots one after another would no longer be all or none on
+/// that member. Lock names may not hold braces, so no hash tag can put
+/// names of the caller's choosing in one slot; the error says what works.
+pub(crate) fn refuse_cross_slot_set(
+    members: &[Arc<dyn NodeOps>],
+    set: &[Arc<Keys>],
+) -> Result<(), Error> {
+    let Some(cluster) = members.iter().position(|m| m.is_cluster()) else {
+        return Ok(());
+    };
+    let mut slots: Vec<(u16, &str)> = set.iter().map(|k| (k.slot(), &*k.name)).collect();
+    slots.sort_unstable();
+    slots.dedup_by_key(|(s, _)| *s);
+    if slots.len() <= 1 {
+        return Ok(());
+    }
+    let shown: Vec<String> = slots
+        .iter()
+        .take(4)
+        .map(|(s, n)| format!("{n:?} in slot {s}"))
+        .collect();
+    Err(Error::invalid(
+        "lock names",
+        format!(
+            "member {cluster} ({}) is a Redis Cluster, where one script can only touch keys of \
+             one hash slot, and these names sit in {} slots ({}{}); lock_all there takes only \
+             names of one slot (lock names cannot carry a {{hash tag}}, so check with \
+             quorumlock::lock_slot), or take the names one by one with nested lock() calls in \
+             a fixed order (e.g. sorted) to stay deadlock-free",
+            members[cluster].addr(),
+            slots.len(),
+            shown.join(", "),
+            if slots.len() > 4 { ", ..." } else { "" },
+        ),
+    ))
 }

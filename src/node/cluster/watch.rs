@@ -328,6 +328,41 @@ impl Watch {
     }
 }
 
+/// A try on the wire: dropped unanswered (its caller stopped waiting, or
+/// it failed) after `suspect_after` or more, it makes the member probe its
+/// topology (see `watch`).
+pub(super) struct Unanswered<'a> {
+    watch: &'a Arc<Watch>,
+    since: Instant,
+    after: Duration,
+    answered: bool,
+}
+
+impl<'a> Unanswered<'a> {
+    pub(super) fn new(watch: &'a Arc<Watch>, after: Duration) -> Self {
+        Self {
+            watch,
+            since: Instant::now(),
+            after,
+            answered: false,
+        }
+    }
+
+    /// Answered: `ok`, or an error (suspect after a long wait, as no
+    /// answer is).
+    pub(super) fn answered(mut self, ok: bool) {
+        self.answered = ok;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered && self.since.elapsed() >= self.after {
+            self.watch.suspect();
+        }
+    }
+}
+
 /// A node asked: its host, port and connection settings.
 type Asked = (String, u16, ConnectionInfo);
 
