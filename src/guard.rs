@@ -58,6 +58,14 @@ impl LockGuard {
         Self { hold, done: false }
     }
 
+    /// A signal of this hold's loss (or release), for work that must stop
+    /// with it.
+    pub(crate) fn signal(&self) -> LossSignal {
+        LossSignal {
+            hold: Arc::clone(&self.hold),
+        }
+    }
+
     /// The lock name.
     #[must_use]
     pub fn name(&self) -> &str {

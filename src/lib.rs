@@ -162,6 +162,7 @@ mod members;
 
 mod events;
 mod hold;
+mod leader;
 mod wait;
 
 mod guard;
@@ -176,6 +177,8 @@ mod shared;
 mod builder;
 mod request;
 
+mod election;
+
 mod manager;
 
 #[cfg(test)]
@@ -188,6 +191,7 @@ pub use crate::builder::LockManagerBuilder;
 pub use crate::config::{
     Backoff, Config, Quorum, ReplicaWait, MAX_EVENTS_BUFFER, MAX_LEASE, MAX_TIMEOUT,
 };
+pub use crate::election::{Election, Leadership};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::events::{LockEvent, LockEvents};
 pub use crate::guard::{LockGuard, LossSignal};
@@ -195,6 +199,7 @@ pub use crate::hold::HoldState;
 pub use crate::keys::lock_slot;
 pub use crate::keys::{fence_counter_key, MAX_LOCK_ALL_NAMES, MAX_NAME_LEN};
 pub use crate::layout::Layout;
+pub use crate::leader::{Leader, MAX_LEADER_VALUE};
 pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::builder::LockManagerBuilder;
 use crate::config::Config;
+use crate::election::Election;
 use crate::error::{Error, NodeFailure};
 use crate::events::{self, LockEvents};
 use crate::guard::LockGuard;
@@ -244,6 +245,30 @@ impl LockManager {
         S: Into<String>,
     {
         self.request_all(names).wait(wait).acquire().await
+    }
+
+    /// The leader election named `name` among the processes that campaign
+    /// for it through managers over the same members: campaign, proclaim,
+    /// resign, read and observe the leader. See [`Election`].
+    ///
+    /// A name that is not valid is reported by the election's calls
+    /// ([`Error::InvalidInput`]), never by a panic.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let election = locks.election("scheduler");
+    /// if let Some(leader) = election.leader().await? {
+    ///     println!("{} leads in term {}", leader.value(), leader.term());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    #[must_use]
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self, name.into())
     }
 
     /// Deletes `name` on every node, whoever holds it, and wakes its waiters.

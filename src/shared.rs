@@ -1,6 +1,7 @@
 //! What a [`LockManager`] is made of: the handle itself, and the state
 //! every clone of it shares ([`Inner`]: the members, the re-entry registry,
-//! the watchdog, the waiters' notifier, the members unreachable at
+//! the watchdog, the waiters' notifier, the elections' observers, the
+//! members unreachable at
 //! `build()`). The manager's methods are all in `manager`; the requests,
 //! the builder and the manager reach the shared state here.
 
@@ -10,6 +11,7 @@ use crate::acquire::Acquisition;
 use crate::config::Config;
 use crate::error::NodeFailure;
 use crate::hold::OnDrop;
+use crate::leader::Observers;
 use crate::members::Members;
 use crate::node::NodeOps;
 use crate::owner::new_client_id;
@@ -57,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) reentry: Arc<Reentry>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) notifier: Notifier,
+    /// The elections' observers: one watch per election name.
+    pub(crate) observers: Observers,
     /// The nodes that could not be reached at `build()`.
     pub(crate) unreachable: Vec<NodeFailure>,
 }
@@ -84,6 +88,7 @@ impl Inner {
             watchdog: Watchdog::new(&nodes),
             nodes,
             reentry: Arc::default(),
+            observers: Observers::default(),
             unreachable,
         })
     }

@@ -111,6 +111,31 @@ impl Keys {
         (&self.base, ":timeouts")
     }
 
+    /// An election's leader record, `<prefix>{<name>}:leader` (see
+    /// `scripts/proclaim.lua`), in two parts.
+    pub(crate) fn record_parts(&self) -> (&str, &'static str) {
+        (&self.base, ":leader")
+    }
+
+    /// The channel a proclaim publishes on, `<prefix>{<name>}:elected`,
+    /// where an election's observers listen.
+    pub(crate) fn elected_channel(&self) -> String {
+        let (base, suffix) = self.elected_parts();
+        format!("{base}{suffix}")
+    }
+
+    /// [`Keys::elected_channel`] in two parts, to write without building it.
+    pub(crate) fn elected_parts(&self) -> (&str, &'static str) {
+        (&self.base, ":elected")
+    }
+
+    /// The leader record's key (see [`Keys::record_parts`]).
+    #[cfg(test)]
+    pub(crate) fn record(&self) -> String {
+        let (base, suffix) = self.record_parts();
+        format!("{base}{suffix}")
+    }
+
     /// The hash slot of every key of the lock: its name's.
     pub(crate) fn slot(&self) -> u16 {
         self.slot

@@ -16,7 +16,8 @@ use crate::scripts::{self, ms};
 use super::batch::RenewBatch;
 use super::feed::Feed;
 use super::ops::{
-    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Released, Renewed,
+    Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Proclaimed, Record, Released,
+    Renewed, Seen,
 };
 use super::order::{pair, Order, Stamp};
 use super::reply::{self, grant};
@@ -289,6 +290,33 @@ impl<S: Server> NodeOps for Member<S> {
         };
         let how = (Resend::Never, Confirm::Master, Stamp::none());
         self.run(&scripts::FORCE_RELEASE, names, how, args, read)
+    }
+
+    fn proclaim(&self, keys: &Arc<Keys>, record: &Record) -> Answer<Proclaimed> {
+        let names = script_keys::proclaim(keys);
+        let stamp = self.stamp(&[holder(keys, &record.holder)]);
+        let record = record.clone();
+        let sharded = self.sharded();
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*record.holder).arg(record.term).arg(record.rev);
+            c.arg(&*record.value).arg(sharded);
+        };
+        // Sent again after a broken connection: it writes only where the
+        // hold is alive and never over a later revision, so a late copy
+        // changes nothing a later call made.
+        let how = (Resend::AfterBrokenConnection, Confirm::Replicas, stamp);
+        self.run(&scripts::PROCLAIM, names, how, args, reply::proclaimed)
+    }
+
+    fn leader(&self, keys: &Arc<Keys>) -> Answer<Seen> {
+        let names = script_keys::leader(keys);
+        let read = |reply: Vec<Value>| reply::seen(&reply);
+        let how = (
+            Resend::AfterBrokenConnection,
+            Confirm::Master,
+            Stamp::none(),
+        );
+        self.run(&scripts::LEADER, names, how, |_| {}, read)
     }
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {

@@ -46,7 +46,9 @@ pub(crate) use self::feed::{Feed, FeedConn};
 pub(crate) use self::feed::{FeedMessage, FeedSink};
 pub(crate) use self::member::{Member, Server};
 pub use self::ops::NodeLockState;
-pub(crate) use self::ops::{Answer, Claim, Grant, NodeOps, Place, Released, Renewed};
+pub(crate) use self::ops::{
+    Answer, Claim, Grant, NodeOps, Place, Proclaimed, Record, Released, Renewed, Seen,
+};
 pub(crate) use self::redis_node::RedisNode;
 #[cfg(test)]
 pub(crate) use self::script_call::Resend;
@@ -57,6 +59,7 @@ pub(crate) use self::spec::{redact, NodeSpec};
 #[cfg(test)]
 pub(crate) mod call_keys {
     pub(crate) use super::script_keys::{
-        acquire, acquire_all, acquire_queued, force_release, leave, raise_fences, release, Names,
+        acquire, acquire_all, acquire_queued, force_release, leader, leave, proclaim, raise_fences,
+        release, Names,
     };
 }

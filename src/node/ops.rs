@@ -88,6 +88,43 @@ pub(crate) enum Renewed {
     Failed,
 }
 
+/// An election leader's record as a proclaim writes it on a node
+/// (`scripts/proclaim.lua`) and a read finds it (`scripts/leader.lua`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Record {
+    /// The holder id of the leader's hold of the election's lock.
+    pub(crate) holder: Arc<str>,
+    /// The term: the hold's fencing token.
+    pub(crate) term: u64,
+    /// The revision of the value within the term (1 for the campaign's).
+    pub(crate) rev: u64,
+    pub(crate) value: Arc<str>,
+}
+
+/// How a node answered a proclaim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proclaimed {
+    /// The record is the leader's (written now, or already there).
+    Written,
+    /// The leader's hold is not alive on this node: nothing written.
+    NotHeld,
+    /// The node has a record of a later term or revision: nothing written.
+    Superseded,
+}
+
+/// What one node says of an election's leader (`scripts/leader.lua`),
+/// with the PTTL of the election's lock where it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// No lock: nobody leads on this node.
+    Vacant,
+    /// The lock is held, but not by the record's holder (a campaign won
+    /// and not proclaimed here yet).
+    Unproclaimed(Option<Duration>),
+    /// The record's holder holds the lock.
+    Leads(Record, Option<Duration>),
+}
+
 /// What one node holds for one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -212,6 +249,14 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64>;
 
     fn force_release(&self, keys: &Arc<Keys>) -> Answer<bool>;
+
+    /// Writes an election leader's record where its hold is alive
+    /// (`scripts/proclaim.lua`), publishing the change to observers.
+    fn proclaim(&self, keys: &Arc<Keys>, record: &Record) -> Answer<Proclaimed>;
+
+    /// Reads an election's leader as this node sees it
+    /// (`scripts/leader.lua`).
+    fn leader(&self, keys: &Arc<Keys>) -> Answer<Seen>;
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
 }

@@ -9,7 +9,9 @@ use redis::Value;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
-use super::ops::{Grant, NodeLockState, Released, Renewed};
+use std::sync::Arc;
+
+use super::ops::{Grant, NodeLockState, Proclaimed, Record, Released, Renewed, Seen};
 
 /// An integer reply, or one sent as a string; `nil` is 0.
 pub(super) fn int(v: &Value) -> Option<i64> {
@@ -42,6 +44,58 @@ pub(super) fn grant(reply: &[Value], script: &'static str) -> Result<Grant, Node
                 .unwrap_or(0),
         )),
         _ => Err(NodeError::protocol(script)),
+    }
+}
+
+/// Reads a `proclaim` reply code.
+pub(super) fn proclaimed(code: i64) -> Result<Proclaimed, NodeError> {
+    match code {
+        1 => Ok(Proclaimed::Written),
+        0 => Ok(Proclaimed::NotHeld),
+        -1 => Ok(Proclaimed::Superseded),
+        _ => Err(NodeError::protocol("proclaim")),
+    }
+}
+
+/// A bulk string reply as text.
+fn text(v: &Value) -> Option<Arc<str>> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(Into::into),
+        Value::SimpleString(s) => Some(s.as_str().into()),
+        _ => None,
+    }
+}
+
+/// Reads a `leader` reply: `{0}`, `{1, pttl}` or `{2, pttl, holder, term,
+/// rev, value}`; a PTTL below 0 (no expiry) is `None`.
+pub(super) fn seen(reply: &[Value]) -> Result<Seen, NodeError> {
+    let bad = || NodeError::protocol("leader");
+    let pttl = || {
+        reply
+            .get(1)
+            .and_then(int)
+            .and_then(|p| u64::try_from(p).ok())
+            .map(Duration::from_millis)
+    };
+    let num = |i: usize| {
+        reply
+            .get(i)
+            .and_then(int)
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    match reply.first().and_then(int) {
+        Some(0) => Ok(Seen::Vacant),
+        Some(1) => Ok(Seen::Unproclaimed(pttl())),
+        Some(2) => {
+            let record = Record {
+                holder: reply.get(2).and_then(text).ok_or_else(bad)?,
+                term: num(3).ok_or_else(bad)?,
+                rev: num(4).ok_or_else(bad)?,
+                value: reply.get(5).and_then(text).ok_or_else(bad)?,
+            };
+            Ok(Seen::Leads(record, pttl()))
+        }
+        _ => Err(bad()),
     }
 }
 

@@ -34,6 +34,10 @@ pub(crate) enum Part {
     Channel,
     /// The layout's foreign channel, when it has one (else nothing).
     Foreign,
+    /// An election's leader record (`Keys::record_parts`).
+    Record,
+    /// An election's channel for its observers (`Keys::elected_channel`).
+    Elected,
 }
 
 impl Names {
@@ -82,11 +86,12 @@ impl Names {
                         Part::Lock => drop(cmd.arg(&keys.lock)),
                         Part::Fence => drop(cmd.arg(&keys.fence)),
                         Part::Channel => drop(cmd.arg(&keys.channel)),
-                        Part::Queue | Part::Timeouts => {
-                            let (base, suffix) = if part == Part::Queue {
-                                keys.queue_parts()
-                            } else {
-                                keys.timeouts_parts()
+                        Part::Queue | Part::Timeouts | Part::Record | Part::Elected => {
+                            let (base, suffix) = match part {
+                                Part::Queue => keys.queue_parts(),
+                                Part::Timeouts => keys.timeouts_parts(),
+                                Part::Record => keys.record_parts(),
+                                _ => keys.elected_parts(),
                             };
                             let mut w = redis::RedisWrite::writer_for_next_arg(cmd);
                             // Writing to the command's own buffer cannot fail.
@@ -122,6 +127,8 @@ impl Names {
                     Part::Timeouts => Some(keys.timeouts()),
                     Part::Channel => Some(keys.channel.clone()),
                     Part::Foreign => keys.foreign_channel.clone(),
+                    Part::Record => Some(keys.record()),
+                    Part::Elected => Some(keys.elected_channel()),
                 })
                 .collect(),
             Self::Many(v) => v.clone(),
@@ -173,6 +180,16 @@ pub(crate) fn force_release(keys: &Arc<Keys>) -> Names {
         Arc::clone(keys),
         &[Part::Lock, Part::Channel, Part::Foreign],
     )
+}
+
+/// `proclaim.lua`: the election's lock, its leader record, its channel.
+pub(crate) fn proclaim(keys: &Arc<Keys>) -> Names {
+    Names::One(Arc::clone(keys), &[Part::Lock, Part::Record, Part::Elected])
+}
+
+/// `leader.lua`: the election's lock and its leader record.
+pub(crate) fn leader(keys: &Arc<Keys>) -> Names {
+    Names::One(Arc::clone(keys), &[Part::Lock, Part::Record])
 }
 
 /// What a status call reads (`HGETALL`, `PTTL`, `GET` in one pipeline):
@@ -228,6 +245,8 @@ mod tests {
                     ("leave", leave(&k).to_vec()),
                     ("release", release(&k).to_vec()),
                     ("force_release", force_release(&k).to_vec()),
+                    ("proclaim", proclaim(&k).to_vec()),
+                    ("leader", leader(&k).to_vec()),
                     ("raise_fence", raise_fences(one).to_vec()),
                     ("acquire_all of one name", acquire_all(one).to_vec()),
                     ("status", status),
@@ -258,6 +277,8 @@ mod tests {
                 force_release(&k),
                 raise_fences(one),
                 acquire_all(one),
+                proclaim(&k),
+                leader(&k),
             ] {
                 let cmd = names.call(&crate::scripts::RELEASE, false);
                 let args = crate::node::batch::cmd_args(&cmd);

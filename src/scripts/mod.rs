@@ -45,7 +45,7 @@ pub(crate) struct Lua {
 }
 
 /// How many one-shot scripts there are.
-pub(crate) const ONE_SHOT: usize = 7;
+pub(crate) const ONE_SHOT: usize = 9;
 
 impl Lua {
     fn new(id: usize, source: &str) -> Self {
@@ -167,6 +167,13 @@ pub(crate) static ACQUIRE_QUEUED: LazyLock<Lua> =
 /// A waiter leaves the lock's queue; the next one is told if it was due.
 pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| Lua::new(6, include_str!("leave.lua")));
 
+/// An election's leader writes its value where its hold is alive.
+pub(crate) static PROCLAIM: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(7, include_str!("proclaim.lua")));
+
+/// Reads an election's leader as one node sees it.
+pub(crate) static LEADER: LazyLock<Lua> = LazyLock::new(|| Lua::new(8, include_str!("leader.lua")));
+
 /// Upgrade from the single fence counter per node: raises every per-slot
 /// counter to the old one and deletes it (run once, at `build()`).
 pub(crate) const ADOPT_FENCE: &str = include_str!("adopt_fence.lua");
@@ -228,6 +235,8 @@ mod tests {
             &*ACQUIRE_ALL,
             &*ACQUIRE_QUEUED,
             &*LEAVE,
+            &*PROCLAIM,
+            &*LEADER,
         ]
         .into_iter()
         .enumerate()

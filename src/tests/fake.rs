@@ -49,6 +49,8 @@ pub(crate) struct State {
     /// By queue key.
     queues: HashMap<String, Queue>,
     fences: HashMap<String, u64>,
+    /// Election leader records, by record key (`proclaim.lua`).
+    records: HashMap<String, crate::node::Record>,
     /// Keys holding a value of another type (a string at a lock key, a
     /// hash at the fence key): what the scripts meet as `WRONGTYPE`.
     foreign: HashSet<String>,
@@ -197,6 +199,7 @@ impl FakeNode {
         s.locks.clear();
         s.queues.clear();
         s.fences.clear();
+        s.records.clear();
         s.foreign.clear();
     }
 
@@ -322,6 +325,7 @@ impl State {
         let queue = |k: &str| self.queues.contains_key(k);
         self.locks.contains_key(key)
             || self.fences.contains_key(key)
+            || self.records.contains_key(key)
             || self.foreign.contains(key)
             || queue(key)
             || key

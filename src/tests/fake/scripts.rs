@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use super::{wrong_type, Entry, State};
 use crate::error::NodeError;
 use crate::keys::{fences, Keys};
-use crate::node::{Grant, NodeLockState, Place, Released, RenewItem, Renewed};
+use crate::node::{
+    Grant, NodeLockState, Place, Proclaimed, Record, Released, RenewItem, Renewed, Seen,
+};
 use crate::tests::fake_queue::Queue;
 
 /// `renew.lua` (extend, report missing keys) or, with `repair`,
@@ -322,6 +324,53 @@ pub(super) fn force_release(s: &mut State, keys: &Keys) -> Result<bool, NodeErro
         }
     }
     Ok(deleted)
+}
+
+/// `proclaim.lua`: the leader's record, written where its hold is alive
+/// and never over a later term or revision; a change is published.
+pub(super) fn proclaim(
+    s: &mut State,
+    keys: &Keys,
+    record: &Record,
+) -> Result<Proclaimed, NodeError> {
+    let key = keys.record();
+    for k in [&keys.lock, &key] {
+        s.read(k)?;
+    }
+    if s.locks
+        .get(&keys.lock)
+        .is_none_or(|e| *e.owner != *record.holder)
+    {
+        return Ok(Proclaimed::NotHeld);
+    }
+    if let Some(cur) = s.records.get(&key) {
+        if (cur.term, cur.rev) > (record.term, record.rev) {
+            return Ok(Proclaimed::Superseded);
+        }
+        if cur == record {
+            return Ok(Proclaimed::Written);
+        }
+    }
+    s.records.insert(key, record.clone());
+    let message = format!("{} {}", record.term, record.rev);
+    s.feed.publish(&keys.elected_channel(), message);
+    Ok(Proclaimed::Written)
+}
+
+/// `leader.lua`: who leads on this node, if anyone.
+pub(super) fn leader(s: &mut State, keys: &Keys) -> Result<Seen, NodeError> {
+    let key = keys.record();
+    for k in [&keys.lock, &key] {
+        s.read(k)?;
+    }
+    let Some(e) = s.locks.get(&keys.lock) else {
+        return Ok(Seen::Vacant);
+    };
+    let pttl = Some(e.expires.saturating_duration_since(Instant::now()));
+    Ok(match s.records.get(&key) {
+        Some(r) if *r.holder == *e.owner => Seen::Leads(r.clone(), pttl),
+        _ => Seen::Unproclaimed(pttl),
+    })
 }
 
 /// What the status call reads: the holder, its count and PTTL, the fence.

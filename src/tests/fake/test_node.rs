@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::error::NodeError;
 use crate::keys::Keys;
 use crate::node::{
-    call_keys, Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Released, RenewBatch,
-    Renewed, Resend,
+    call_keys, Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Proclaimed, Record,
+    Released, RenewBatch, Renewed, Resend, Seen,
 };
 use crate::tests::fake_feed::HubFeed;
 
@@ -184,6 +184,18 @@ impl<N: TestNode> NodeOps for N {
             landed();
             scripts::force_release(s, &k)
         })
+    }
+
+    fn proclaim(&self, keys: &Arc<Keys>, record: &Record) -> Answer<Proclaimed> {
+        let (k, r) = (Arc::clone(keys), record.clone());
+        let names = (|| call_keys::proclaim(keys), Resend::AfterBrokenConnection);
+        self.reach_keyed("proclaim", names, move |s| scripts::proclaim(s, &k, &r))
+    }
+
+    fn leader(&self, keys: &Arc<Keys>) -> Answer<Seen> {
+        let k = Arc::clone(keys);
+        let names = (|| call_keys::leader(keys), Resend::AfterBrokenConnection);
+        self.reach_keyed("leader", names, move |s| scripts::leader(s, &k))
     }
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
