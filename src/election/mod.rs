@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::clock;
 use crate::error::Error;
-use crate::keys::Keys;
+use crate::keys::{check_name, Keys};
 use crate::leader::{self, Leader, MAX_LEADER_VALUE};
 use crate::node::Record;
 use crate::request::{OneName, Request};
@@ -82,12 +82,12 @@ impl std::fmt::Debug for Election {
 impl Election {
     pub(crate) fn new(manager: &LockManager, name: String) -> Self {
         let config = &manager.inner.nodes.config;
-        let keys = Keys::checked(config.layout, &config.key_prefix, &lock_name(&name)).map_err(
-            |e| match e {
+        let keys = check_name(&name)
+            .and_then(|()| Keys::checked(config.layout, &config.key_prefix, &lock_name(&name)))
+            .map_err(|e| match e {
                 Error::InvalidInput { reason, .. } => reason,
                 e => e.to_string(),
-            },
-        );
+            });
         Self {
             manager: manager.clone(),
             name: name.into(),

@@ -193,6 +193,12 @@ impl FakeNode {
         locked(&self.state).fences.get(key).copied().unwrap_or(0)
     }
 
+    /// Puts an election leader's record at `keys`'s record key, as a
+    /// proclaim would (without checking anything).
+    pub(crate) fn put_record(&self, keys: &Keys, record: crate::node::Record) {
+        locked(&self.state).records.insert(keys.record(), record);
+    }
+
     /// Forgets every key, as a node restarted empty.
     pub(crate) fn wipe(&self) {
         let mut s = locked(&self.state);
