@@ -115,12 +115,12 @@ impl Watch {
             match r.agreement {
                 Agreement::Leader(rec) => {
                     let leader = Leader::from_record(&rec);
+                    // Only a later (term, revision) than any sent: the
+                    // same one again (after a read that found nobody)
+                    // or an older one is not news.
                     if last.is_none_or(|v| leader.version() > v) {
                         last = Some(leader.version());
                         self.tx.send_replace(Some(leader));
-                    } else if leader.version() == last.unwrap_or_default() {
-                        // The same leader again after a read that found
-                        // nobody cannot be: `Vacant` is final for a term.
                     }
                     if let Some(e) = r.expires_in {
                         next = next.min(e + EXPIRY_SLACK);
