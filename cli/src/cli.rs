@@ -120,6 +120,24 @@ pub enum Command {
 /// `quorumlock exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// The command, and how it runs under the lock.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Take the lock in turn: among fair waiters, across hosts, the one that
+    /// asked first gets it first, and a release wakes only that one. A
+    /// waiter that stops calling the nodes (killed) is skipped after 5 s.
+    #[arg(long)]
+    pub fair: bool,
+}
+
+/// The command, and how it runs under the lock.
+#[derive(Debug, Args)]
+pub struct RunArgs {
     /// Give up if the lock is not obtained within this time (`0s`: a single
     /// attempt). Default: wait as long as it takes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -142,20 +160,10 @@ pub struct ExecArgs {
     #[arg(long)]
     pub foreground: bool,
 
-    /// Take the lock in turn: among fair waiters, across hosts, the one that
-    /// asked first gets it first, and a release wakes only that one. A
-    /// waiter that stops calling the nodes (killed) is skipped after 5 s.
-    #[arg(long)]
-    pub fair: bool,
-
     /// Say nothing when the lock is not obtained within --wait (the exit
     /// status, 75, still tells).
     #[arg(short, long)]
     pub quiet: bool,
-
-    /// The lock name.
-    #[arg(value_name = "NAME")]
-    pub name: String,
 
     /// The command and its arguments (after `--`).
     #[arg(
@@ -395,9 +403,9 @@ mod tests {
         let Command::Exec(args) = cli.command else {
             unreachable!("parsed as exec");
         };
-        assert_eq!(args.wait, Some(Duration::from_secs(1)));
+        assert_eq!(args.run.wait, Some(Duration::from_secs(1)));
         assert!(args.fair);
         assert_eq!(args.name, "job");
-        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(args.run.command, ["sh", "-c", "exit 3"]);
     }
 }

@@ -50,9 +50,17 @@ impl Failure {
         Self::new(USAGE, message)
     }
 
-    /// Prints `quorumlock: error: MESSAGE` on stderr and returns the status.
+    /// A failure whose status says it all (`--quiet`): no message.
+    pub fn silent(code: u8) -> Self {
+        Self::new(code, String::new())
+    }
+
+    /// Prints `quorumlock: error: MESSAGE` on stderr (nothing for a silent
+    /// failure) and returns the status.
     pub fn report(&self) -> ExitCode {
-        eprintln!("quorumlock: error: {}", one_line(&self.message));
+        if !self.message.is_empty() {
+            eprintln!("quorumlock: error: {}", one_line(&self.message));
+        }
         ExitCode::from(self.code)
     }
 }

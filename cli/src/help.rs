@@ -62,11 +62,10 @@ Exit status:
            (--watch: ended by SIGTERM or SIGHUP)
   Whenever the status is quorumlock's own, a line on stderr says why.";
 
-pub const EXEC_HELP: &str = "\
-The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
-fencing token: larger than every token issued for this lock before; pass it
-to the resource you protect and have it reject smaller ones).
-
+/// How the command runs under the lock, for the help of `exec`.
+macro_rules! under_lock_help {
+    () => {
+        "\
 While the command runs, the lock is renewed every lease/3. If renewal cannot
 show a quorum in time, the lock is lost: the command's process group gets
 SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76. The grace
@@ -94,20 +93,52 @@ On Linux, if quorumlock itself dies (even by SIGKILL), the kernel kills the
 command with SIGKILL, so that it does not run on without the lock. Only the
 command's own process gets this signal; processes it started keep running
 then (in their own group, a `kill -KILL -- -PGID` stops them all).
+"
+    };
+}
 
+/// The exit statuses of a command run under `$it` (`lock`), which `$who`
+/// (`another owner holds it`) when not obtained.
+macro_rules! under_lock_exit_status {
+    ($it:literal, $who:literal) => {
+        concat!(
+            "\
+Exit status:
+  N        the command's own status (128+N if it was killed by signal N)
+  2        usage or configuration error
+  69       not enough nodes reachable for the quorum
+  75       ",
+            $it,
+            " not obtained within --wait (",
+            $who,
+            ")
+  76       ",
+            $it,
+            " lost while the command ran; the command was terminated
+  126/127  the command could not be started / was not found
+  128+N    quorumlock was interrupted by signal N while waiting for the ",
+            $it
+        )
+    };
+}
+
+pub const EXEC_HELP: &str = concat!(
+    "\
+The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
+fencing token: larger than every token issued for this lock before; pass it
+to the resource you protect and have it reject smaller ones).
+
+",
+    under_lock_help!(),
+    "
 Examples:
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
   */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
   quorumlock exec --wait 2m --lease 10s --grace 5s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
 
-Exit status:
-  N        the command's own status (128+N if it was killed by signal N)
-  2        usage or configuration error
-  69       not enough nodes reachable for the quorum
-  75       lock not obtained within --wait (another owner holds it)
-  76       lock lost while the command ran; the command was terminated
-  126/127  the command could not be started / was not found
-  128+N    quorumlock was interrupted by signal N while waiting for the lock";
+",
+    under_lock_exit_status!("lock", "another owner holds it")
+);
 
 /// What `--watch` does, for the help of `status` and `top`.
 macro_rules! watch_help {

@@ -4,6 +4,7 @@
 //!
 //! See `quorumlock --help` for the commands, examples and exit statuses.
 
+mod child;
 mod cli;
 mod cluster;
 mod direct;
@@ -11,6 +12,7 @@ mod exec;
 mod exit;
 mod help;
 mod members;
+mod obtain;
 mod progress;
 mod queue;
 mod signals;
