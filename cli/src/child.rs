@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use quorumlock::{Error, HoldState, LockGuard};
+use quorumlock::{Error, HoldState, Leadership, LockGuard};
 use tokio::process::{Child, Command};
 
 use crate::cli::RunArgs;
@@ -59,57 +59,100 @@ impl Hold for LockGuard {
     }
 }
 
+impl Hold for Leadership {
+    async fn stopped(&self) -> &'static str {
+        self.lost().await;
+        "lost"
+    }
+
+    fn valid_until(&self) -> std::time::Instant {
+        Leadership::valid_until(self)
+    }
+
+    fn token(&self) -> u64 {
+        self.term()
+    }
+
+    async fn give_back(self) -> Result<(), Error> {
+        self.resign().await
+    }
+}
+
 /// What the command runs under: for messages, the lock to show while
 /// waiting, and the command's environment.
 #[derive(Debug, Clone, Copy)]
 pub enum Subject<'a> {
     /// `exec`: the lock of this name.
     Lock(&'a str),
+    /// `elect`: the leadership of an election.
+    Leadership {
+        /// The election's name.
+        election: &'a str,
+        /// Its lock (`election:<name>`).
+        lock: &'a str,
+        /// The value this candidate proclaims.
+        value: &'a str,
+    },
 }
 
 impl<'a> Subject<'a> {
-    /// `lock NAME`.
+    /// `lock NAME`, `leadership of election NAME`.
     pub fn describe(self) -> String {
         match self {
             Self::Lock(name) => format!("lock {name}"),
+            Self::Leadership { election, .. } => format!("leadership of election {election}"),
         }
     }
 
-    /// The lock taken.
+    /// The lock taken: the lock itself, or the election's.
     pub fn lock(self) -> &'a str {
         match self {
-            Self::Lock(name) => name,
+            Self::Lock(name) | Self::Leadership { lock: name, .. } => name,
         }
     }
 
-    /// What its token is called: `token`.
+    /// What its token is called: `token`, `term`.
     fn token_word(self) -> &'static str {
         match self {
             Self::Lock(_) => "token",
+            Self::Leadership { .. } => "term",
         }
     }
 
-    /// `the lock`.
+    /// `the lock`, `the leadership`.
     fn it(self) -> &'static str {
         match self {
             Self::Lock(_) => "the lock",
+            Self::Leadership { .. } => "the leadership",
         }
     }
 
-    /// What giving it back is called: `releasing`.
+    /// What giving it back is called: `releasing`, `resigning`.
     fn giving_back(self) -> &'static str {
         match self {
             Self::Lock(_) => "releasing",
+            Self::Leadership { .. } => "resigning",
         }
     }
 
     /// The variables the command gets, the hold's token being `token`:
-    /// `QUORUMLOCK_NAME` (the lock) and `QUORUMLOCK_TOKEN`.
+    /// `QUORUMLOCK_NAME` (the lock) and `QUORUMLOCK_TOKEN`, and for a
+    /// leadership `QUORUMLOCK_ELECTION`, `QUORUMLOCK_VALUE` and
+    /// `QUORUMLOCK_TERM` (the token).
     fn env(self, token: u64) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("QUORUMLOCK_NAME", self.lock().to_owned()),
             ("QUORUMLOCK_TOKEN", token.to_string()),
-        ]
+        ];
+        if let Self::Leadership {
+            election, value, ..
+        } = self
+        {
+            env.push(("QUORUMLOCK_ELECTION", election.to_owned()));
+            env.push(("QUORUMLOCK_VALUE", value.to_owned()));
+            env.push(("QUORUMLOCK_TERM", token.to_string()));
+        }
+        env
     }
 }
 

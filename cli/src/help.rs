@@ -47,22 +47,28 @@ Examples:
   # Break a lock whose holder is known to be gone
   quorumlock unlock --force nightly-report
 
+  # On every host: one leads and runs the scheduler, the others wait their turn
+  quorumlock elect --value \"$(hostname):8080\" scheduler -- ./scheduler --port 8080
+
 Exit status:
-  0        success (exec: the command's own status, whatever it is;
+  0        success (exec, elect: the command's own status, whatever it is;
            --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
   2        usage or configuration error: bad option, duration, URL, cluster entry,
-           quorum, layout, lock name, or no nodes given
+           quorum, layout, lock or election name, empty --value, or no nodes given
   69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
-  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
-  76       exec: lock lost while the command ran; the command was terminated
-  126/127  exec: the command could not be started / was not found
-  128+N    exec: the command was killed by signal N, or quorumlock was
-           interrupted by signal N while waiting for the lock
+  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL);
+           elect: leadership not obtained within --wait, another candidate leads
+  76       exec: lock lost while the command ran; the command was terminated;
+           elect: leadership lost while the command ran, likewise
+  126/127  exec, elect: the command could not be started / was not found
+  128+N    exec, elect: the command was killed by signal N, or quorumlock was
+           interrupted by signal N while waiting for the lock or leadership
            (--watch: ended by SIGTERM or SIGHUP)
   Whenever the status is quorumlock's own, a line on stderr says why.";
 
-/// How the command runs under the lock, for the help of `exec`.
+/// How the command runs under the lock, for the help of `exec` and
+/// `elect`.
 macro_rules! under_lock_help {
     () => {
         "\
@@ -138,6 +144,40 @@ Examples:
 
 ",
     under_lock_exit_status!("lock", "another owner holds it")
+);
+
+pub const ELECT_HELP: &str = concat!(
+    "\
+Candidates of one election take their turn to lead in the order they
+arrived, across hosts: each waits in the fair queue of the election's lock,
+election:NAME, as exec --fair does (a candidate that stops calling the
+nodes, killed, is skipped after 5 s). Once its turn comes, quorumlock
+writes --value on a quorum of the nodes and runs the command; the
+leadership is that lock's hold, and when the command exits quorumlock
+resigns, so that the next candidate in line leads at once. A leader that
+dies without resigning leads no more once its --lease runs out; the next
+candidate takes over then.
+
+The command gets QUORUMLOCK_ELECTION (the election name), QUORUMLOCK_VALUE
+(--value), QUORUMLOCK_TERM (the term: larger than every term of this
+election before; pass it to what the leader writes to and have it reject
+smaller ones), and, as exec gives them, QUORUMLOCK_NAME (the lock,
+election:NAME) and QUORUMLOCK_TOKEN (its fencing token, the term).
+
+Below, the lock is the election's lock: losing it is losing the
+leadership, releasing it is resigning.
+
+",
+    under_lock_help!(),
+    "
+Examples:
+  # On every host: one runs the scheduler, the others wait to take over
+  quorumlock elect --value \"$(hostname):8080\" --lease 10s scheduler -- ./scheduler --port 8080
+  # Lead if nobody does now, else exit with 75
+  quorumlock elect --wait 0s --quiet --value batch-1 nightly -- ./nightly.sh
+
+",
+    under_lock_exit_status!("leadership", "another candidate leads")
 );
 
 /// What `--watch` does, for the help of `status` and `top`.
