@@ -8,7 +8,9 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use quorumlock::{Layout, Quorum};
 
-use crate::help::{ELECT_HELP, EXEC_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP};
+use crate::help::{
+    ELECT_HELP, EXEC_HELP, LEADER_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP,
+};
 
 /// Example node list, shown wherever the nodes are missing.
 pub const NODES_EXAMPLE: &str = "redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379";
@@ -119,6 +121,10 @@ pub enum Command {
     /// while it leads, as exec does under a lock.
     #[command(after_long_help = ELECT_HELP)]
     Elect(ElectArgs),
+    /// Show who leads an election (value, term, host, pid, since when);
+    /// --watch redraws it on each change until Ctrl-C.
+    #[command(after_long_help = LEADER_HELP)]
+    Leader(LeaderArgs),
 }
 
 /// `quorumlock exec`.
@@ -197,6 +203,24 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+/// `quorumlock leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Print JSON instead of a line of text (with --watch: one document per
+    /// line).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Redraw the leader on each change until interrupted (Ctrl-C exits
+    /// with 0).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// The election name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 /// `quorumlock status`.

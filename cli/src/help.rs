@@ -50,9 +50,13 @@ Examples:
   # On every host: one leads and runs the scheduler, the others wait their turn
   quorumlock elect --value \"$(hostname):8080\" scheduler -- ./scheduler --port 8080
 
+  # Who leads (value, term, host, pid, since when), and each change until Ctrl-C
+  quorumlock leader scheduler
+  quorumlock leader --watch --json scheduler
+
 Exit status:
   0        success (exec, elect: the command's own status, whatever it is;
-           --watch: ended by Ctrl-C)
+           leader: also when nobody leads; --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
   2        usage or configuration error: bad option, duration, URL, cluster entry,
            quorum, layout, lock or election name, empty --value, or no nodes given
@@ -152,11 +156,11 @@ Candidates of one election take their turn to lead in the order they
 arrived, across hosts: each waits in the fair queue of the election's lock,
 election:NAME, as exec --fair does (a candidate that stops calling the
 nodes, killed, is skipped after 5 s). Once its turn comes, quorumlock
-writes --value on a quorum of the nodes and runs the command; the
-leadership is that lock's hold, and when the command exits quorumlock
-resigns, so that the next candidate in line leads at once. A leader that
-dies without resigning leads no more once its --lease runs out; the next
-candidate takes over then.
+writes --value on a quorum of the nodes (what `quorumlock leader NAME`
+shows) and runs the command; the leadership is that lock's hold, and when
+the command exits quorumlock resigns, so that the next candidate in line
+leads at once. A leader that dies without resigning leads no more once its
+--lease runs out; the next candidate takes over then.
 
 The command gets QUORUMLOCK_ELECTION (the election name), QUORUMLOCK_VALUE
 (--value), QUORUMLOCK_TERM (the term: larger than every term of this
@@ -175,10 +179,45 @@ Examples:
   quorumlock elect --value \"$(hostname):8080\" --lease 10s scheduler -- ./scheduler --port 8080
   # Lead if nobody does now, else exit with 75
   quorumlock elect --wait 0s --quiet --value batch-1 nightly -- ./nightly.sh
+  # Who leads
+  quorumlock leader scheduler
 
 ",
     under_lock_exit_status!("leadership", "another candidate leads")
 );
+
+pub const LEADER_HELP: &str = "\
+Prints the leader a quorum of nodes agree on, read once on a quorum: its
+value (what it proclaimed, elect --value), its term, the revision of its
+value in that term (1: the value it campaigned with), and the host and
+process id of the quorumlock that leads, with the time it won its term on
+that host's clock. Or `no leader`: nobody leads, a new leader has not
+written its value yet, or the nodes disagree (a write half done).
+
+With --json, one JSON document: {\"election\": NAME, \"leader\": null} or
+the leader as {\"value\", \"term\", \"revision\", \"holder_id\", \"host\",
+\"pid\", \"since_unix_ms\"} (host, pid and since are null for a holder
+that is not quorumlock's).
+
+With --watch, the leader is shown again on each change until Ctrl-C: a
+new leader (a later term), a new value, or nobody once the leader resigned
+or its lease ran out. A change is seen within moments (the nodes publish
+it); a change that publishes nothing (a lease running out), within the
+lease's renew interval at the latest. Terms never go back. On a terminal
+the line is redrawn in place; otherwise each change is printed in turn
+after a header line `-- quorumlock leader NAME, at TIME` (with --json: one
+document per line, without header). While nodes are down, the last leader
+a quorum agreed on stays shown.
+
+Examples:
+  quorumlock leader scheduler
+  quorumlock leader --json scheduler | jq -r '.leader.value // empty'
+  quorumlock leader --watch scheduler
+
+Exit status: 0 when the leader (or `no leader`) was shown, and with --watch
+when ended by Ctrl-C; 2 for a bad option or election name; 69 when fewer
+than a quorum of nodes answered (at the start, with --watch); 128+N when
+the watch was ended by SIGTERM or SIGHUP.";
 
 /// What `--watch` does, for the help of `status` and `top`.
 macro_rules! watch_help {

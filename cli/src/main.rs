@@ -1,6 +1,7 @@
 //! `quorumlock`: run a command under a distributed lock held on N independent
 //! Redis masters, inspect a lock (once or redrawn), list the busiest locks,
-//! or break one; run a command while this process leads an election.
+//! or break one; run a command while this process leads an election, and
+//! show an election's leader (once or on each change).
 //!
 //! See `quorumlock --help` for the commands, examples and exit statuses.
 
@@ -12,6 +13,7 @@ mod elect;
 mod exec;
 mod exit;
 mod help;
+mod leader;
 mod members;
 mod obtain;
 mod progress;
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(&cli.global, args).await,
             Command::Unlock(args) => unlock::run(&cli.global, args).await,
             Command::Elect(args) => elect::run(&cli.global, args).await,
+            Command::Leader(args) => leader::run(&cli.global, args).await,
         }
     });
     // Background work still queued by the library (rollbacks of cancelled
