@@ -8,7 +8,9 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use quorumlock::{Layout, Quorum};
 
-use crate::help::{EXEC_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP};
+use crate::help::{
+    ELECT_HELP, EXEC_HELP, LEADER_HELP, ROOT_HELP, STATUS_HELP, TOP_HELP, UNLOCK_HELP,
+};
 
 /// Example node list, shown wherever the nodes are missing.
 pub const NODES_EXAMPLE: &str = "redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379";
@@ -115,11 +117,56 @@ pub enum Command {
     /// Break a lock whoever holds it (administrative; needs --force).
     #[command(after_long_help = UNLOCK_HELP)]
     Unlock(UnlockArgs),
+    /// Wait for this process's turn to lead an election, then run a command
+    /// while it leads, as exec does under a lock.
+    #[command(after_long_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Show who leads an election (value, term, host, pid, since when);
+    /// --watch redraws it on each change until Ctrl-C.
+    #[command(after_long_help = LEADER_HELP)]
+    Leader(LeaderArgs),
 }
 
 /// `quorumlock exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// The command, and how it runs under the lock.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Take the lock in turn: among fair waiters, across hosts, the one that
+    /// asked first gets it first, and a release wakes only that one. A
+    /// waiter that stops calling the nodes (killed) is skipped after 5 s.
+    #[arg(long)]
+    pub fair: bool,
+}
+
+/// `quorumlock elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// What this candidate proclaims once it leads, for `quorumlock leader`
+    /// and the applications that read the election (such as the address
+    /// where it serves): not empty, at most 64 KiB.
+    #[arg(long, value_name = "VALUE", required = true, value_parser = parse_value)]
+    pub value: String,
+
+    /// The election name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// The command, and how it runs while this process leads.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// What `exec` and `elect` share: the command, and how it runs under the
+/// lock (for `elect`, the election's lock, `election:<name>`).
+#[derive(Debug, Args)]
+pub struct RunArgs {
     /// Give up if the lock is not obtained within this time (`0s`: a single
     /// attempt). Default: wait as long as it takes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -142,20 +189,10 @@ pub struct ExecArgs {
     #[arg(long)]
     pub foreground: bool,
 
-    /// Take the lock in turn: among fair waiters, across hosts, the one that
-    /// asked first gets it first, and a release wakes only that one. A
-    /// waiter that stops calling the nodes (killed) is skipped after 5 s.
-    #[arg(long)]
-    pub fair: bool,
-
     /// Say nothing when the lock is not obtained within --wait (the exit
     /// status, 75, still tells).
     #[arg(short, long)]
     pub quiet: bool,
-
-    /// The lock name.
-    #[arg(value_name = "NAME")]
-    pub name: String,
 
     /// The command and its arguments (after `--`).
     #[arg(
@@ -166,6 +203,24 @@ pub struct ExecArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+/// `quorumlock leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Print JSON instead of a line of text (with --watch: one document per
+    /// line).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Redraw the leader on each change until interrupted (Ctrl-C exits
+    /// with 0).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// The election name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 /// `quorumlock status`.
@@ -282,6 +337,25 @@ fn parse_count(s: &str, max: usize) -> Result<usize, String> {
     }
 }
 
+/// Parses `elect --value`: not empty, at most
+/// [`MAX_LEADER_VALUE`](quorumlock::MAX_LEADER_VALUE) bytes.
+fn parse_value(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err(
+            "the value is empty: give what the others read from `quorumlock leader`, such as the address this process serves on"
+                .to_owned(),
+        );
+    }
+    if s.len() > quorumlock::MAX_LEADER_VALUE {
+        return Err(format!(
+            "{} bytes is too long: the value may have at most {} bytes",
+            s.len(),
+            quorumlock::MAX_LEADER_VALUE
+        ));
+    }
+    Ok(s.to_owned())
+}
+
 /// Parses `majority`, `all` or a number.
 fn parse_quorum(s: &str) -> Result<Quorum, String> {
     s.parse::<Quorum>()
@@ -395,9 +469,38 @@ mod tests {
         let Command::Exec(args) = cli.command else {
             unreachable!("parsed as exec");
         };
-        assert_eq!(args.wait, Some(Duration::from_secs(1)));
+        assert_eq!(args.run.wait, Some(Duration::from_secs(1)));
         assert!(args.fair);
         assert_eq!(args.name, "job");
-        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(args.run.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn elect_takes_a_value_and_the_command_after_the_name() {
+        let cli = Cli::try_parse_from([
+            "quorumlock",
+            "elect",
+            "--value",
+            "host-a:8080",
+            "--lease",
+            "2s",
+            "scheduler",
+            "--",
+            "./schedule",
+            "--all",
+        ])
+        .expect("valid command line");
+        let Command::Elect(args) = cli.command else {
+            unreachable!("parsed as elect");
+        };
+        assert_eq!(args.value, "host-a:8080");
+        assert_eq!(args.name, "scheduler");
+        assert_eq!(args.run.lease, Some(Duration::from_secs(2)));
+        assert_eq!(args.run.wait, None);
+        assert_eq!(args.run.command, ["./schedule", "--all"]);
+        assert!(parse_value("").is_err());
+        assert!(parse_value(&"x".repeat(quorumlock::MAX_LEADER_VALUE + 1)).is_err());
+        let no_value = Cli::try_parse_from(["quorumlock", "elect", "scheduler", "--", "true"]);
+        assert!(no_value.is_err(), "--value is required");
     }
 }

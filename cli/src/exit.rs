@@ -12,10 +12,11 @@ pub const FAILURE: u8 = 1;
 pub const USAGE: u8 = 2;
 /// Not enough nodes could be reached for the quorum (`EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
-/// The lock was not obtained within `--wait`: another owner holds it
-/// (`EX_TEMPFAIL`: try again later).
+/// The lock (`elect`: the leadership) was not obtained within `--wait`:
+/// another owner holds it (`EX_TEMPFAIL`: try again later).
 pub const NOT_OBTAINED: u8 = 75;
-/// The lock was lost while the command ran; the command was terminated.
+/// The lock (`elect`: the leadership) was lost while the command ran; the
+/// command was terminated.
 pub const LOST: u8 = 76;
 /// The command was found but could not be started.
 pub const CANNOT_EXECUTE: u8 = 126;
@@ -50,9 +51,17 @@ impl Failure {
         Self::new(USAGE, message)
     }
 
-    /// Prints `quorumlock: error: MESSAGE` on stderr and returns the status.
+    /// A failure whose status says it all (`--quiet`): no message.
+    pub fn silent(code: u8) -> Self {
+        Self::new(code, String::new())
+    }
+
+    /// Prints `quorumlock: error: MESSAGE` on stderr (nothing for a silent
+    /// failure) and returns the status.
     pub fn report(&self) -> ExitCode {
-        eprintln!("quorumlock: error: {}", one_line(&self.message));
+        if !self.message.is_empty() {
+            eprintln!("quorumlock: error: {}", one_line(&self.message));
+        }
         ExitCode::from(self.code)
     }
 }

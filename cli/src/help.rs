@@ -47,26 +47,35 @@ Examples:
   # Break a lock whose holder is known to be gone
   quorumlock unlock --force nightly-report
 
+  # On every host: one leads and runs the scheduler, the others wait their turn
+  quorumlock elect --value \"$(hostname):8080\" scheduler -- ./scheduler --port 8080
+
+  # Who leads (value, term, host, pid, since when), and each change until Ctrl-C
+  quorumlock leader scheduler
+  quorumlock leader --watch --json scheduler
+
 Exit status:
-  0        success (exec: the command's own status, whatever it is;
-           --watch: ended by Ctrl-C)
+  0        success (exec, elect: the command's own status, whatever it is;
+           leader: also when nobody leads; --watch: ended by Ctrl-C)
   1        other failure (confirmation declined, key of the wrong type)
   2        usage or configuration error: bad option, duration, URL, cluster entry,
-           quorum, layout, lock name, or no nodes given
+           quorum, layout, lock or election name, empty --value, or no nodes given
   69       not enough nodes reachable for the quorum (EX_UNAVAILABLE)
-  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL)
-  76       exec: lock lost while the command ran; the command was terminated
-  126/127  exec: the command could not be started / was not found
-  128+N    exec: the command was killed by signal N, or quorumlock was
-           interrupted by signal N while waiting for the lock
+  75       exec: lock not obtained within --wait, another owner holds it (EX_TEMPFAIL);
+           elect: leadership not obtained within --wait, another candidate leads
+  76       exec: lock lost while the command ran; the command was terminated;
+           elect: leadership lost while the command ran, likewise
+  126/127  exec, elect: the command could not be started / was not found
+  128+N    exec, elect: the command was killed by signal N, or quorumlock was
+           interrupted by signal N while waiting for the lock or leadership
            (--watch: ended by SIGTERM or SIGHUP)
   Whenever the status is quorumlock's own, a line on stderr says why.";
 
-pub const EXEC_HELP: &str = "\
-The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
-fencing token: larger than every token issued for this lock before; pass it
-to the resource you protect and have it reject smaller ones).
-
+/// How the command runs under the lock, for the help of `exec` and
+/// `elect`.
+macro_rules! under_lock_help {
+    () => {
+        "\
 While the command runs, the lock is renewed every lease/3. If renewal cannot
 show a quorum in time, the lock is lost: the command's process group gets
 SIGTERM, then SIGKILL after --grace, and quorumlock exits with 76. The grace
@@ -94,20 +103,121 @@ On Linux, if quorumlock itself dies (even by SIGKILL), the kernel kills the
 command with SIGKILL, so that it does not run on without the lock. Only the
 command's own process gets this signal; processes it started keep running
 then (in their own group, a `kill -KILL -- -PGID` stops them all).
+"
+    };
+}
 
+/// The exit statuses of a command run under `$it` (`lock`), which `$who`
+/// (`another owner holds it`) when not obtained.
+macro_rules! under_lock_exit_status {
+    ($it:literal, $who:literal) => {
+        concat!(
+            "\
+Exit status:
+  N        the command's own status (128+N if it was killed by signal N)
+  2        usage or configuration error
+  69       not enough nodes reachable for the quorum
+  75       ",
+            $it,
+            " not obtained within --wait (",
+            $who,
+            ")
+  76       ",
+            $it,
+            " lost while the command ran; the command was terminated
+  126/127  the command could not be started / was not found
+  128+N    quorumlock was interrupted by signal N while waiting for the ",
+            $it
+        )
+    };
+}
+
+pub const EXEC_HELP: &str = concat!(
+    "\
+The command gets QUORUMLOCK_NAME (the lock name) and QUORUMLOCK_TOKEN (the
+fencing token: larger than every token issued for this lock before; pass it
+to the resource you protect and have it reject smaller ones).
+
+",
+    under_lock_help!(),
+    "
 Examples:
   quorumlock exec --wait 0s nightly-report -- /usr/local/bin/report.sh
   */5 * * * * quorumlock --nodes redis://redis-a:6379,redis://redis-b:6379,redis://redis-c:6379 exec --quiet --wait 0s nightly-report -- /usr/local/bin/report.sh
   quorumlock exec --wait 2m --lease 10s --grace 5s deploy -- sh -c 'echo token $QUORUMLOCK_TOKEN; ./deploy.sh'
 
-Exit status:
-  N        the command's own status (128+N if it was killed by signal N)
-  2        usage or configuration error
-  69       not enough nodes reachable for the quorum
-  75       lock not obtained within --wait (another owner holds it)
-  76       lock lost while the command ran; the command was terminated
-  126/127  the command could not be started / was not found
-  128+N    quorumlock was interrupted by signal N while waiting for the lock";
+",
+    under_lock_exit_status!("lock", "another owner holds it")
+);
+
+pub const ELECT_HELP: &str = concat!(
+    "\
+Candidates of one election take their turn to lead in the order they
+arrived, across hosts: each waits in the fair queue of the election's lock,
+election:NAME, as exec --fair does (a candidate that stops calling the
+nodes, killed, is skipped after 5 s). Once its turn comes, quorumlock
+writes --value on a quorum of the nodes (what `quorumlock leader NAME`
+shows) and runs the command; the leadership is that lock's hold, and when
+the command exits quorumlock resigns, so that the next candidate in line
+leads at once. A leader that dies without resigning leads no more once its
+--lease runs out; the next candidate takes over then.
+
+The command gets QUORUMLOCK_ELECTION (the election name), QUORUMLOCK_VALUE
+(--value), QUORUMLOCK_TERM (the term: larger than every term of this
+election before; pass it to what the leader writes to and have it reject
+smaller ones), and, as exec gives them, QUORUMLOCK_NAME (the lock,
+election:NAME) and QUORUMLOCK_TOKEN (its fencing token, the term).
+
+Below, the lock is the election's lock: losing it is losing the
+leadership, releasing it is resigning.
+
+",
+    under_lock_help!(),
+    "
+Examples:
+  # On every host: one runs the scheduler, the others wait to take over
+  quorumlock elect --value \"$(hostname):8080\" --lease 10s scheduler -- ./scheduler --port 8080
+  # Lead if nobody does now, else exit with 75
+  quorumlock elect --wait 0s --quiet --value batch-1 nightly -- ./nightly.sh
+  # Who leads
+  quorumlock leader scheduler
+
+",
+    under_lock_exit_status!("leadership", "another candidate leads")
+);
+
+pub const LEADER_HELP: &str = "\
+Prints the leader a quorum of nodes agree on, read once on a quorum: its
+value (what it proclaimed, elect --value), its term, the revision of its
+value in that term (1: the value it campaigned with), and the host and
+process id of the quorumlock that leads, with the time it won its term on
+that host's clock. Or `no leader`: nobody leads, a new leader has not
+written its value yet, or the nodes disagree (a write half done).
+
+With --json, one JSON document: {\"election\": NAME, \"leader\": null} or
+the leader as {\"value\", \"term\", \"revision\", \"holder_id\", \"host\",
+\"pid\", \"since_unix_ms\"} (host, pid and since are null for a holder
+that is not quorumlock's).
+
+With --watch, the leader is shown again on each change until Ctrl-C: a
+new leader (a later term), a new value, or nobody once the leader resigned
+or its lease ran out. A change is seen within moments (the nodes publish
+it); a change that publishes nothing (a lease running out), within the
+lease's renew interval at the latest. Terms never go back. On a terminal
+the line is redrawn in place; otherwise each change is printed in turn
+after a header line `-- quorumlock leader NAME, at TIME` (with --json: one
+document per line, without header). While nodes are down, the last leader
+a quorum agreed on stays shown.
+
+Examples:
+  quorumlock leader scheduler
+  quorumlock leader --json scheduler | jq -r '.leader.value // empty'
+  quorumlock leader --watch scheduler
+
+Exit status: 0 when the leader (or `no leader`) was shown, and with --watch
+when ended by Ctrl-C; 2 for a bad option or election name; 69 when fewer
+than a quorum of nodes answered (at the start, with --watch); 128+N when
+the watch was ended by SIGTERM or SIGHUP.";
 
 /// What `--watch` does, for the help of `status` and `top`.
 macro_rules! watch_help {

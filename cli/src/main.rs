@@ -1,16 +1,21 @@
 //! `quorumlock`: run a command under a distributed lock held on N independent
 //! Redis masters, inspect a lock (once or redrawn), list the busiest locks,
-//! or break one.
+//! or break one; run a command while this process leads an election, and
+//! show an election's leader (once or on each change).
 //!
 //! See `quorumlock --help` for the commands, examples and exit statuses.
 
+mod child;
 mod cli;
 mod cluster;
 mod direct;
+mod elect;
 mod exec;
 mod exit;
 mod help;
+mod leader;
 mod members;
+mod obtain;
 mod progress;
 mod queue;
 mod signals;
@@ -52,6 +57,8 @@ fn main() -> ExitCode {
             Command::Status(args) => status::run(&cli.global, args).await,
             Command::Top(args) => top::run(&cli.global, args).await,
             Command::Unlock(args) => unlock::run(&cli.global, args).await,
+            Command::Elect(args) => elect::run(&cli.global, args).await,
+            Command::Leader(args) => leader::run(&cli.global, args).await,
         }
     });
     // Background work still queued by the library (rollbacks of cancelled

@@ -1,6 +1,6 @@
-//! Progress on stderr: what `exec` shows while it waits for a lock (a
-//! spinner on a terminal, an occasional plain line otherwise), and the bar
-//! of `top`'s scan (on a terminal only).
+//! Progress on stderr: what `exec` and `elect` show while they wait for a
+//! lock or a leadership (a spinner on a terminal, an occasional plain line
+//! otherwise), and the bar of `top`'s scan (on a terminal only).
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -26,10 +26,11 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Starts showing the wait for `name` after a second.
-    pub fn start(manager: LockManager, name: String, total: usize) -> Self {
+    /// Starts showing the wait for lock `name` after a second, as the
+    /// wait for `what` (`lock NAME`, `leadership of election NAME`).
+    pub fn start(manager: LockManager, name: String, what: String, total: usize) -> Self {
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(show(manager, name, total, stopped));
+        let task = tokio::spawn(show(manager, name, what, total, stopped));
         Self { stop, task }
     }
 
@@ -43,6 +44,7 @@ impl Progress {
 async fn show(
     manager: LockManager,
     name: String,
+    what: String,
     total: usize,
     mut stopped: oneshot::Receiver<()>,
 ) {
@@ -60,12 +62,10 @@ async fn show(
         };
         let waited = human(started.elapsed());
         match &spinner {
-            Some(bar) => bar.set_message(format!(
-                "waiting for lock {name} ({holder}), {waited} so far"
-            )),
+            Some(bar) => bar.set_message(format!("waiting for {what} ({holder}), {waited} so far")),
             None => {
                 if last_line.is_none_or(|t| t.elapsed() >= PLAIN_EVERY) {
-                    eprintln!("quorumlock: waiting for lock {name} ({holder}), {waited} so far");
+                    eprintln!("quorumlock: waiting for {what} ({holder}), {waited} so far");
                     last_line = Some(Instant::now());
                 }
             }

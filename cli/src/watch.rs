@@ -1,5 +1,6 @@
-//! `--watch`: a view redrawn every interval until interrupted, in place on
-//! a terminal, as plain snapshots one after another otherwise.
+//! `--watch`: a view redrawn every interval (or on each change) until
+//! interrupted, in place on a terminal, as plain snapshots one after
+//! another otherwise.
 
 use std::io::{ErrorKind, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
@@ -28,9 +29,22 @@ pub trait View {
 /// or SIGHUP (128+N), or until stdout goes away (0). The terminal gets its
 /// cursor back however the loop ends.
 pub async fn run(view: &mut impl View, interval: Duration) -> Result<u8, Failure> {
+    redraw(view, Some(interval)).await
+}
+
+/// Redraws `view` on each change, as [`run`] does every interval: each of
+/// its frames waits for the next change.
+pub async fn follow(view: &mut impl View) -> Result<u8, Failure> {
+    redraw(view, None).await
+}
+
+/// Draws the frames of `view`, one every `interval`, or one after the
+/// other (each waits for its change) without.
+async fn redraw(view: &mut impl View, interval: Option<Duration>) -> Result<u8, Failure> {
     let mut signals = Signals::new()?;
     let mut screen = Screen::new(view.json());
     let title = view.title();
+    let pace = interval.map_or_else(String::new, |i| format!(", every {}", human(i)));
     loop {
         let started = Instant::now();
         let frame = tokio::select! {
@@ -38,13 +52,13 @@ pub async fn run(view: &mut impl View, interval: Duration) -> Result<u8, Failure
             code = ended(&mut signals) => return Ok(code),
         };
         let header = format!(
-            "-- {title}, every {}, at {}",
-            human(interval),
+            "-- {title}{pace}, at {}",
             humantime::format_rfc3339_seconds(SystemTime::now())
         );
         if !screen.draw(&header, &frame)? {
             return Ok(0);
         }
+        let Some(interval) = interval else { continue };
         // `sleep_until` takes any deadline: a huge interval sleeps "forever".
         let next = started.checked_add(interval);
         tokio::select! {

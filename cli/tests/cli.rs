@@ -4,6 +4,8 @@
 
 #[path = "cli/cluster.rs"]
 mod cluster;
+#[path = "cli/elect.rs"]
+mod elect;
 #[path = "cli/observe.rs"]
 mod observe;
 #[path = "cli/redisson.rs"]
@@ -104,6 +106,27 @@ fn wait_for_file(path: &Path, within: Duration) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Sends `sig` (`-TERM`) to process `pid`.
+fn signal(pid: u32, sig: &str) {
+    let sent = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill {sig} {pid}");
+}
+
+/// Whether a JSON `since_unix_ms` is a time within the last minute.
+fn just_now(since_unix_ms: &serde_json::Value) -> bool {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    since_unix_ms
+        .as_u64()
+        .map(u128::from)
+        .is_some_and(|since| since <= now_ms && now_ms - since < 60_000)
 }
 
 /// `status --json` parsed.
@@ -392,12 +415,7 @@ async fn status_shows_every_node() {
         info["host"].as_str().is_some_and(|h| !h.is_empty()),
         "{info}"
     );
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis();
-    let since = u128::from(info["since_unix_ms"].as_u64().expect("since"));
-    assert!(since <= now_ms && now_ms - since < 60_000, "{info}");
+    assert!(just_now(&info["since_unix_ms"]), "{info}");
     let rows = json["nodes"].as_array().expect("nodes array");
     assert_eq!(rows.len(), 5);
     for (i, row) in rows.iter().enumerate() {
@@ -544,6 +562,26 @@ fn bad_input_is_one_line_and_status_2() {
         ("lock name", {
             let mut c = ql();
             c.args(["exec", "a{b}", "--", "true"]);
+            c
+        }),
+        ("empty value", {
+            let mut c = ql();
+            c.args(["elect", "--value", "", &name, "--", "true"]);
+            c
+        }),
+        ("election name", {
+            let mut c = ql();
+            c.args(["elect", "--value", "v", "a{b}", "--", "true"]);
+            c
+        }),
+        ("leader name", {
+            let mut c = ql();
+            c.args(["leader", "a}b"]);
+            c
+        }),
+        ("leader name, watched", {
+            let mut c = ql();
+            c.args(["leader", "--watch", "--json", "{a"]);
             c
         }),
     ];

@@ -32,7 +32,7 @@ fn stop_holder(holder: Child, dir: &std::path::Path) {
 }
 
 /// Waits until `f` is true, polling every 50 ms; false after `within`.
-fn until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub(super) fn until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     loop {
         if f() {
@@ -187,7 +187,7 @@ fn status_watch_redraws_in_a_terminal_and_ends_on_ctrl_c() {
 
 /// Reads `child`'s stdout in the background, into a string shared with
 /// the test.
-fn collect_stdout(child: &mut Child) -> Arc<Mutex<String>> {
+pub(super) fn collect_stdout(child: &mut Child) -> Arc<Mutex<String>> {
     let text = Arc::new(Mutex::new(String::new()));
     let mut out = child.stdout.take().expect("piped stdout");
     let shared = Arc::clone(&text);
@@ -206,7 +206,7 @@ fn collect_stdout(child: &mut Child) -> Arc<Mutex<String>> {
     text
 }
 
-fn read(text: &Arc<Mutex<String>>) -> String {
+pub(super) fn read(text: &Arc<Mutex<String>>) -> String {
     text.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone()
