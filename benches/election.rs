@@ -82,7 +82,10 @@ async fn silence(ports: &[u16]) -> Result<Silence, BoxError> {
     let mut urls = Vec::new();
     for &to in ports {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        urls.push(format!("redis://127.0.0.1:{}", listener.local_addr()?.port()));
+        urls.push(format!(
+            "redis://127.0.0.1:{}",
+            listener.local_addr()?.port()
+        ));
         let silent = Arc::clone(&silent);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -173,7 +176,11 @@ async fn rs_resign(urls: &[String], rounds: usize) -> Result<Vec<Duration>, BoxE
 }
 
 /// quorumlock: `rounds` crashes of a leader whose connections go silent.
-async fn ql_crash(urls: &[String], ports: &[u16], rounds: usize) -> Result<Vec<Duration>, BoxError> {
+async fn ql_crash(
+    urls: &[String],
+    ports: &[u16],
+    rounds: usize,
+) -> Result<Vec<Duration>, BoxError> {
     let survivor = manager(urls.to_vec(), LEASE).await?;
     let mut out = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -245,7 +252,12 @@ async fn rs_crash(urls: &[String], rounds: usize) -> Result<Vec<Duration>, BoxEr
     Ok(out)
 }
 
-fn row(case: &str, who: &str, mut v: Vec<Duration>, base: Option<(Duration, Duration)>) -> (Duration, Duration) {
+fn row(
+    case: &str,
+    who: &str,
+    mut v: Vec<Duration>,
+    base: Option<(Duration, Duration)>,
+) -> (Duration, Duration) {
     v.sort();
     let (p50, p99) = (percentile(&v, 0.5), percentile(&v, 0.99));
     let ratio = base.map_or_else(
@@ -258,7 +270,12 @@ fn row(case: &str, who: &str, mut v: Vec<Duration>, base: Option<(Duration, Dura
             )
         },
     );
-    println!("| {case} | {who} | {} | {} | {} | {ratio} |", v.len(), ms(p50), ms(p99));
+    println!(
+        "| {case} | {who} | {} | {} | {} | {ratio} |",
+        v.len(),
+        ms(p50),
+        ms(p99)
+    );
     (p50, p99)
 }
 
@@ -268,7 +285,9 @@ fn main() -> Result<(), BoxError> {
     let nodes = local::LocalNodes::start(5)?;
     let urls = nodes.urls();
     let ports: Vec<u16> = (0..nodes.len()).map(|i| nodes.port(i)).collect();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         // Interleaved: each contender's half of a case runs in turn, twice.
         let (mut qr, mut rr, mut qc, mut rc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -281,9 +300,24 @@ fn main() -> Result<(), BoxError> {
         println!("| case | election | rounds | p50 | p99 | p50 / p99 ÷ rslock |");
         println!("| --- | --- | --- | --- | --- | --- |");
         let base = row("resign → next leader", "rslock, hand-rolled", rr, None);
-        row("resign → next leader", "quorumlock `Election`", qr, Some(base));
-        let base = row("crash → next leader (lease 1 s)", "rslock, hand-rolled", rc, None);
-        row("crash → next leader (lease 1 s)", "quorumlock `Election`", qc, Some(base));
+        row(
+            "resign → next leader",
+            "quorumlock `Election`",
+            qr,
+            Some(base),
+        );
+        let base = row(
+            "crash → next leader (lease 1 s)",
+            "rslock, hand-rolled",
+            rc,
+            None,
+        );
+        row(
+            "crash → next leader (lease 1 s)",
+            "quorumlock `Election`",
+            qc,
+            Some(base),
+        );
         Ok::<_, BoxError>(())
     })
 }

@@ -69,7 +69,11 @@ async fn instance(
             let taken = write(&mut db, term, &late).await?;
             println!(
                 "  {name}: late write in term {term} {}; still leader: {}",
-                if taken { "TAKEN (bad)" } else { "rejected by the store" },
+                if taken {
+                    "TAKEN (bad)"
+                } else {
+                    "rejected by the store"
+                },
                 me.is_leader()
             );
             return Ok(());
@@ -136,7 +140,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .arg(-1)
         .query_async(&mut db)
         .await?;
-    println!("\nthe store's log ({} entries, terms never going back):", log.len());
+    println!(
+        "\nthe store's log ({} entries, terms never going back):",
+        log.len()
+    );
     for entry in log {
         println!("  {entry}");
     }

@@ -85,6 +85,8 @@
 //!   [`LockManager::status`], [`LockManager::events`]).
 //! - [`LockGuard`] and [`MultiLockGuard`]: a held lock or set, with its
 //!   fencing token and loss signal.
+//! - [`Election`] ([`LockManager::election`]): leader election, a
+//!   [`Leadership`] with its term, the [`Leader`] a quorum agrees on.
 //! - [`Owner`]: who re-enters a hold.
 //! - [`LockStatus`], [`LockEvents`], [`WatchdogStats`], [`PubSubStats`]:
 //!   what the nodes and the manager tell.
@@ -105,6 +107,7 @@
 //!   behind every promise, and what fencing tokens can be compared with;
 //! - `docs/FEATURES.md`: every feature in full (re-entry, sets, waiting,
 //!   the fair lock, the watchdog, loss, ordering, outages);
+//! - `docs/ELECTION.md`: leader election, its promises and their tests;
 //! - `docs/CLUSTER.md`: members that are Redis Clusters;
 //! - `docs/REDISSON.md`: sharing locks with Redisson;
 //! - `docs/OBSERVABILITY.md`: `status` and `top`, metrics, tracing, events;
@@ -120,6 +123,9 @@ mod readme {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/CLUSTER.md")]
 mod cluster_guide {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ELECTION.md")]
+mod election_guide {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/OBSERVABILITY.md")]
 mod observability_guide {}

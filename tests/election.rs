@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 #[path = "support/history.rs"]
+#[allow(dead_code)]
 mod history;
 mod support;
 
@@ -91,7 +92,7 @@ async fn candidate(
                 break;
             }
             hold.observe(me.valid_until());
-            if round % 3 == 0 {
+            if round.is_multiple_of(3) {
                 let v = format!("c{id}-r{round}-p");
                 if me.proclaim(&v).await.is_ok() {
                     proclaimed.lock().unwrap().insert((me.term(), v));
@@ -100,7 +101,7 @@ async fn candidate(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         hold.exit(me.valid_until());
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             let _ = me.resign().await;
         } else {
             drop(me);

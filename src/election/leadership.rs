@@ -187,7 +187,9 @@ impl Leadership {
     }
 
     /// Changes the value observers read, keeping the term: returns once a
-    /// quorum of members have it.
+    /// quorum of members have it. The values a leadership proclaimed stay
+    /// in memory until it is dropped ([`Leadership::value`] lends the
+    /// last one).
     ///
     /// # Errors
     ///
