@@ -191,6 +191,7 @@ pub(crate) async fn current(nodes: &Members, keys: &Arc<Keys>) -> Result<Option<
 ///
 /// # Errors
 ///
+/// [`Error::WrongType`] when a member's record key holds another type;
 /// [`Error::Lost`] when a member holds a record of a later term or
 /// revision (a later leader); [`Error::Unavailable`] when fewer than a
 /// quorum wrote it within `timeout` (members failed, or the hold is not
@@ -219,8 +220,17 @@ pub(crate) async fn proclaim(
             _ => {}
         }
     }
+    let wrong_type = failures
+        .iter()
+        .any(|f| f.kind == crate::error::NodeErrorKind::WrongType);
     if written >= required {
         Ok(())
+    } else if wrong_type {
+        // Another type at the record key: no retry will write it.
+        Err(Error::WrongType {
+            name: keys.name.to_string(),
+            failures,
+        })
     } else if superseded {
         Err(Error::Lost {
             name: keys.name.to_string(),

@@ -390,3 +390,17 @@ async fn bad_input_is_a_typed_error() {
     assert_eq!(me.value().len(), MAX_LEADER_VALUE);
     me.resign().await.unwrap();
 }
+
+/// A record key of another type fails the campaign with a typed error
+/// once, instead of taking and releasing the lock without end.
+#[tokio::test(start_paused = true)]
+async fn a_record_key_of_another_type_is_a_typed_error() {
+    let (m, fakes) = cluster_with(3, renewed_each_second);
+    for f in &fakes {
+        f.put_foreign(&keys("e").record());
+    }
+    let e = m.election("e").campaign("a").await.unwrap_err();
+    assert!(e.is_wrong_type(), "{e}");
+    m.flush().await;
+    assert!(fakes.iter().all(|f| f.holder(&keys("e").lock).is_none()));
+}
