@@ -118,7 +118,7 @@ impl Leadership {
         Self {
             guard,
             state,
-            keeper: keeper,
+            keeper,
         }
     }
 
