@@ -58,6 +58,9 @@ pub(super) fn mutation_name(m: Mutation) -> &'static str {
         Mutation::RingQuorum => "ring-quorum",
         Mutation::IgnoreResume => "ignore-resume",
         Mutation::ResendMayHaveRun => "resend-may-have-run",
+        Mutation::TrustFirstAnswer => "trust-first-answer",
+        Mutation::LeaderIgnoresExpiry => "leader-ignores-expiry",
+        Mutation::NoFence => "no-fence",
     }
 }
 
@@ -111,6 +114,9 @@ fn replay() {
         Ok("ring-quorum") => Some(Mutation::RingQuorum),
         Ok("ignore-resume") => Some(Mutation::IgnoreResume),
         Ok("resend-may-have-run") => Some(Mutation::ResendMayHaveRun),
+        Ok("trust-first-answer") => Some(Mutation::TrustFirstAnswer),
+        Ok("leader-ignores-expiry") => Some(Mutation::LeaderIgnoresExpiry),
+        Ok("no-fence") => Some(Mutation::NoFence),
         _ => None,
     };
     let _m = m.map(mutation::enable);
