@@ -37,6 +37,7 @@ pub(super) fn mode_name(mode: Mode) -> &'static str {
         Mode::Sets => "sets",
         Mode::Fair => "fair",
         Mode::Resets => "resets",
+        Mode::Election => "election",
     }
 }
 
@@ -98,6 +99,7 @@ fn replay() {
         Ok("sets") => Mode::Sets,
         Ok("fair") => Mode::Fair,
         Ok("resets") => Mode::Resets,
+        Ok("election") => Mode::Election,
         _ => Mode::Safe,
     };
     let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {

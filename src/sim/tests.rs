@@ -42,6 +42,9 @@ const SHARDS_FAIR_PAUSES_SEEDS: u64 = SHARDS_CI_SEEDS / 2;
 
 const SHARDS_CI_SEEDS: u64 = 400;
 
+/// Seeds of the election mode per `cargo test`.
+const ELECTION_SEEDS: u64 = 300;
+
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
 
@@ -339,6 +342,29 @@ sweeps! {
     /// seen on the shard that runs it twice.
     mutation_resend_may_have_run_is_caught:
         Safe on Shards with ResendMayHaveRun => breaks[Resent];
+
+    /// Processes campaigning on one election and observing it (`election`):
+    /// one leader at a time, increasing terms, observers that never go
+    /// back nor report a leader no quorum of the nodes held.
+    election_mode_keeps_every_invariant:
+        Election => keeps("QUORUMLOCK_SIM_ELECTION_SEEDS" or ELECTION_SEEDS);
+    /// A read that trusts the first member to answer reports a record only
+    /// a minority holds (a campaign rolled back, a proclaim half done)...
+    mutation_trust_first_answer_breaks_observed_unheld:
+        Election with TrustFirstAnswer => breaks[ObservedUnheld];
+    /// ... or an old leader's record that a member kept after a later
+    /// leader was reported.
+    mutation_trust_first_answer_breaks_observed_older:
+        Election with TrustFirstAnswer => breaks[ObservedOlder];
+    /// Terms are fencing tokens: the first granting node's counter,
+    /// handed out without a quorum of counters at it, repeats a term once
+    /// that node missed a grant.
+    mutation_no_fence_breaks_terms: Election with NoFence => breaks[Terms];
+    /// A leadership that reads its hold's recorded phase without the
+    /// deadline still leads after a suspend past its validity, while the
+    /// next leader already leads.
+    mutation_leader_ignores_expiry_breaks_one_leader:
+        Election with LeaderIgnoresExpiry => breaks[OneLeader];
 }
 
 #[test]
