@@ -283,6 +283,7 @@ async fn keep(state: Arc<State>, mut signal: LossSignal) {
     let every = state.nodes.config.renew_interval;
     loop {
         tokio::select! {
+            biased;
             () = signal.fired() => return,
             () = clock::sleep(every) => {}
         }

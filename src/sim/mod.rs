@@ -105,14 +105,15 @@
 //!   500 each of the pause-heavy, reset-heavy, sets and fair modes, 500 safe-mode and
 //!   200 each of sets- and fair-mode seeds in Redisson's layout, 400
 //!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
-//!   sharded, 300 election-mode seeds, the unsafe
+//!   sharded, 300 election-mode seeds (and 24 replayed twice), the unsafe
 //!   modes and the mutations (two of them in Redisson's layout too,
 //!   `resend-may-have-run` sharded, four in election mode);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` and
-//!   `QUORUMLOCK_SIM_ELECTION_SEEDS` set the other sweeps;
+//!   `QUORUMLOCK_SIM_ELECTION_SEEDS` set the other sweeps (and
+//!   `QUORUMLOCK_SIM_DET_ELECTION_SEEDS` the election seeds replayed);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
 //!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry]
