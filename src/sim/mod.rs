@@ -181,8 +181,10 @@
 //! `leader-ignores-expiry` (`is_leader()` reads the hold's recorded phase
 //! without its deadline) breaks `OneLeader` (seed 35: a leader suspended
 //! past its validity leads on until its resume, 147 ms into the next
-//! leader's term). 2,000 election seeds keep every invariant (about 2
-//! minutes on two cores; the 300 of `cargo test`, about 15 s). Each
+//! leader's term). Seeds 0 to 2,999 keep every invariant
+//! (`QUORUMLOCK_SIM_ELECTION_SEEDS=3000`: 3 minutes on two cores; the 300
+//! of `cargo test` take 15 to 35 s, the election tests together about
+//! 40 s). Each
 //! process's watch reads every member twice per change, so a burst at one
 //! instant reaches 155 calls: the spin bound is
 //! [`node::SPIN_CALLS_ELECTION`] there. The election mode runs unsharded,
