@@ -131,6 +131,13 @@ impl LockGuard {
         self.hold.is_live()
     }
 
+    /// Held as last recorded, without checking the validity deadline (the
+    /// simulator's mutation `LeaderIgnoresExpiry`).
+    #[cfg(test)]
+    pub(crate) fn is_held_unchecked(&self) -> bool {
+        crate::hold::is_live(self.hold.stored_phase())
+    }
+
     /// Whether the lock is lost: the watchdog could not confirm it, or its
     /// validity ran out (see [`HoldState::Lost`]).
     #[must_use]

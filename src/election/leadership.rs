@@ -147,6 +147,10 @@ impl Leadership {
     /// leaderships of one election are never both leaders at one instant.
     #[must_use]
     pub fn is_leader(&self) -> bool {
+        #[cfg(test)]
+        if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::LeaderIgnoresExpiry) {
+            return self.guard.is_held_unchecked();
+        }
         self.guard.is_held()
     }
 
@@ -281,6 +285,7 @@ async fn keep(state: Arc<State>, mut signal: LossSignal) {
     let every = state.nodes.config.renew_interval;
     loop {
         tokio::select! {
+            biased;
             () = signal.fired() => return,
             () = clock::sleep(every) => {}
         }

@@ -210,8 +210,9 @@ impl Election {
     /// the same term) than one already seen, and `None` again once nobody
     /// leads (resigned, or its lease ran out with nobody elected).
     ///
-    /// Observers of one election in one process share one watch: one
-    /// quorum read per change, one subscriber connection per member. A
+    /// Observers of one election on one manager share one watch: a quorum
+    /// read or two per change (not one per observer), one subscriber
+    /// connection per member. A
     /// change is seen within one pub/sub delivery and one quorum read; an
     /// expiry (which publishes nothing) within a round trip of the keys'
     /// expiry on the members; anything else (a message lost) within the

@@ -36,6 +36,19 @@ pub(crate) enum Mutation {
     /// one that may have run too (an acquire, a forced release): caught
     /// as `Resent` by the sharded runs of the simulator.
     ResendMayHaveRun,
+    /// A quorum read of an election's leader trusts the first member that
+    /// answers (`leader::read`): a record only a minority holds, or one a
+    /// member kept after a later leader took over, is reported.
+    TrustFirstAnswer,
+    /// A leadership believes itself leader past its validity, until the
+    /// loss signal or the watchdog marks it lost (`Leadership::is_leader`
+    /// reads the hold's recorded phase without its deadline): a process
+    /// suspended past `valid_until` still leads when it wakes up.
+    LeaderIgnoresExpiry,
+    /// No fence rule: a token (an election's term) is the counter of the
+    /// first node that granted, no quorum of counters shown to be at it
+    /// (`acquire::attempt`).
+    NoFence,
 }
 
 impl Mutation {
@@ -50,6 +63,9 @@ impl Mutation {
             Self::RingQuorum => 64,
             Self::IgnoreResume => 128,
             Self::ResendMayHaveRun => 256,
+            Self::TrustFirstAnswer => 512,
+            Self::LeaderIgnoresExpiry => 1024,
+            Self::NoFence => 2048,
         }
     }
 }

@@ -127,6 +127,10 @@ pub(crate) async fn read(nodes: &Members, keys: &Arc<Keys>) -> Read {
             .iter()
             .map(|r| r.as_ref().and_then(|r| r.as_ref().ok()))
             .collect();
+        #[cfg(test)]
+        if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::TrustFirstAnswer) {
+            return first_answer(&seen);
+        }
         agree(&seen, required)
     };
     fan.until(|f| {
@@ -162,6 +166,19 @@ pub(crate) async fn read(nodes: &Members, keys: &Arc<Keys>) -> Read {
         failures,
         answered,
         expires_in,
+    }
+}
+
+/// What the simulator's mutation `TrustFirstAnswer` reads: the first
+/// member that answered (the first by index among those in) decides
+/// alone.
+#[cfg(test)]
+fn first_answer(seen: &[Option<&Seen>]) -> Agreement {
+    match seen.iter().flatten().next() {
+        Some(Seen::Leads(r, _)) => Agreement::Leader(r.clone()),
+        Some(Seen::Vacant) => Agreement::Vacant,
+        Some(Seen::Unproclaimed(_)) => Agreement::Undecided,
+        None => Agreement::Unavailable,
     }
 }
 

@@ -135,6 +135,7 @@ impl Watch {
                 }
             }
             tokio::select! {
+                biased;
                 () = wake.notified() => {}
                 () = crate::clock::sleep(next) => {}
                 () = self.tx.closed() => {

@@ -14,6 +14,14 @@ use crate::Error;
 /// here.
 pub(crate) const LOCKS: [&str; 3] = ["a", "b", "c"];
 
+/// The election of the election mode (`election`), whose lock
+/// (`election:e`) the log numbers [`ELECTION`], after [`LOCKS`]: its
+/// leaderships are holds of that lock.
+pub(crate) const ELECTION_NAME: &str = "e";
+
+/// The election's lock number in the log.
+pub(crate) const ELECTION: usize = LOCKS.len();
+
 /// An error's kind as the log records it: without node addresses or times.
 pub(crate) fn short(e: &Error) -> String {
     let s = format!("{e:?}");
@@ -59,6 +67,20 @@ pub(crate) enum Invariant {
     /// ran on a shard and whose reply was lost) was sent again (see
     /// `shards`).
     Resent,
+    /// Two leaderships of the election believed themselves leader at once
+    /// ([`Invariant::MutualExclusion`] of the election's lock, the belief
+    /// being `Leadership::is_leader`).
+    OneLeader,
+    /// A later leadership got a term not above an earlier one's
+    /// ([`Invariant::Fencing`] of the election's lock).
+    Terms,
+    /// An observer (a receiver of `observe()`, or a task's `leader()`
+    /// reads) reported a leader of an older (term, revision) than one it
+    /// reported before.
+    ObservedOlder,
+    /// An observer reported a leader (term, revision, value) that no
+    /// quorum of the nodes held at any instant before (`records`).
+    ObservedUnheld,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through
@@ -133,6 +155,38 @@ pub(crate) enum Ev {
         node: usize,
     },
     Fault(String),
+    /// A node's election record changed (`records`): (term, revision,
+    /// value), or none.
+    Record {
+        node: usize,
+        record: Option<(u64, u64, String)>,
+    },
+    /// A record is on a quorum of the nodes at once, for the first time.
+    Held {
+        term: u64,
+        rev: u64,
+        value: String,
+    },
+    /// A leadership proclaimed a new value (`Leadership::proclaim`).
+    Proclaimed {
+        hold: usize,
+        value: String,
+        result: String,
+    },
+    /// An observer reported a leader: `via` a receiver of `observe()`
+    /// (`watch`) or a `leader()` read (`read`).
+    Observed {
+        observer: usize,
+        via: &'static str,
+        term: u64,
+        rev: u64,
+        value: String,
+    },
+    /// An observer reported that nobody leads.
+    ObservedNone {
+        observer: usize,
+        via: &'static str,
+    },
     /// A node call (traced in replays).
     Call {
         node: usize,
@@ -257,6 +311,77 @@ impl HoldView {
     }
 }
 
+/// A leader record as the checks name it: (term, revision, value).
+type Rec = (u64, u64, String);
+
+/// What the observers of the election reported, against what the nodes
+/// held ([`Invariant::ObservedOlder`], [`Invariant::ObservedUnheld`]).
+#[derive(Default)]
+struct Observers {
+    /// Every record on a quorum of the nodes so far, and when it first was.
+    held: std::collections::HashMap<Rec, Duration>,
+    /// When nodes restarted empty so far.
+    wipes: Vec<Duration>,
+    /// The latest record each observer reported (by term and revision).
+    latest: BTreeMap<usize, Rec>,
+}
+
+impl Observers {
+    /// Observer `observer` reports `rec` at `at`.
+    ///
+    /// An older record than one reported before is excused when a node
+    /// restarted empty between the instants the two were first on a
+    /// quorum, the later one after: the fence counters may have been lost
+    /// and the terms started over, as [`Invariant::Terms`] excuses (the
+    /// observer then goes on from it).
+    fn check(
+        &mut self,
+        observer: usize,
+        via: &str,
+        rec: Rec,
+        at: Duration,
+    ) -> Vec<(Invariant, String)> {
+        let mut out = Vec::new();
+        let (term, rev, value) = &rec;
+        let held = self.held.get(&rec).copied();
+        if held.is_none() {
+            out.push((
+                Invariant::ObservedUnheld,
+                format!(
+                    "observer {observer} ({via}) at {:.3}ms reported term {term} revision {rev} {value:?}, which no quorum of the nodes held",
+                    ms(at)
+                ),
+            ));
+        }
+        let Some(before) = self.latest.get(&observer) else {
+            self.latest.insert(observer, rec);
+            return out;
+        };
+        if (rec.0, rec.1) >= (before.0, before.1) {
+            self.latest.insert(observer, rec);
+            return out;
+        }
+        let restarted = match (self.held.get(before), held) {
+            (Some(b), Some(h)) => self.wipes.iter().any(|w| *b <= *w && *w <= h),
+            _ => false,
+        };
+        if restarted {
+            self.latest.insert(observer, rec);
+            return out;
+        }
+        out.push((
+            Invariant::ObservedOlder,
+            format!(
+                "observer {observer} ({via}) at {:.3}ms reported term {term} revision {rev} after term {} revision {}",
+                ms(at),
+                before.0,
+                before.1
+            ),
+        ));
+        out
+    }
+}
+
 /// Every violation of the history, by invariant.
 ///
 /// `attempt` bounds one acquisition attempt (the node timeout): a hold
@@ -272,8 +397,22 @@ pub(crate) fn check(
     let mut wipes = Vec::new();
     let mut breaks = Vec::new();
     let mut pauses = Vec::new();
+    let mut observers = Observers::default();
     for (seq, e) in entries.iter().enumerate() {
         match &e.ev {
+            Ev::Held { term, rev, value } => {
+                observers
+                    .held
+                    .entry((*term, *rev, value.clone()))
+                    .or_insert(e.at);
+            }
+            Ev::Observed {
+                observer,
+                via,
+                term,
+                rev,
+                value,
+            } => out.extend(observers.check(*observer, via, (*term, *rev, value.clone()), e.at)),
             Ev::Acquired {
                 hold,
                 lock,
@@ -329,7 +468,10 @@ pub(crate) fn check(
                 }
             }
             Ev::ForceUnlock { lock } => breaks.push((*lock, seq, e.at)),
-            Ev::Wiped { .. } => wipes.push(e.at),
+            Ev::Wiped { .. } => {
+                wipes.push(e.at);
+                observers.wipes.push(e.at);
+            }
             Ev::Paused { proc, until } => pauses.push((*proc, e.at, *until, Duration::ZERO)),
             Ev::Suspended { proc, until } => pauses.push((*proc, e.at, *until, RESUME_POLL)),
             Ev::Failed {
@@ -378,7 +520,11 @@ pub(crate) fn check(
                     let (ae, be) = (ia.1.unwrap_or(end), ib.1.unwrap_or(end));
                     if ia.0 < be && ib.0 < ae {
                         out.push((
-                            Invariant::MutualExclusion,
+                            if a.lock == ELECTION {
+                                Invariant::OneLeader
+                            } else {
+                                Invariant::MutualExclusion
+                            },
                             format!(
                                 "lock {}: hold {ka} valid {:.3}..{:.3}ms and hold {kb} valid {:.3}..{:.3}ms overlap",
                                 a.lock, ms(ia.0), ms(ae), ms(ib.0), ms(be)
@@ -425,7 +571,11 @@ pub(crate) fn check(
                 .any(|w| *w >= first.started && *w <= second.acquired);
             if !wiped && second.token <= first.token {
                 out.push((
-                    Invariant::Fencing,
+                    if a.lock == ELECTION {
+                        Invariant::Terms
+                    } else {
+                        Invariant::Fencing
+                    },
                     format!(
                         "lock {}: hold {ks} at {:.3}ms got token {} after hold {kf} at {:.3}ms got {}",
                         a.lock,

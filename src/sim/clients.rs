@@ -86,9 +86,9 @@ pub(crate) async fn client(ctx: Arc<Ctx>, p: usize, t: usize) {
 /// When an acquisition began: on the run's clock, and the log's length
 /// then (a causal order where the virtual time ties).
 #[derive(Clone, Copy)]
-struct Began {
-    at: Instant,
-    since: usize,
+pub(super) struct Began {
+    pub(super) at: Instant,
+    pub(super) since: usize,
 }
 
 impl Began {
@@ -102,7 +102,7 @@ impl Began {
 
 /// Runs an acquisition beginning now. Some are dropped mid-flight, the
 /// rest are cut at the end of the run: `None` for both.
-async fn attempt<T>(
+pub(super) async fn attempt<T>(
     ctx: &Ctx,
     acquire: impl std::future::Future<Output = Result<T, Error>>,
 ) -> (Option<Result<T, Error>>, Began) {
@@ -134,7 +134,7 @@ fn overrun(ctx: &Ctx, began: Began, wait: Duration) -> Option<Duration> {
 
 /// What an acquisition of `lock` (asked for as `op`) came to: logs a
 /// cancellation or a failure, and gives what it took otherwise.
-fn taken<T>(
+pub(super) fn taken<T>(
     ctx: &Ctx,
     who: Who,
     (lock, op): (usize, &'static str),
@@ -341,6 +341,6 @@ async fn reentry(ctx: &Arc<Ctx>, who: Who, l: usize, hold: usize, token: u64, o:
 
 /// Sleeps until `at` of the run's clock, on the process's monotonic clock
 /// (armed now: a suspend that begins meanwhile delays it).
-async fn sleep_until(at: Instant) {
+pub(super) async fn sleep_until(at: Instant) {
     clock::sleep(at.saturating_duration_since(Instant::now())).await;
 }

@@ -55,6 +55,8 @@ pub(crate) struct Ctx {
     pub(crate) links: Vec<Vec<Arc<LinkCtl>>>,
     /// Holder ids to hold numbers, in order of first sight.
     holds: Mutex<HashMap<String, usize>>,
+    /// Observers of the election numbered so far (election mode).
+    observers: std::sync::atomic::AtomicUsize,
     pub(crate) wants: Arc<Wants>,
 }
 
@@ -73,6 +75,7 @@ impl Ctx {
             nodes,
             links,
             holds: Mutex::default(),
+            observers: std::sync::atomic::AtomicUsize::new(0),
             wants: Arc::default(),
         }
     }
@@ -81,6 +84,12 @@ impl Ctx {
         let mut h = locked(&self.holds);
         let n = h.len();
         *h.entry(holder_id.to_owned()).or_insert(n)
+    }
+
+    /// A number for a new observer of the election.
+    pub(crate) fn observer_no(&self) -> usize {
+        self.observers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn ms(&self, lo: u64, hi: u64) -> Duration {

@@ -73,6 +73,10 @@ fn pick(mode: Mode) -> Kind {
         // runs out while it sleeps.
         Mode::Pauses => Some(Kind::StallOnGrant),
         Mode::Resets => Some(Kind::ResetReplies),
+        // Leaderships lapse while their process sleeps: at a grant (a
+        // campaign's, before it proclaims), or anywhere (a suspend, whose
+        // timers fire late).
+        Mode::Election => Some([Kind::StallOnGrant, Kind::Suspend][index(2)]),
         Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
         Mode::UnsafeClock => Some(Kind::BigJump),
     };

@@ -14,13 +14,20 @@
 //!   5 ms; suspended, at its resume plus the resume watcher's poll period,
 //!   10 ms, plus 5 ms), no lock key after quiescence and `flush()`, bounded
 //!   `try_lock`, no hang or panic, no spin, and no lock at a key other than
-//!   the one the run's key layout gives its name;
+//!   the one the run's key layout gives its name; and for the election
+//!   mode one leader at a time, increasing terms, and observers that never
+//!   go back nor report a leader no quorum of the nodes held (see
+//!   "Elections" below);
 //! - `params`: the shape of a run: its [`Mode`], the [`Params`] drawn from
 //!   its seed, the key layout (see "Layouts" below), and the clients' queue
 //!   timeout and longest backoff;
 //! - `net`: the switches the faults flip and the calls go through: each
 //!   node's health, slowness and restarts (`NodeCtl`), each client↔node
 //!   link's cuts, in-order wire and pub/sub faults (`LinkCtl`, `FeedCtl`);
+//! - `records`: in election mode, every leader record each node holds, as
+//!   it changes (told by the node after each call it runs and each empty
+//!   restart), and the first instant each record is on a quorum of the
+//!   nodes (`Ev::Held`);
 //! - `feed`: the release feed of each link. The fakes publish what the
 //!   scripts publish (`tests::fake_feed`); on the way the link's faults
 //!   apply: an open fails on a refusing node and hangs on a black hole or a
@@ -82,6 +89,9 @@
 //!   also die while one of its tasks waits (stalled until the end of the
 //!   run: it never calls again and never leaves the queues, so its fair
 //!   or plain place is a dead waiter's); a process may be suspended;
+//! - `election`: the election mode's tasks: campaigners, observers
+//!   through `observe()` and `leader()`, and a monitor per leadership
+//!   (see "Elections" below);
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
 //!   dead waiter; a plain request behind a stuck fair waiter);
 //! - `replay`: a run's names (`Setup`: mode, layout, sharded), the
@@ -95,15 +105,18 @@
 //!   500 each of the pause-heavy, reset-heavy, sets and fair modes, 500 safe-mode and
 //!   200 each of sets- and fair-mode seeds in Redisson's layout, 400
 //!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
-//!   sharded, the unsafe modes and the mutations (two of them in Redisson's
-//!   layout too, `resend-may-have-run` sharded);
+//!   sharded, 300 election-mode seeds (and 24 replayed twice), the unsafe
+//!   modes and the mutations (two of them in Redisson's layout too,
+//!   `resend-may-have-run` sharded, four in election mode);
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
-//!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` set the other sweeps;
-//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|unsafe-restart|unsafe-clock]
+//!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` and
+//!   `QUORUMLOCK_SIM_ELECTION_SEEDS` set the other sweeps (and
+//!   `QUORUMLOCK_SIM_DET_ELECTION_SEEDS` the election seeds replayed);
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
@@ -123,6 +136,59 @@
 //! at the keys the layout gives (`params::lock_key`). Every manager of a
 //! run shares the layout: no Redisson client takes part (a foreign holder
 //! is covered by the node case table and `tests/redisson.rs`).
+//!
+//! Elections (`Mode::Election`, `election`): one process more than drawn
+//! (3 or 4); every process but the last campaigns on the election `e`
+//! (task 0: `campaign`, or `try_campaign` with a wait, a quarter of them
+//! dropped mid-flight; a win leads for up to a lease, proclaims up to two
+//! new values, then resigns or drops the leadership), and every process
+//! observes it: task 1 through receivers of `observe()` (each kept for
+//! 0.1 to 1.5 s, then dropped: a new receiver is a new observer), the
+//! other tasks by `leader()` reads every 1 to 60 ms. The faults are the
+//! safe mix, half of them process pauses that start as a grant arrives
+//! (a campaign's, before it proclaims) and suspends; a process may die
+//! while it campaigns (its place in the fair queue is a dead waiter's).
+//! The invariants, on the same log:
+//!
+//! - one leader at a time ([`checker::Invariant::OneLeader`]): a
+//!   leadership is a hold of lock [`checker::ELECTION`] from the
+//!   campaign's return to the earliest of its resignation or drop, its
+//!   `lost()`, and the first instant its monitor sees `is_leader()` false
+//!   (looked at `valid_until()` on the run's clock, then every
+//!   millisecond while it stays true), checked as mutual exclusion is; the
+//!   monitor is the checker's eye, and its `is_leader()` call ends a
+//!   lapsed hold on the spot (a suspended process's `lost()` then fires at
+//!   `valid_until()`, not at its resume);
+//! - terms strictly increase ([`checker::Invariant::Terms`]), checked as
+//!   fencing is, and excused as it is when a node restarted empty between
+//!   the two (the counters a term is drawn from may be lost: `SAFETY.md`,
+//!   "Restarts without fsync");
+//! - an observer (a receiver, or a task's `leader()` reads) never reports
+//!   a leader of an older (term, revision) than it reported before
+//!   ([`checker::Invariant::ObservedOlder`], excused only when a node
+//!   restarted empty between the instants the two records were first on a
+//!   quorum, the older one later) nor a (term, revision, value) that was
+//!   never on a quorum of the nodes at once before the report
+//!   ([`checker::Invariant::ObservedUnheld`], against `records`);
+//! - the campaigns also make progress ([`checker::Invariant::Progress`],
+//!   as fair waiters), leave no key of the election's lock after
+//!   `flush()`, and every process's watch ends once its receivers are gone.
+//!
+//! Each is shown to catch a mutation: `trust-first-answer` (a read trusts
+//! the first member to answer) breaks both observer invariants (first
+//! caught at seed 51 of each), `no-fence` (a token is the first granting
+//! node's counter, unfenced) breaks `Terms` (seed 54), and
+//! `leader-ignores-expiry` (`is_leader()` reads the hold's recorded phase
+//! without its deadline) breaks `OneLeader` (seed 35: a leader suspended
+//! past its validity leads on until its resume, 147 ms into the next
+//! leader's term). Seeds 0 to 2,999 keep every invariant
+//! (`QUORUMLOCK_SIM_ELECTION_SEEDS=3000`: 3 minutes on two cores; the 300
+//! of `cargo test` take 15 to 35 s, the election tests together about
+//! 40 s). Each
+//! process's watch reads every member twice per change, so a burst at one
+//! instant reaches 155 calls: the spin bound is
+//! [`node::SPIN_CALLS_ELECTION`] there. The election mode runs unsharded,
+//! in quorumlock's layout.
 //!
 //! Suspends: a real machine's `CLOCK_MONOTONIC` (tokio's clock) stops while
 //! it sleeps, and its `CLOCK_BOOTTIME` does not; validity is kept on the
@@ -157,6 +223,7 @@
 mod checker;
 mod clients;
 mod ctx;
+mod election;
 mod faults;
 mod feed;
 mod liveness;
@@ -164,6 +231,7 @@ mod monitor;
 mod net;
 mod node;
 mod params;
+mod records;
 mod replay;
 mod scenario;
 mod shard_faults;
@@ -175,7 +243,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Ev, Invariant, Log, LOCKS, WORLD};
+use self::checker::{Ev, Invariant, Log, ELECTION_NAME, LOCKS, WORLD};
 use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
@@ -183,6 +251,11 @@ use self::params::{lock_key, Mode, Params, BACKOFF_MAX, PREFIX, QUEUE_TIMEOUT};
 use self::shards::{Member, ShardedNode};
 use crate::node::NodeOps;
 use crate::{Backoff, Layout, LockManager, Quorum};
+
+/// The election mode's lock: `election:<ELECTION_NAME>`.
+fn election_lock() -> String {
+    format!("election:{ELECTION_NAME}")
+}
 
 /// What a run produced.
 pub(crate) struct Outcome {
@@ -248,14 +321,30 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     params.sets = mode == Mode::Sets;
     params.fair = mode == Mode::Fair;
     params.layout = layout;
+    if mode == Mode::Election {
+        // One more process: every process but the last campaigns.
+        params.procs += 1;
+    }
     if sharded {
         params.shards = 2 + usize::from(crate::rng::up_to(1) == 1);
     }
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
+    // The lock keys the run may hold: the clients' locks, and in election
+    // mode the election's lock, numbered `checker::ELECTION`.
+    let mut lock_keys: Vec<String> = LOCKS.iter().map(|l| lock_key(layout, l)).collect();
+    if mode == Mode::Election {
+        let keys = crate::keys::Keys::in_layout(layout, PREFIX, &election_lock());
+        lock_keys.push(keys.lock.clone());
+        records::Records::watch(&log, keys.record(), &nodes);
+    }
     let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();
     let mut links = Vec::new();
-    let spin = node::Spin::new(log.clone());
+    let spin = if mode == Mode::Election {
+        node::Spin::bounded(log.clone(), node::SPIN_CALLS_ELECTION)
+    } else {
+        node::Spin::new(log.clone())
+    };
     for p in 0..params.procs {
         let process = LinkCtl::new();
         let mine: Vec<Arc<LinkCtl>> = (0..params.nodes).map(|_| LinkCtl::new()).collect();
@@ -334,7 +423,7 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
         nodes: ctx.nodes.clone(),
         links: ctx.links.clone(),
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
-        keys: LOCKS.iter().map(|l| lock_key(layout, l)).collect(),
+        keys: lock_keys.clone(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
         member: member.clone(),
     };
@@ -346,9 +435,14 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     let mut tasks = Vec::new();
     for p in 0..params.procs {
         for t in 0..params.tasks {
-            let task = clients::client(Arc::clone(&ctx), p, t);
             let process = Arc::clone(&ctx.procs[p].clock);
-            tasks.push(tokio::spawn(crate::clock::test::scope(process, task)));
+            tasks.push(if mode == Mode::Election {
+                let task = election::task(Arc::clone(&ctx), p, t);
+                tokio::spawn(crate::clock::test::scope(process, task))
+            } else {
+                let task = clients::client(Arc::clone(&ctx), p, t);
+                tokio::spawn(crate::clock::test::scope(process, task))
+            });
         }
     }
     for task in std::iter::once(faults).chain(shard_faults) {
@@ -392,7 +486,23 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
             );
         }
     }
-    let lock_keys: Vec<String> = LOCKS.iter().map(|l| lock_key(layout, l)).collect();
+    // Every receiver of `observe()` is gone with its task: each watch
+    // ends at its next wake-up (a read, then the receivers' absence seen).
+    if mode == Mode::Election {
+        tokio::time::sleep(2 * params.node_timeout).await;
+    }
+    for (k, p) in ctx.procs.iter().enumerate() {
+        let running = p.manager.inner.observers.running();
+        if running > 0 {
+            log.push(
+                WORLD,
+                Ev::Violation(
+                    Invariant::Liveness,
+                    format!("p{k}: {running} election watch(es) outlived their receivers"),
+                ),
+            );
+        }
+    }
     for (i, n) in ctx.nodes.iter().enumerate() {
         let keys = n.fake.lock_keys();
         let ours: Vec<&String> = keys.iter().filter(|k| lock_keys.contains(k)).collect();

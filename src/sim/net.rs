@@ -37,7 +37,13 @@ pub(crate) struct NodeCtl {
     slow: Mutex<Duration>,
     /// Bumped on every restart: replies of calls made before are lost.
     epoch: AtomicU64,
+    /// Told after every call the node runs and every empty restart (the
+    /// election mode's record tracker, `records`).
+    changed: Mutex<Option<Changed>>,
 }
+
+/// What a node tells after each change it may have made.
+pub(crate) type Changed = Arc<dyn Fn(&FakeNode) + Send + Sync>;
 
 impl NodeCtl {
     pub(crate) fn new(i: usize) -> Arc<Self> {
@@ -46,6 +52,7 @@ impl NodeCtl {
             health: Mutex::new(Health::Up),
             slow: Mutex::new(Duration::ZERO),
             epoch: AtomicU64::new(0),
+            changed: Mutex::new(None),
         })
     }
 
@@ -57,6 +64,7 @@ impl NodeCtl {
             health: Mutex::new(Health::Up),
             slow: Mutex::new(Duration::ZERO),
             epoch: AtomicU64::new(0),
+            changed: Mutex::new(None),
         })
     }
 
@@ -87,11 +95,26 @@ impl NodeCtl {
         Some(Duration::from_micros(up_to(max)))
     }
 
+    /// Tells `f` of every call the node runs from now on, and of every
+    /// empty restart, once it is done.
+    pub(crate) fn on_change(&self, f: Changed) {
+        *locked(&self.changed) = Some(f);
+    }
+
+    /// The node ran a call or forgot its data: tells `on_change`'s watcher.
+    pub(crate) fn changed(&self) {
+        let f = locked(&self.changed).clone();
+        if let Some(f) = f {
+            f(&self.fake);
+        }
+    }
+
     /// Goes down, dropping the replies in flight; `empty` forgets all data.
     pub(crate) fn crash(&self, empty: bool) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         if empty {
             self.fake.wipe();
+            self.changed();
         }
         // Its pub/sub connections die with it.
         self.fake.hub().disconnect_all();

@@ -30,6 +30,11 @@ pub(crate) enum Mode {
     /// then fail at once with a connection error (the reply lost to a
     /// reset): attempts that may have been granted fail fast and roll back.
     Resets,
+    /// Leader election (`election`): the processes but the last campaign
+    /// in loops on one election and every process observes it; safe
+    /// faults, half of them process pauses that start as a grant arrives
+    /// and suspends.
+    Election,
 }
 
 /// The shape of one run, drawn from its seed.

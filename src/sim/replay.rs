@@ -37,6 +37,7 @@ pub(super) fn mode_name(mode: Mode) -> &'static str {
         Mode::Sets => "sets",
         Mode::Fair => "fair",
         Mode::Resets => "resets",
+        Mode::Election => "election",
     }
 }
 
@@ -58,6 +59,9 @@ pub(super) fn mutation_name(m: Mutation) -> &'static str {
         Mutation::RingQuorum => "ring-quorum",
         Mutation::IgnoreResume => "ignore-resume",
         Mutation::ResendMayHaveRun => "resend-may-have-run",
+        Mutation::TrustFirstAnswer => "trust-first-answer",
+        Mutation::LeaderIgnoresExpiry => "leader-ignores-expiry",
+        Mutation::NoFence => "no-fence",
     }
 }
 
@@ -95,6 +99,7 @@ fn replay() {
         Ok("sets") => Mode::Sets,
         Ok("fair") => Mode::Fair,
         Ok("resets") => Mode::Resets,
+        Ok("election") => Mode::Election,
         _ => Mode::Safe,
     };
     let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {
@@ -111,6 +116,9 @@ fn replay() {
         Ok("ring-quorum") => Some(Mutation::RingQuorum),
         Ok("ignore-resume") => Some(Mutation::IgnoreResume),
         Ok("resend-may-have-run") => Some(Mutation::ResendMayHaveRun),
+        Ok("trust-first-answer") => Some(Mutation::TrustFirstAnswer),
+        Ok("leader-ignores-expiry") => Some(Mutation::LeaderIgnoresExpiry),
+        Ok("no-fence") => Some(Mutation::NoFence),
         _ => None,
     };
     let _m = m.map(mutation::enable);

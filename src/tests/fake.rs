@@ -199,6 +199,11 @@ impl FakeNode {
         locked(&self.state).records.insert(keys.record(), record);
     }
 
+    /// The election leader's record at `key` (`proclaim.lua`), if any.
+    pub(crate) fn record(&self, key: &str) -> Option<crate::node::Record> {
+        locked(&self.state).records.get(key).cloned()
+    }
+
     /// Forgets every key, as a node restarted empty.
     pub(crate) fn wipe(&self) {
         let mut s = locked(&self.state);
