@@ -16,6 +16,7 @@
 //! | `a_frozen_masters_failover_is_followed_while_it_stays_frozen` | the lock's master SIGSTOPped and failed over, left frozen | two managers, lease 9 s | a new lock of that shard within the follow bound; the held lock kept (renewed on the promoted replica); a waiter woken by the release |
 //! | `a_slot_migrated_under_contention` | the lock's slot migrated to another shard and back while held and waited for | `replica_wait` | clean |
 //! | `a_migration_racing_acquisitions_and_releases_leaves_no_grant_behind` | the lock's slot migrated away and back three times, each left half-done (`TRYAGAIN`) for 600 ms, under contention | two masters and the cluster, quorum 2, lease 10 s | clean; no member holds the lock once every release returned |
+//! | `an_election_keeps_one_leader_through_its_masters_failover` | the election lock's master SIGKILLed under three campaigning candidates, replica promoted, old master back | `replica_wait` | clean; terms increase; leaders follow after the failover; the observer never goes back |
 //! | `a_shard_that_fails_its_renewals_costs_only_its_own_locks` | one shard's master paused for writes (`CLIENT PAUSE WRITE`, no failover) for three leases | no `replica_wait` | the other shards' locks kept, the paused shard's lost |
 //!
 //! The managers here have the cluster as their only member (quorum 1): a
@@ -42,6 +43,9 @@ mod clients;
 mod failover;
 #[path = "support/history.rs"]
 mod history;
+// Candidates of one election in a loop (shared with tests/election.rs).
+#[path = "support/campaigns.rs"]
+mod campaigns;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -836,5 +840,79 @@ async fn replica_wait_cost() {
     eprintln!(
         "16 tasks lock+release: {ta:.0}/s without, {tb:.0}/s with: {:.2}x",
         tb / ta
+    );
+}
+
+/// Three candidates campaign for one election in a loop (resigning,
+/// dropping, proclaiming) while the master of the election lock's shard
+/// is killed and its replica promoted: no two leaderships overlap, terms
+/// increase, leaders follow after the failover, and an observer never goes
+/// back nor reports a value no campaign or proclaim wrote on a quorum.
+#[tokio::test]
+async fn an_election_keeps_one_leader_through_its_masters_failover() {
+    let _serial = serial().await;
+    let c = replica_cluster();
+    let election = unique("failover-election");
+    let slot = lock_slot(&format!("election:{election}")).unwrap();
+    let master = c.port_of_slot(slot);
+    let history = History::new();
+    let proclaimed = campaigns::Proclaimed::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for id in 0..3 {
+        let m = build(waiting(Duration::from_secs(2))).await;
+        tasks.push(tokio::spawn(campaigns::candidate(
+            id,
+            m,
+            election.clone(),
+            Arc::clone(&history),
+            Arc::clone(&proclaimed),
+            Arc::clone(&stop),
+        )));
+    }
+    let watcher = build(only(Duration::from_secs(2))).await;
+    let mut rx = watcher.election(&*election).observe();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_by = Arc::clone(&seen);
+    let observer = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let now = rx.borrow_and_update().clone();
+            let now = now.map(|l| (l.term(), l.revision(), l.value().to_owned()));
+            seen_by.lock().unwrap().push(now);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    fail_over(slot, master, Fault::Kill, &history).await;
+    let healed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut terms = 0;
+    for t in tasks {
+        terms += t.await.unwrap();
+    }
+    drop(watcher);
+    observer.abort();
+    history.check().assert_clean("election through a failover");
+    let after = history.at(healed);
+    assert!(
+        history.intervals().iter().any(|i| i.entered > after),
+        "leaders followed after the failover"
+    );
+    let (seen, proclaimed) = (
+        seen.lock().unwrap().clone(),
+        proclaimed.lock().unwrap().clone(),
+    );
+    let mut last = (0, 0);
+    for (term, rev, value) in seen.iter().flatten() {
+        assert!((*term, *rev) > last, "the observer went back: {seen:?}");
+        last = (*term, *rev);
+        assert!(
+            proclaimed.contains(&(*term, value.clone())),
+            "({term}, {value}) never on a quorum"
+        );
+    }
+    eprintln!(
+        "{terms} leaderships through the failover; the observer saw {}",
+        seen.len()
     );
 }
