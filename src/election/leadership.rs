@@ -34,8 +34,11 @@ pub(super) async fn establish(
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
+        // Only an outage is worth another try (a later leader, another
+        // type at the record key, a hold gone are final), and only while
+        // the hold is valid.
         let until = tokio::time::Instant::from_std(guard.valid_until());
-        if e.is_lost() || !guard.is_held() || tokio::time::Instant::now() + RETRY >= until {
+        if !e.is_retryable() || !guard.is_held() || tokio::time::Instant::now() + RETRY >= until {
             return Err(e);
         }
         clock::sleep(RETRY).await;
