@@ -20,13 +20,15 @@ use crate::node::Record;
 /// Pause between two tries of a campaign's first proclaim.
 const RETRY: Duration = Duration::from_millis(20);
 
-/// Writes a campaign's first record on a quorum, trying again while the
-/// hold is valid.
+/// Writes a campaign's first record on a quorum, trying again after an
+/// outage while the hold is valid and, for a bounded campaign, until its
+/// `deadline` (on the validity clock, `clock::now`).
 pub(super) async fn establish(
     nodes: &Arc<Members>,
     keys: &Arc<Keys>,
     guard: &LockGuard,
     record: &Record,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<(), Error> {
     loop {
         let timeout = nodes.config.node_timeout;
@@ -38,7 +40,12 @@ pub(super) async fn establish(
         // type at the record key, a hold gone are final), and only while
         // the hold is valid.
         let until = tokio::time::Instant::from_std(guard.valid_until());
-        if !e.is_retryable() || !guard.is_held() || tokio::time::Instant::now() + RETRY >= until {
+        let late = deadline.is_some_and(|d| clock::now() + RETRY >= d);
+        if !e.is_retryable()
+            || !guard.is_held()
+            || late
+            || tokio::time::Instant::now() + RETRY >= until
+        {
             return Err(e);
         }
         clock::sleep(RETRY).await;

@@ -138,7 +138,8 @@ impl Election {
     }
 
     /// [`Election::campaign`], giving up after `wait` (`Duration::ZERO`:
-    /// one attempt), as [`LockManager::try_lock`] does.
+    /// one attempt), as [`LockManager::try_lock`] does; a won lock whose
+    /// first proclaim does not reach a quorum by then is released.
     ///
     /// # Errors
     ///
@@ -174,7 +175,7 @@ impl Election {
                 rev: 1,
                 value: Arc::clone(&value),
             };
-            match leadership::establish(nodes, &keys, &guard, &record).await {
+            match leadership::establish(nodes, &keys, &guard, &record, deadline).await {
                 Ok(()) => return Ok(Leadership::new(guard, nodes, &keys, record)),
                 Err(e) => {
                     // Released before the next try: the queue's next
