@@ -1,0 +1,239 @@
+//! A crowd on one manager: every `release()` gets through, however many
+//! of the manager's attempts are in flight when it is made.
+//!
+//! Issue 35: with 20,000 waiters on one lock, one `release()` of 20,000
+//! failed, `Unavailable`: its calls to two nodes timed out, queued on the
+//! client side behind the waiters' attempts on each node's one connection.
+//! `a_release_gets_through_a_crowd_of_attempts` makes that crowd at will:
+//! a burst of attempts on a held lock, polled once (their calls are on
+//! their way), then a release of another lock right behind them. Before
+//! releases had a connection of their own, every release failed behind
+//! 3,000 attempts in a debug build and 10,000 in a release build, on two
+//! cores (the crowd's default, `QUORUMLOCK_CROWD_ATTEMPTS` to change it).
+//! A crowd much larger than that also fills the client's runtime, whose
+//! tasks the release's answers wait behind on a small machine.
+//!
+//! The issue's own case, 20,000 and 100,000 waiters on one lock handed off
+//! one after another, every `lock()` and `release()` counted, is
+//! `#[ignore]`d (minutes in a debug build):
+//!
+//! ```text
+//! cargo test --all-features --release --test crowd -- --ignored --nocapture
+//! ```
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quorumlock::{LockManager, Quorum};
+use support::{nodes, unique};
+
+/// Counts of one crowd's run: errors and the first of each kind.
+#[derive(Default)]
+struct Errors {
+    lock: AtomicUsize,
+    release: AtomicUsize,
+    first: Mutex<Vec<String>>,
+}
+
+impl Errors {
+    fn note(&self, what: &str, counter: &AtomicUsize, e: &quorumlock::Error) {
+        if counter.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("first {what} error: {e}"));
+        }
+    }
+}
+
+/// `waiters` tasks wait for one lock held by one holder; the holder
+/// releases, and each waiter takes the lock once and releases it at once.
+/// Panics, naming the counts and the first errors, unless every `lock()`
+/// and `release()` succeeded.
+async fn crowd(waiters: usize) {
+    // The builder's defaults (a node timeout of 200 ms), as an application
+    // would have them.
+    let m = LockManager::builder()
+        .nodes(nodes().urls())
+        .quorum(Quorum::Majority)
+        .build()
+        .await
+        .expect("build a manager over the local nodes");
+    let name = unique("crowd");
+    // Held by another manager (another process, as far as `m` knows), so
+    // that every waiter attempts at once instead of waiting for a local
+    // holder's release.
+    let other = LockManager::builder()
+        .nodes(nodes().urls())
+        .quorum(Quorum::Majority)
+        .build()
+        .await
+        .expect("build a second manager");
+    let holder = other.lock(&name).await.expect("the first holder");
+    let errors = Arc::new(Errors::default());
+    let (started, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..waiters {
+        let (m, name, errors) = (m.clone(), name.clone(), Arc::clone(&errors));
+        let (started, done) = (Arc::clone(&started), Arc::clone(&done));
+        let mut gate = gate.clone();
+        tasks.spawn(async move {
+            let _ = gate.wait_for(|go| *go).await;
+            started.fetch_add(1, Ordering::Relaxed);
+            match m.lock(&name).await {
+                Ok(g) => {
+                    if let Err(e) = g.release().await {
+                        errors.note("release", &errors.release, &e);
+                    }
+                }
+                Err(e) => errors.note("lock", &errors.lock, &e),
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    // The waiters start together: once each has made its first attempt,
+    // on its way to the nodes, the holder releases behind them.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    go.send_replace(true);
+    while started.load(Ordering::Relaxed) < waiters {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let began = Instant::now();
+    if let Err(e) = holder.release().await {
+        errors.note("release", &errors.release, &e);
+    }
+    let first = began.elapsed();
+    while let Some(r) = tasks.join_next().await {
+        r.expect("waiter task");
+    }
+    let elapsed = began.elapsed();
+    let (lock, release) = (
+        errors.lock.load(Ordering::Relaxed),
+        errors.release.load(Ordering::Relaxed),
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let rate = waiters as f64 / elapsed.as_secs_f64();
+    eprintln!(
+        "{waiters} waiters: {} handed off in {elapsed:.1?} ({rate:.0}/s), the first \
+         release in {first:.1?}; lock errors {lock}, release errors {release}",
+        done.load(Ordering::Relaxed)
+    );
+    let first = errors
+        .first
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .join("; ");
+    assert_eq!(
+        (lock, release),
+        (0, 0),
+        "{waiters} waiters on one lock: {lock} lock() and {release} release() calls failed \
+         ({first})"
+    );
+}
+
+/// `rounds` times: `m` takes a lock of its own, a crowd of `attempts`
+/// other acquisitions of `m` make their attempt at once (each one attempt,
+/// on a lock another manager holds), and `m` releases its lock right
+/// behind them. Returns the errors of `lock()` and `release()` on `m`'s
+/// own locks, and the first of them.
+async fn releases_behind_a_crowd(attempts: usize, rounds: usize) -> (usize, usize, Vec<String>) {
+    let m = LockManager::builder()
+        .nodes(nodes().urls())
+        .quorum(Quorum::Majority)
+        .build()
+        .await
+        .expect("build a manager over the local nodes");
+    let other = LockManager::builder()
+        .nodes(nodes().urls())
+        .quorum(Quorum::Majority)
+        .build()
+        .await
+        .expect("build a second manager");
+    let busy = unique("busy");
+    let _held = other.lock(&busy).await.expect("the crowd's lock, held");
+    let errors = Errors::default();
+    let mut slowest = Duration::ZERO;
+    for round in 0..rounds {
+        let own = unique(&format!("own-{round}"));
+        let g = match m.lock(&own).await {
+            Ok(g) => g,
+            Err(e) => {
+                errors.note("lock", &errors.lock, &e);
+                continue;
+            }
+        };
+        let mut crowd = tokio::task::JoinSet::new();
+        let sent = Arc::new(AtomicUsize::new(0));
+        for _ in 0..attempts {
+            let (m, busy, sent) = (m.clone(), busy.clone(), Arc::clone(&sent));
+            crowd.spawn(async move {
+                let attempt = m.try_lock(&busy, Duration::ZERO);
+                tokio::pin!(attempt);
+                // Polled once: its calls are on their way to the nodes.
+                let first = futures::poll!(attempt.as_mut());
+                sent.fetch_add(1, Ordering::Relaxed);
+                match first {
+                    std::task::Poll::Ready(r) => r.is_ok(),
+                    std::task::Poll::Pending => attempt.await.is_ok(),
+                }
+            });
+        }
+        // Every attempt of the crowd is on its way: the release goes behind.
+        while sent.load(Ordering::Relaxed) < attempts {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let began = Instant::now();
+        if let Err(e) = g.release().await {
+            errors.note("release", &errors.release, &e);
+        }
+        slowest = slowest.max(began.elapsed());
+        while let Some(r) = crowd.join_next().await {
+            assert!(!r.expect("crowd task"), "the crowd's lock is held");
+        }
+    }
+    eprintln!("{rounds} releases behind {attempts} attempts each: the slowest in {slowest:.1?}");
+    let first = errors
+        .first
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    (
+        errors.lock.load(Ordering::Relaxed),
+        errors.release.load(Ordering::Relaxed),
+        first,
+    )
+}
+
+/// A release made while thousands of attempts of its manager are in
+/// flight gets through: before releases had a connection of their own,
+/// it queued behind them on each node's one connection and timed out
+/// (`Unavailable`, issue 35).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_gets_through_a_crowd_of_attempts() {
+    let attempts = std::env::var("QUORUMLOCK_CROWD_ATTEMPTS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(if cfg!(debug_assertions) {
+            3_000
+        } else {
+            10_000
+        });
+    let (lock, release, first) = releases_behind_a_crowd(attempts, 5).await;
+    assert_eq!(
+        (lock, release),
+        (0, 0),
+        "behind {attempts} attempts: {lock} lock() and {release} release() calls failed ({})",
+        first.join("; ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "20,000 and 100,000 waiters: minutes in a debug build; run with --release"]
+async fn every_lock_and_release_of_100_000_waiters_succeeds() {
+    crowd(20_000).await;
+    crowd(100_000).await;
+}
