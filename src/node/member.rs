@@ -19,7 +19,7 @@ use super::ops::{
     Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Proclaimed, Record, Released,
     Renewed, Seen,
 };
-use super::order::{pair, Order, Stamp};
+use super::order::{pair, Lane, Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
@@ -40,6 +40,13 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// See [`NodeOps::shard_breaks`].
     fn shard_breaks(&self) -> Vec<u16> {
         Vec::new()
+    }
+
+    /// Whether the server sends the calls that free (releases, queue
+    /// exits: [`Lane::Frees`]) on a connection of their own, as
+    /// [`Call::stamp`]'s lane says; if not, every call goes on one.
+    fn frees_apart(&self) -> bool {
+        false
     }
 
     /// See [`NodeOps::batch_cost`].
@@ -68,7 +75,9 @@ pub(crate) struct Call<T, R> {
     pub(crate) keys: script_keys::Names,
     pub(crate) resend: Resend,
     /// Checked before every resend ([`Stamp::may_resend`]): a call is
-    /// never sent again once a later call of its hold was made.
+    /// never sent again once a later call of its hold was made. It names
+    /// the connection the call goes on ([`Stamp::lane`]), and is told
+    /// when the call ends ([`Stamp::ended`]).
     pub(crate) stamp: Stamp,
     pub(crate) confirm: Confirm,
     pub(crate) args: Box<dyn Fn(&mut redis::Cmd) + Send>,
@@ -115,7 +124,9 @@ fn grant_call(stamp: Stamp) -> (Resend, Confirm, Stamp) {
 
 /// A real member: a [`Server`] behind [`NodeOps`], and the order of each
 /// hold's calls on it ([`Order`]: a call is never sent again behind a
-/// later call of its hold, whatever the server's retry rules).
+/// later call of its hold, whatever the server's retry rules, and never
+/// sent on another connection than an earlier call of its hold that may
+/// still run).
 pub(crate) struct Member<S>(pub(crate) S, Arc<Order>);
 
 /// The (lock, holder) pair of a call for `holder`.
@@ -125,12 +136,14 @@ fn holder(keys: &Keys, holder: &str) -> u64 {
 
 impl<S: Server> Member<S> {
     pub(crate) fn new(server: S) -> Self {
-        Self(server, Arc::default())
+        let order = Order::new(server.frees_apart());
+        Self(server, Arc::new(order))
     }
 
-    /// Stamps a call about these (lock, party) pairs, made now.
-    fn stamp(&self, pairs: &[u64]) -> Stamp {
-        self.1.stamp(pairs)
+    /// Stamps a call about these (lock, party) pairs, made now, that
+    /// goes on `prefer` unless its pairs' order says otherwise.
+    fn stamp(&self, pairs: &[u64], prefer: Lane) -> Stamp {
+        self.1.stamp(pairs, prefer)
     }
 
     /// The last argument of every script that publishes (`release`,
@@ -185,14 +198,17 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
-            let stamp = self.stamp(&[holder(keys, &owner)]);
+            let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
             let names = script_keys::acquire(keys);
             return self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read);
         };
-        let stamp = self.stamp(&[holder(keys, &owner), holder(keys, &p.waiter)]);
+        let stamp = self.stamp(
+            &[holder(keys, &owner), holder(keys, &p.waiter)],
+            Lane::Calls,
+        );
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(&*p.waiter);
@@ -212,7 +228,7 @@ impl<S: Server> NodeOps for Member<S> {
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire(keys);
-        let stamp = self.stamp(&[holder(keys, &owner)]);
+        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
@@ -221,7 +237,7 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let stamp = self.stamp(&[holder(keys, waiter)]);
+        let stamp = self.stamp(&[holder(keys, waiter)], Lane::Frees);
         let waiter = Arc::clone(waiter);
         let names = script_keys::leave(keys);
         let sharded = self.sharded();
@@ -237,7 +253,7 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire_all(keys);
         let pairs: Vec<u64> = keys.iter().map(|k| holder(k, &owner)).collect();
-        let stamp = self.stamp(&pairs);
+        let stamp = self.stamp(&pairs, Lane::Calls);
         let n = keys.len();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
@@ -249,7 +265,7 @@ impl<S: Server> NodeOps for Member<S> {
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
-        let stamp = self.stamp(&[holder(keys, &owner)]);
+        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Frees);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
@@ -294,7 +310,7 @@ impl<S: Server> NodeOps for Member<S> {
 
     fn proclaim(&self, keys: &Arc<Keys>, record: &Record) -> Answer<Proclaimed> {
         let names = script_keys::proclaim(keys);
-        let stamp = self.stamp(&[holder(keys, &record.holder)]);
+        let stamp = self.stamp(&[holder(keys, &record.holder)], Lane::Calls);
         let record = record.clone();
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {

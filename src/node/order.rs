@@ -23,10 +23,47 @@
 //! Only script calls about locks are stamped; renewal and repair batches
 //! are ordered by the hold itself (a release waits for a renewal in
 //! flight), and a fence raise only ever raises a counter.
+//!
+//! **Lanes.** A member whose server has a connection of its own for the
+//! calls that free (a master, [`Lane::Frees`]: releases and queue exits)
+//! sends them there, so that they never queue on the client side behind
+//! a crowd of attempts on the connection of every other call
+//! ([`Lane::Calls`]; issue 35: a release behind 20,000 waiters' attempts
+//! timed out). Two connections are not one queue: a call on one may
+//! overtake a call made earlier on the other. The order of a hold's calls
+//! is kept by choosing the lane here, when the call is stamped:
+//!
+//! - a pair is *unsettled* on a lane while a call of it there may still
+//!   run: one in flight, or one dropped unanswered (its deadline passed,
+//!   its future was dropped) whose command may still sit in that
+//!   connection's queue. A call that ended with an answer, or an error,
+//!   has run or never will; a dropped one is known to have run once a
+//!   call stamped after it was dropped has been answered on the same lane
+//!   (one connection answers in the order it was sent, and a call is sent
+//!   when it is made, after its stamp: the dropped one went first, if it
+//!   went at all). A connection that breaks and is made again runs nothing
+//!   of the old one later.
+//! - a call goes on the lane where its pairs are unsettled, whatever it
+//!   prefers: a release whose acquire on this member has not answered (a
+//!   rollback of an attempt still in flight, the release of a hold with a
+//!   late grant on its way) goes on the acquire's connection, behind it,
+//!   as before; an acquire made while its owner's last release is in
+//!   flight goes behind that release. Otherwise it goes on the lane it
+//!   prefers: a release whose acquire answered cannot land before it
+//!   anywhere.
+//! - a call of several pairs unsettled on both lanes (a queued acquire, or
+//!   a set's, whose pairs' histories differ) goes on the lane it prefers
+//!   after a barrier on the other: a `PING` there, answered, proves that
+//!   everything sent there before it ran.
+//!
+//! So no call of a (lock, party) pair runs before a call of that pair made
+//! earlier, as on one connection. A member whose server has one connection
+//! for all its calls (a Redis Cluster member) sends every call on
+//! [`Lane::Calls`] and keeps no lane state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{NodeError, NodeErrorKind};
@@ -35,7 +72,8 @@ use crate::sync::locked;
 /// One (lock name, holder or waiter id) pair, as a 64-bit hash: computed
 /// once per call, so that the member's map neither clones nor hashes the
 /// names again. Two pairs that share a hash (about one in 2^64) only make
-/// a call proven not run fail instead of being sent again.
+/// a call proven not run fail instead of being sent again, or take the
+/// other lane.
 pub(crate) fn pair(lock: &str, party: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     lock.hash(&mut h);
@@ -63,38 +101,174 @@ impl Hasher for Identity {
     }
 }
 
-/// The latest stamp of every pair with a call in flight on one member, and
-/// how many of its calls are in flight.
-#[derive(Default)]
-pub(crate) struct Order {
-    latest: Mutex<HashMap<u64, (u64, usize), BuildHasherDefault<Identity>>>,
-    next: AtomicU64,
+/// Which of a member's connections a call goes on (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The connection of acquisitions and of every call not below.
+    Calls,
+    /// The connection of the calls that free (a release, a queue exit),
+    /// on a member whose server has one.
+    Frees,
 }
 
-impl Order {
-    /// Stamps a call about `pairs` (see [`pair`]), made now: it is the
-    /// latest of each.
-    pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64]) -> Stamp {
-        let seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let pairs = Pairs::of(pairs);
-        if !pairs.as_slice().is_empty() {
-            let mut latest = locked(&self.latest);
-            for &p in pairs.as_slice() {
-                let entry = latest.entry(p).or_insert((seq, 0));
-                *entry = (seq, entry.1 + 1);
-            }
-        }
-        Stamp {
-            order: Some(Arc::clone(self)),
-            seq,
-            pairs,
+impl Lane {
+    fn index(self) -> usize {
+        match self {
+            Self::Calls => 0,
+            Self::Frees => 1,
         }
     }
 
-    /// How many pairs have a call in flight.
+    fn other(self) -> Self {
+        match self {
+            Self::Calls => Self::Frees,
+            Self::Frees => Self::Calls,
+        }
+    }
+}
+
+/// One pair's calls: the stamp of the latest, how many stamps are alive,
+/// and per lane how many of its calls may still run there.
+struct Entry {
+    latest: u64,
+    live: usize,
+    unsettled: [usize; 2],
+}
+
+impl Entry {
+    fn idle(&self) -> bool {
+        self.live == 0 && self.unsettled == [0, 0]
+    }
+}
+
+type PairMap = HashMap<u64, Entry, BuildHasherDefault<Identity>>;
+
+#[derive(Default)]
+struct State {
+    pairs: PairMap,
+    /// The last stamp made.
+    next: u64,
+    /// Per lane: the latest stamp of a call answered there. Every call
+    /// sent there before that stamp was made has run.
+    answered: [u64; 2],
+    /// Per lane: the calls dropped unanswered there, in the order dropped,
+    /// each with the last stamp made before it was dropped.
+    dropped: [VecDeque<(u64, Pairs)>; 2],
+}
+
+impl State {
+    /// The lane for a call of `pairs` that prefers `prefer`, and the lane
+    /// to pass a barrier on first, if any (see the module doc).
+    fn lane(&self, pairs: &[u64], prefer: Lane) -> (Lane, Option<Lane>) {
+        let on = |lane: Lane| {
+            pairs.iter().any(|p| {
+                self.pairs
+                    .get(p)
+                    .is_some_and(|e| e.unsettled[lane.index()] > 0)
+            })
+        };
+        match (on(Lane::Calls), on(Lane::Frees)) {
+            (true, true) => (prefer, Some(prefer.other())),
+            (true, false) => (Lane::Calls, None),
+            (false, true) => (Lane::Frees, None),
+            (false, false) => (prefer, None),
+        }
+    }
+
+    /// A call of `pairs` may no longer run on `lane`.
+    fn settle(&mut self, lane: Lane, pairs: &[u64]) {
+        for p in pairs {
+            if let Some(e) = self.pairs.get_mut(p) {
+                e.unsettled[lane.index()] = e.unsettled[lane.index()].saturating_sub(1);
+                if e.idle() {
+                    self.pairs.remove(p);
+                }
+            }
+        }
+    }
+
+    /// Everything sent on `lane` before stamp `seq` was made has run: the
+    /// calls dropped before it are settled.
+    fn ran_before(&mut self, lane: Lane, seq: u64) {
+        let i = lane.index();
+        self.answered[i] = self.answered[i].max(seq);
+        while self.dropped[i]
+            .front()
+            .is_some_and(|(at, _)| *at < self.answered[i])
+        {
+            if let Some((_, pairs)) = self.dropped[i].pop_front() {
+                self.settle(lane, pairs.as_slice());
+            }
+        }
+    }
+}
+
+/// The latest stamp of every pair with a call in flight on one member, and
+/// how many of its calls are in flight; on a member of two lanes, where
+/// each pair's calls may still run.
+#[derive(Default)]
+pub(crate) struct Order {
+    state: Mutex<State>,
+    /// Whether the member's server sends [`Lane::Frees`] calls apart.
+    lanes: bool,
+}
+
+impl Order {
+    /// The order of a member whose server sends the calls that free on a
+    /// connection of their own (`lanes`), or all on one.
+    pub(crate) fn new(lanes: bool) -> Self {
+        Self {
+            lanes,
+            ..Self::default()
+        }
+    }
+
+    /// Stamps a call about `pairs` (see [`pair`]), made now: it is the
+    /// latest of each. It goes on the lane `prefer` unless the order of its
+    /// pairs' calls says otherwise ([`Stamp::lane`]).
+    pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64], prefer: Lane) -> Stamp {
+        let pairs = Pairs::of(pairs);
+        let mut stamp = Stamp {
+            order: Some(Arc::clone(self)),
+            seq: 0,
+            pairs,
+            lane: if self.lanes { prefer } else { Lane::Calls },
+            barrier: None,
+            tracked: false,
+            done: AtomicBool::new(false),
+        };
+        let mut state = locked(&self.state);
+        state.next += 1;
+        stamp.seq = state.next;
+        let pairs = stamp.pairs.as_slice();
+        if pairs.is_empty() {
+            return stamp;
+        }
+        if self.lanes {
+            (stamp.lane, stamp.barrier) = state.lane(pairs, prefer);
+            stamp.tracked = true;
+        }
+        let (seq, lane) = (stamp.seq, stamp.lane.index());
+        for &p in pairs {
+            let entry = state.pairs.entry(p).or_insert(Entry {
+                latest: seq,
+                live: 0,
+                unsettled: [0, 0],
+            });
+            entry.latest = seq;
+            entry.live += 1;
+            if stamp.tracked {
+                entry.unsettled[lane] += 1;
+            }
+        }
+        drop(state);
+        stamp
+    }
+
+    /// How many pairs have a call in flight, or one that may still run.
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
-        locked(&self.latest).len()
+        locked(&self.state).pairs.len()
     }
 }
 
@@ -143,14 +317,25 @@ impl Pairs {
             &self.more
         }
     }
+
+    fn take(&mut self) -> Self {
+        std::mem::replace(self, Self::none())
+    }
 }
 
 /// One call's place in its member's [`Order`], released when the call
-/// ends (dropped with it).
+/// ends (dropped with it), and the lane it goes on.
 pub(crate) struct Stamp {
     order: Option<Arc<Order>>,
     seq: u64,
     pairs: Pairs,
+    lane: Lane,
+    /// A lane to pass a barrier on before sending (see the module doc).
+    barrier: Option<Lane>,
+    /// Whether the order counts this call among its pairs' unsettled ones.
+    tracked: bool,
+    /// Ended: answered, failed, or never sent.
+    done: AtomicBool,
 }
 
 impl Stamp {
@@ -160,6 +345,44 @@ impl Stamp {
             order: None,
             seq: 0,
             pairs: Pairs::none(),
+            lane: Lane::Calls,
+            barrier: None,
+            tracked: false,
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// The lane the call goes on.
+    pub(crate) fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The lane where a `PING` must be answered before the call is sent,
+    /// if any.
+    pub(crate) fn barrier(&self) -> Option<Lane> {
+        self.barrier
+    }
+
+    /// The barrier's `PING` was answered on `lane`: everything sent there
+    /// before it, so everything made before this call, has run.
+    pub(crate) fn passed(&self, lane: Lane) {
+        if let (Some(order), true) = (&self.order, self.tracked) {
+            locked(&order.state).ran_before(lane, self.seq);
+        }
+    }
+
+    /// The call ended: it will not run later. `answered`: its last send
+    /// was answered on its connection, so every call sent there before it
+    /// has run.
+    pub(crate) fn ended(&self, answered: bool) {
+        let Some(order) = &self.order else { return };
+        if !self.tracked || self.done.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut state = locked(&order.state);
+        state.settle(self.lane, self.pairs.as_slice());
+        if answered {
+            state.ran_before(self.lane, self.seq);
         }
     }
 
@@ -172,10 +395,10 @@ impl Stamp {
         if pairs.is_empty() {
             return false;
         }
-        let latest = locked(&order.latest);
+        let state = locked(&order.state);
         pairs
             .iter()
-            .any(|p| latest.get(p).is_some_and(|&(s, _)| s != self.seq))
+            .any(|p| state.pairs.get(p).is_some_and(|e| e.latest != self.seq))
     }
 
     /// `Ok` when the call may be sent again; the error it fails with when
@@ -195,18 +418,25 @@ impl Stamp {
 impl Drop for Stamp {
     fn drop(&mut self) {
         let Some(order) = &self.order else { return };
-        let pairs = self.pairs.as_slice();
-        if pairs.is_empty() {
+        if self.pairs.as_slice().is_empty() {
             return;
         }
-        let mut latest = locked(&order.latest);
-        for p in pairs {
-            if let Some(entry) = latest.get_mut(p) {
-                entry.1 -= 1;
-                if entry.1 == 0 {
-                    latest.remove(p);
+        let mut state = locked(&order.state);
+        for p in self.pairs.as_slice() {
+            if let Some(e) = state.pairs.get_mut(p) {
+                e.live = e.live.saturating_sub(1);
+                if e.idle() {
+                    state.pairs.remove(p);
                 }
             }
+        }
+        // Dropped unanswered: its command may still sit in its
+        // connection's queue, until a call made after now is answered
+        // there.
+        if self.tracked && !*self.done.get_mut() {
+            let at = state.next;
+            let pairs = self.pairs.take();
+            state.dropped[self.lane.index()].push_back((at, pairs));
         }
     }
 }
@@ -216,8 +446,107 @@ mod tests {
     use super::*;
 
     fn stamp(order: &Arc<Order>, pairs: &[(&str, &str)]) -> Stamp {
+        on(order, pairs, Lane::Calls)
+    }
+
+    fn on(order: &Arc<Order>, pairs: &[(&str, &str)], prefer: Lane) -> Stamp {
         let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
-        order.stamp(&pairs)
+        order.stamp(&pairs, prefer)
+    }
+
+    fn lanes() -> Arc<Order> {
+        Arc::new(Order::new(true))
+    }
+
+    /// A release whose acquire answered takes the lane of the calls that
+    /// free; one whose acquire is still in flight goes behind it, on the
+    /// acquire's lane; a member of one connection sends all on one.
+    #[test]
+    fn a_release_frees_apart_only_once_its_acquire_answered() {
+        let order = lanes();
+        let acquire = on(&order, &[("a", "h1")], Lane::Calls);
+        assert_eq!(acquire.lane(), Lane::Calls);
+        let early = on(&order, &[("a", "h1")], Lane::Frees);
+        assert_eq!(early.lane(), Lane::Calls, "behind its acquire in flight");
+        assert_eq!(early.barrier(), None);
+        let other = on(&order, &[("a", "h2")], Lane::Frees);
+        assert_eq!(other.lane(), Lane::Frees, "another hold's release");
+        for call in [&acquire, &early, &other] {
+            call.ended(true);
+        }
+        drop((acquire, early, other));
+        let release = on(&order, &[("a", "h1")], Lane::Frees);
+        assert_eq!(release.lane(), Lane::Frees, "its acquire answered");
+        release.ended(true);
+        drop(release);
+        assert_eq!(order.in_flight(), 0);
+
+        let one = Arc::new(Order::new(false));
+        let acquire = on(&one, &[("a", "h1")], Lane::Calls);
+        drop(acquire);
+        let release = on(&one, &[("a", "h1")], Lane::Frees);
+        assert_eq!(release.lane(), Lane::Calls, "one connection for all");
+        drop(release);
+        assert_eq!(one.in_flight(), 0);
+    }
+
+    /// An acquire dropped unanswered (its deadline passed) may still run:
+    /// its hold's calls stay on its lane until a call made after the drop
+    /// is answered there; an answer made before the drop proves nothing,
+    /// and nor does a call that failed.
+    #[test]
+    fn a_dropped_call_holds_its_lane_until_a_later_call_answered_there() {
+        let order = lanes();
+        let before = on(&order, &[("b", "x")], Lane::Calls);
+        let acquire = on(&order, &[("a", "h1")], Lane::Calls);
+        drop(acquire);
+        before.ended(true);
+        drop(before);
+        let rollback = on(&order, &[("a", "h1")], Lane::Frees);
+        assert_eq!(rollback.lane(), Lane::Calls, "behind the dropped acquire");
+        let failed = on(&order, &[("c", "y")], Lane::Calls);
+        failed.ended(false);
+        drop(failed);
+        rollback.ended(false);
+        drop(rollback);
+        let again = on(&order, &[("a", "h1")], Lane::Frees);
+        assert_eq!(again.lane(), Lane::Calls, "nothing answered after the drop");
+        let later = on(&order, &[("b", "x")], Lane::Calls);
+        later.ended(true);
+        drop((later, again));
+        // `again` was dropped unanswered too: one more answer after it.
+        let last = on(&order, &[("d", "z")], Lane::Calls);
+        last.ended(true);
+        drop(last);
+        let release = on(&order, &[("a", "h1")], Lane::Frees);
+        assert_eq!(release.lane(), Lane::Frees, "the dropped calls have run");
+        release.ended(true);
+        drop(release);
+        assert_eq!(order.in_flight(), 0, "nothing kept");
+    }
+
+    /// An acquire made while its owner's release is in flight on the
+    /// lane of the calls that free goes behind it there; a queued acquire
+    /// whose pairs are unsettled on both lanes goes on its own after a
+    /// barrier on the other, which settles what was dropped there.
+    #[test]
+    fn a_call_follows_its_hold_to_the_other_lane_or_waits_for_a_barrier() {
+        let order = lanes();
+        let release = on(&order, &[("a", "h1")], Lane::Frees);
+        let next = on(&order, &[("a", "h1")], Lane::Calls);
+        assert_eq!(next.lane(), Lane::Frees, "behind the release in flight");
+        let queued = on(&order, &[("a", "w1")], Lane::Calls);
+        drop(queued);
+        let both = on(&order, &[("a", "h1"), ("a", "w1")], Lane::Calls);
+        assert_eq!(both.lane(), Lane::Calls);
+        assert_eq!(both.barrier(), Some(Lane::Frees));
+        release.ended(true);
+        next.ended(true);
+        drop((release, next));
+        both.passed(Lane::Frees);
+        both.ended(true);
+        drop(both);
+        assert_eq!(order.in_flight(), 0, "the barrier and answers settled all");
     }
 
     /// A later call of the same (lock, holder) supersedes an earlier one,

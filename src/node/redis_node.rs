@@ -1,5 +1,18 @@
 //! A Redis master reached through a connection manager: connecting,
 //! refusing what must not be a node, and the script calls.
+//!
+//! Three connections per master, one queue each on the client side (a
+//! multiplexed connection answers in the order it sends): `conn` for
+//! acquisitions and every other call, `free_conn` for the calls that free
+//! (releases and queue exits, [`Lane::Frees`]), `renew_conn` for the
+//! watchdog's renewal and repair pipelines. A release never waits behind a
+//! crowd of attempts, nor behind a long renewal batch: with thousands of
+//! attempts per node in `conn`'s queue at once (20,000 waiters on one
+//! lock), a release behind them timed out (issue 35; `tests/crowd.rs`).
+//! The server serves the connections in turn. Which calls may take
+//! `free_conn` without landing before an earlier call of their hold is
+//! the member's order's to say (`order`, [`Stamp::lane`]): a release whose
+//! acquire on this node may still run goes on `conn`, behind it.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -18,6 +31,7 @@ use super::batch::RenewBatch;
 use super::feed::{Feed, RedisFeed};
 use super::member::{Call, Server};
 use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
+use super::order::Lane;
 use super::reply;
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, ScriptCall};
 use super::script_keys;
@@ -27,9 +41,13 @@ use super::spec::NodeSpec;
 pub(crate) struct RedisNode {
     addr: String,
     conn: ConnectionManager,
-    /// A second connection for the watchdog's renewal and repair pipelines,
-    /// so that acquisitions and releases never queue behind a long batch on
-    /// the client side; the server serves both connections in turn.
+    /// The connection of the calls that free (releases and queue exits),
+    /// so that they never queue behind a crowd of attempts on the client
+    /// side ([`Lane::Frees`]; the module doc).
+    free_conn: ConnectionManager,
+    /// A connection for the watchdog's renewal and repair pipelines, so
+    /// that acquisitions and releases never queue behind a long batch on
+    /// the client side; the server serves the connections in turn.
     renew_conn: ConnectionManager,
     client: Client,
     /// Set when a node connected lazily was refused when it first answered:
@@ -80,11 +98,13 @@ impl RedisNode {
                 Self::manager_config(connect_timeout),
             )
         };
-        let (conn, renew_conn) =
-            tokio::time::timeout(connect_timeout, futures::future::try_join(open(), open()))
-                .await
-                .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
-                .map_err(|e| failure(NodeError::from_redis(&e)))?;
+        let (conn, free_conn, renew_conn) = tokio::time::timeout(
+            connect_timeout,
+            futures::future::try_join3(open(), open(), open()),
+        )
+        .await
+        .map_err(|_| failure(NodeError::new(NodeErrorKind::Timeout, "connect timed out")))?
+        .map_err(|e| failure(NodeError::from_redis(&e)))?;
         let mut conn = conn;
         let role = tokio::time::timeout(connect_timeout, role(&mut conn))
             .await
@@ -103,6 +123,7 @@ impl RedisNode {
         Ok(Self {
             addr: spec.addr,
             conn,
+            free_conn,
             renew_conn,
             client: spec.client,
             refused: Arc::default(),
@@ -205,7 +226,7 @@ impl RedisNode {
                 failures: vec![NodeError::from_redis(&e).at(index, &spec.addr)],
             })
         };
-        let (conn, renew_conn) = (open()?, open()?);
+        let (conn, free_conn, renew_conn) = (open()?, open()?, open()?);
         let refused: Arc<OnceLock<NodeError>> = Arc::default();
         let policy: Arc<Mutex<Option<String>>> = Arc::default();
         let probe = Arc::downgrade(&refused);
@@ -250,6 +271,7 @@ impl RedisNode {
         Ok(Self {
             addr: spec.addr,
             conn,
+            free_conn,
             renew_conn,
             client: spec.client,
             refused,
@@ -335,30 +357,54 @@ impl Server for RedisNode {
         false
     }
 
+    fn frees_apart(&self) -> bool {
+        true
+    }
+
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
         BatchCost::of_one_pipeline(batch)
     }
 
     /// One call of `script` over the key names `keys`, with the arguments
-    /// `args` adds, sent as [`ScriptCall::run`] does (`resend`); its reply
-    /// is read by `read`.
+    /// `args` adds, sent as [`ScriptCall::run`] does (`resend`) on the
+    /// connection of its lane ([`Stamp::lane`](super::order::Stamp::lane)),
+    /// after a `PING` answered on the other one where its order asks for a
+    /// barrier; its reply is read by `read`.
     fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
         call: Call<T, R>,
     ) -> Answer<R> {
-        let sender = self.checked().map(|conn| ScriptCall {
-            conn,
-            loaded: Arc::clone(&self.loaded),
-            breaker: Arc::clone(&self.breaker),
-        });
+        let lane = |l: Lane| match l {
+            Lane::Calls => &self.conn,
+            Lane::Frees => &self.free_conn,
+        };
+        let sender = self
+            .checked_conn(lane(call.stamp.lane()))
+            .map(|conn| ScriptCall {
+                conn,
+                loaded: Arc::clone(&self.loaded),
+                breaker: Arc::clone(&self.breaker),
+            });
+        let barrier = call.stamp.barrier().map(|l| (l, lane(l).clone()));
         Box::pin(async move {
-            let reply = sender?.run(
-                call.script,
-                &call.keys,
-                (call.resend, &call.stamp),
-                call.args,
-            );
-            (call.read)(reply.await?)
+            let stamp = &call.stamp;
+            let reply = async {
+                let sender = sender?;
+                if let Some((l, mut conn)) = barrier {
+                    let _: String = redis::cmd("PING")
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| map_err(&e))?;
+                    stamp.passed(l);
+                }
+                sender
+                    .run(call.script, &call.keys, (call.resend, stamp), call.args)
+                    .await
+            }
+            .await;
+            // Answered, failed or never sent: it will not run later.
+            stamp.ended(reply.is_ok());
+            (call.read)(reply?)
         })
     }
 

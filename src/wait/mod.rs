@@ -22,9 +22,12 @@
 //! node count once), or a few milliseconds after the first ring: an attempt
 //! on the first node's message would often find the release not yet run
 //! elsewhere, miss, and be rolled back. A release by this manager rings a
-//! plain waiter for an attempt at once: its calls went to every node ahead
-//! of the attempt, on the same connections (a fair waiter, named per node,
-//! still waits for a quorum of nodes). Every waiter's timer ends no later
+//! plain waiter for an attempt at once: its calls went to every node before
+//! the first node's message came, so ahead of the attempt in practice (a
+//! fair waiter, named per node, still waits for a quorum of nodes). Not
+//! by rule: on a master a release takes the connection of the calls that
+//! free and the attempt another (`node/redis_node`), and an attempt that
+//! lands first misses and waits again. Every waiter's timer ends no later
 //! than the holder's key is known to expire (the PTTL seen by the last
 //! attempt, or the lease of a local holder), since an expiry publishes
 //! nothing.

@@ -38,9 +38,11 @@ pub(in crate::wait) struct Bell {
 
 impl Bell {
     /// Rings for something that needs no other node's word: this manager's
-    /// own release (its calls reach every node on the same connections as
-    /// the waiter's attempt, so ahead of it), a change of coverage, the
-    /// previous head giving up.
+    /// own release (its calls went to every node before the message came,
+    /// so ahead of the waiter's attempt in practice, though a release goes
+    /// on a master's connection of the calls that free and the attempt on
+    /// another: an attempt that still finds it held misses and waits
+    /// again), a change of coverage, the previous head giving up.
     pub(in crate::wait) fn ring(&self, wakeups: &AtomicU64) {
         self.prompt.store(true, Ordering::Release);
         self.bump(wakeups);
