@@ -22,12 +22,15 @@
 
 #[path = "../tests/support/local.rs"]
 mod local;
+#[path = "../tests/support/silence.rs"]
+mod silence;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::{LockManager, Quorum};
+use silence::silence;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -67,53 +70,6 @@ async fn manager(urls: Vec<String>, lease: Duration) -> Result<LockManager, BoxE
         .lease(lease)
         .build()
         .await?)
-}
-
-/// Proxies to the nodes that can go silent at once (a crashed process,
-/// as its peers see it): open connections stop forwarding, new ones are
-/// dropped.
-struct Silence {
-    urls: Vec<String>,
-    silent: Arc<AtomicBool>,
-}
-
-async fn silence(ports: &[u16]) -> Result<Silence, BoxError> {
-    let silent = Arc::new(AtomicBool::new(false));
-    let mut urls = Vec::new();
-    for &to in ports {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        urls.push(format!(
-            "redis://127.0.0.1:{}",
-            listener.local_addr()?.port()
-        ));
-        let silent = Arc::clone(&silent);
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if silent.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
-                    continue;
-                };
-                let silent = Arc::clone(&silent);
-                tokio::spawn(async move {
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let cut = async {
-                        while !silent.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy(&mut cr, &mut sw) => {}
-                        _ = tokio::io::copy(&mut sr, &mut cw) => {}
-                        () = cut => {}
-                    }
-                });
-            }
-        });
-    }
-    Ok(Silence { urls, silent })
 }
 
 /// quorumlock: `rounds` hand-overs by resignation between two managers.

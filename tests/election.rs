@@ -13,6 +13,8 @@ mod campaigns;
 #[path = "support/history.rs"]
 #[allow(dead_code)]
 mod history;
+#[path = "support/silence.rs"]
+mod silence;
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,9 +24,9 @@ use std::time::{Duration, Instant};
 use campaigns::{candidate, Proclaimed};
 use history::History;
 use quorumlock::{Leader, LockManager, LockManagerBuilder, Quorum};
+use silence::silence;
 use support::local_cluster::cluster;
 use support::{nodes, serial, unique};
-use tokio::io::AsyncWriteExt;
 
 fn builder(lease: Duration) -> LockManagerBuilder {
     support::builder()
@@ -155,62 +157,12 @@ async fn the_next_candidate_leads_within_a_round_trip_of_a_resignation() {
     me.resign().await.unwrap();
 }
 
-/// A TCP proxy to every shared node that can go silent at once: its
-/// connections stop forwarding and it refuses new ones, as a crashed
-/// process's peer sees it.
-struct Silence {
-    urls: Vec<String>,
-    silent: Arc<AtomicBool>,
-}
-
-async fn silence() -> Silence {
-    let silent = Arc::new(AtomicBool::new(false));
-    let mut urls = Vec::new();
-    for i in 0..nodes().len() {
-        let to = nodes().port(i);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        urls.push(format!(
-            "redis://127.0.0.1:{}",
-            listener.local_addr().unwrap().port()
-        ));
-        let silent = Arc::clone(&silent);
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if silent.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
-                    continue;
-                };
-                let silent = Arc::clone(&silent);
-                tokio::spawn(async move {
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let up = tokio::io::copy(&mut cr, &mut sw);
-                    let down = tokio::io::copy(&mut sr, &mut cw);
-                    let cut = async {
-                        while !silent.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
-                    };
-                    tokio::select! {
-                        _ = up => {}
-                        _ = down => {}
-                        () = cut => {}
-                    }
-                    let _ = cw.shutdown().await;
-                });
-            }
-        });
-    }
-    Silence { urls, silent }
-}
-
 #[tokio::test]
 async fn a_crashed_leader_is_replaced_within_its_lease_and_learns_by_valid_until() {
     let election = unique("crash");
     let lease = Duration::from_secs(2);
-    let proxy = silence().await;
+    let ports: Vec<u16> = (0..nodes().len()).map(|i| nodes().port(i)).collect();
+    let proxy = silence(&ports).await.unwrap();
     let crashing = LockManager::builder()
         .nodes(proxy.urls.clone())
         .node_timeout(Duration::from_millis(300))

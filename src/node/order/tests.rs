@@ -1,0 +1,148 @@
+use super::*;
+
+fn stamp(order: &Arc<Order>, pairs: &[(&str, &str)]) -> Stamp {
+    on(order, pairs, Lane::Calls)
+}
+
+fn on(order: &Arc<Order>, pairs: &[(&str, &str)], prefer: Lane) -> Stamp {
+    let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
+    order.stamp(&pairs, prefer)
+}
+
+fn lanes() -> Arc<Order> {
+    Arc::new(Order::new(true))
+}
+
+/// A release whose acquire answered takes the lane of the calls that
+/// free; one whose acquire is still in flight goes behind it, on the
+/// acquire's lane; a member of one connection sends all on one.
+#[test]
+fn a_release_frees_apart_only_once_its_acquire_answered() {
+    let order = lanes();
+    let acquire = on(&order, &[("a", "h1")], Lane::Calls);
+    assert_eq!(acquire.lane(), Lane::Calls);
+    let early = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(early.lane(), Lane::Calls, "behind its acquire in flight");
+    assert_eq!(early.barrier(), None);
+    let other = on(&order, &[("a", "h2")], Lane::Frees);
+    assert_eq!(other.lane(), Lane::Frees, "another hold's release");
+    for call in [&acquire, &early, &other] {
+        call.ended(true);
+    }
+    drop((acquire, early, other));
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Frees, "its acquire answered");
+    release.ended(true);
+    drop(release);
+    assert_eq!(order.in_flight(), 0);
+
+    let one = Arc::new(Order::new(false));
+    let acquire = on(&one, &[("a", "h1")], Lane::Calls);
+    drop(acquire);
+    let release = on(&one, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Calls, "one connection for all");
+    drop(release);
+    assert_eq!(one.in_flight(), 0);
+}
+
+/// An acquire dropped unanswered (its deadline passed) may still run:
+/// its hold's calls stay on its lane until a call made after the drop
+/// is answered there; an answer made before the drop proves nothing,
+/// and nor does a call that failed.
+#[test]
+fn a_dropped_call_holds_its_lane_until_a_later_call_answered_there() {
+    let order = lanes();
+    let before = on(&order, &[("b", "x")], Lane::Calls);
+    let acquire = on(&order, &[("a", "h1")], Lane::Calls);
+    drop(acquire);
+    before.ended(true);
+    drop(before);
+    let rollback = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(rollback.lane(), Lane::Calls, "behind the dropped acquire");
+    let failed = on(&order, &[("c", "y")], Lane::Calls);
+    failed.ended(false);
+    drop(failed);
+    rollback.ended(false);
+    drop(rollback);
+    let again = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(again.lane(), Lane::Calls, "nothing answered after the drop");
+    let later = on(&order, &[("b", "x")], Lane::Calls);
+    later.ended(true);
+    drop((later, again));
+    // `again` was dropped unanswered too: one more answer after it.
+    let last = on(&order, &[("d", "z")], Lane::Calls);
+    last.ended(true);
+    drop(last);
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Frees, "the dropped calls have run");
+    release.ended(true);
+    drop(release);
+    assert_eq!(order.in_flight(), 0, "nothing kept");
+}
+
+/// An acquire made while its owner's release is in flight on the
+/// lane of the calls that free goes behind it there; a queued acquire
+/// whose pairs are unsettled on both lanes goes on its own after a
+/// barrier on the other, which settles what was dropped there.
+#[test]
+fn a_call_follows_its_hold_to_the_other_lane_or_waits_for_a_barrier() {
+    let order = lanes();
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    let next = on(&order, &[("a", "h1")], Lane::Calls);
+    assert_eq!(next.lane(), Lane::Frees, "behind the release in flight");
+    let queued = on(&order, &[("a", "w1")], Lane::Calls);
+    drop(queued);
+    let both = on(&order, &[("a", "h1"), ("a", "w1")], Lane::Calls);
+    assert_eq!(both.lane(), Lane::Calls);
+    assert_eq!(both.barrier(), Some(Lane::Frees));
+    release.ended(true);
+    next.ended(true);
+    drop((release, next));
+    both.passed(Lane::Frees);
+    both.ended(true);
+    drop(both);
+    assert_eq!(order.in_flight(), 0, "the barrier and answers settled all");
+}
+
+/// A later call of the same (lock, holder) supersedes an earlier one,
+/// also once it ended; another holder's or another lock's does not;
+/// the map forgets a pair once none of its calls is in flight.
+#[test]
+fn a_later_call_of_the_same_hold_supersedes_an_earlier_one() {
+    let order = Arc::new(Order::default());
+    let acquire = stamp(&order, &[("a", "h1")]);
+    let other_holder = stamp(&order, &[("a", "h2")]);
+    let other_lock = stamp(&order, &[("b", "h1")]);
+    assert!(!acquire.superseded());
+    assert!(acquire.may_resend().is_ok());
+    let release = stamp(&order, &[("a", "h1")]);
+    assert!(acquire.superseded(), "the release was made after it");
+    let e = acquire.may_resend().expect_err("superseded");
+    assert_eq!(e.kind, NodeErrorKind::Superseded);
+    assert!(!release.superseded());
+    assert!(!other_holder.superseded() && !other_lock.superseded());
+    drop(release);
+    assert!(
+        acquire.superseded(),
+        "a release that already ended still comes first"
+    );
+    drop(acquire);
+    let next = stamp(&order, &[("a", "h1")]);
+    assert!(!next.superseded(), "a new call after both ended");
+    drop((next, other_holder, other_lock));
+    assert_eq!(order.in_flight(), 0, "nothing kept once the calls end");
+}
+
+/// A queued acquire is ordered by its holder and by its waiter: a
+/// `leave` of the waiter supersedes it, as a release of the holder
+/// does; a stamp of no pair is never superseded.
+#[test]
+fn a_queued_acquire_is_ordered_by_its_holder_and_its_waiter() {
+    let order = Arc::new(Order::default());
+    let queued = stamp(&order, &[("a", "h1"), ("a", "w1")]);
+    let leave = stamp(&order, &[("a", "w1")]);
+    assert!(queued.superseded());
+    drop(leave);
+    assert!(queued.superseded(), "the leave came first");
+    assert!(!Stamp::none().superseded());
+}
