@@ -110,6 +110,42 @@ pub enum Error {
     #[error("configuration error: {0}")]
     Config(String),
 
+    /// A semaphore was asked with a permit count other than the one the
+    /// nodes record for its name (the count of the first acquisition that
+    /// found none recorded). Two counts for one name would let the larger
+    /// one's holders exceed the smaller one's limit, so neither is served.
+    #[error(
+        "semaphore {name:?} asked with {permits} permits, but the nodes record {recorded}; \
+         every process must use one count per name (to change it, delete {key} on every \
+         node once no permit is held)"
+    )]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The count asked for.
+        permits: u32,
+        /// The count a node records.
+        recorded: i64,
+        /// The key that records it, on every node.
+        key: String,
+    },
+
+    /// The manager's quorum cannot make this primitive safe: a semaphore's
+    /// permits and a read-write lock's writers exclude each other only if
+    /// every two quorums share a member (`2q > N`).
+    #[error(
+        "a {primitive} needs a quorum q with 2q > N (every two quorums share a member); \
+         this manager's quorum is {required} of {nodes}"
+    )]
+    UnsafeQuorum {
+        /// `"semaphore"` or `"read-write lock"`.
+        primitive: &'static str,
+        /// The manager's quorum.
+        required: usize,
+        /// Its members.
+        nodes: usize,
+    },
+
     /// A node is not a master. Locks must live on independent masters.
     #[error("node {node} ({addr}) is a {role}, not a master; give quorumlock independent masters")]
     NotMaster {
@@ -255,7 +291,11 @@ impl Error {
         /// The quorum was met too late.
         is_validity_exhausted => Self::ValidityExhausted { .. },
         /// The caller passed a bad argument or configuration.
-        is_invalid_input => Self::InvalidInput { .. } | Self::Config(_) | Self::NotMaster { .. },
+        is_invalid_input => Self::InvalidInput { .. }
+            | Self::Config(_)
+            | Self::NotMaster { .. }
+            | Self::PermitsMismatch { .. }
+            | Self::UnsafeQuorum { .. },
         /// The lock key holds a value of another type.
         is_wrong_type => Self::WrongType { .. },
         /// Renewal stopped at `max_hold`.

@@ -231,7 +231,7 @@ impl LockGuard {
         // Run here, not as a task of its own; dropping this future before the
         // quorum answered sends the release again as background work.
         let t = hold.release_last().await;
-        t.verdict(&hold.keys.name, hold.nodes.required())
+        t.verdict(&hold.keys.name, hold.nodes.required_for(&hold.keys))
     }
 
     /// Runs `f` while holding the lock, then releases it.

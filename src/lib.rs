@@ -184,6 +184,8 @@ mod builder;
 mod request;
 
 mod election;
+mod rw_lock;
+mod semaphore;
 
 mod manager;
 
@@ -210,6 +212,8 @@ pub use crate::multi::MultiLockGuard;
 pub use crate::node::NodeLockState;
 pub use crate::owner::{HolderInfo, Owner};
 pub use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
+pub use crate::rw_lock::{ReadGuard, RwLock, WriteGuard};
+pub use crate::semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use crate::shared::LockManager;
 pub use crate::status::{LockStatus, NodeStatus};
 pub use crate::wait::PubSubStats;

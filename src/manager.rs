@@ -20,6 +20,8 @@ use crate::multi::MultiLockGuard;
 use crate::node::NodeOps;
 use crate::owner::Owner;
 use crate::request::{LockRequest, MultiLockRequest, NameSet, OneName, Request};
+use crate::rw_lock::RwLock;
+use crate::semaphore::Semaphore;
 #[cfg(test)]
 use crate::shared::Inner;
 use crate::shared::LockManager;
@@ -269,6 +271,53 @@ impl LockManager {
     #[must_use]
     pub fn election(&self, name: impl Into<String>) -> Election {
         Election::new(self, name.into())
+    }
+
+    /// A counting semaphore of `permits` permits named `name` over this
+    /// manager's members: at most `permits` [`Permit`](crate::Permit)s
+    /// valid at once, across processes, under the lock's assumptions (each
+    /// permit is one of `permits` slots, each slot a quorum lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let connections = locks.semaphore("db-connections", 10)?;
+    /// let permit = connections.acquire().await?;
+    /// // ... at most 10 of these at once, across every process ...
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for an invalid name (as a lock name) or a
+    /// count of 0 or above [`MAX_PERMITS`](crate::MAX_PERMITS);
+    /// [`Error::UnsafeQuorum`] when the manager's quorum has `2q ≤ N`.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Result<Semaphore, Error> {
+        Semaphore::new(self, name.into(), permits)
+    }
+
+    /// A read-write lock named `name` over this manager's members: readers
+    /// together, a writer alone. Nothing is checked or sent until the first
+    /// [`read`](RwLock::read) or [`write`](RwLock::write), which report a
+    /// bad name or an unsafe quorum.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::LockManager) -> Result<(), quorumlock::Error> {
+    /// let catalog = locks.rw_lock("catalog");
+    /// let reading = catalog.read().await?;
+    /// reading.release().await?;
+    /// let writing = catalog.write().await?;
+    /// println!("writing with token {}", writing.fencing_token());
+    /// writing.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # fn main() { let _ = demo; }
+    /// ```
+    #[must_use]
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self, name.into())
     }
 
     /// Deletes `name` on every node, whoever holds it, and wakes its waiters.

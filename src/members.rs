@@ -66,6 +66,12 @@ impl Members {
         self.config.required
     }
 
+    /// Grants a hold of `keys` needs: the quorum, or a reader's read
+    /// quorum (see [`Keys::required`]).
+    pub(crate) fn required_for(&self, keys: &Keys) -> usize {
+        keys.required(self.len(), self.required())
+    }
+
     /// Node `i`, in the builder's order: its address, its settings. Its
     /// calls go through [`Members::fan_out`].
     pub(crate) fn node(&self, i: usize) -> &dyn NodeOps {
@@ -141,7 +147,7 @@ impl Members {
         claim: &Claim,
         token: u64,
     ) -> (ReleaseTally, Stragglers<Released>) {
-        let required = self.required();
+        let required = self.required_for(keys);
         let timeout = self.call_timeout(claim.lease);
         let mut fan = self.fan_out(timeout, |i| self.release_call(i, keys, claim, token));
         fan.until_quorum(required, |r| {

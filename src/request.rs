@@ -334,3 +334,37 @@ impl Request<'_, NameSet> {
 fn lock_all_is_send(m: &LockManager) -> impl Send + '_ {
     m.lock_all(["a"])
 }
+
+/// Takes the one key `keys` anew for `owner` (an owner of its own, which
+/// nothing re-enters), with the manager's lease renewed by the watchdog,
+/// waiting as `wait` says: what a semaphore's permit and a read-write
+/// lock's guards are made of.
+pub(crate) async fn fresh(
+    manager: &LockManager,
+    keys: &Arc<Keys>,
+    owner: &Owner,
+    wait: Wait,
+) -> Result<LockGuard, Error> {
+    let inner = &manager.inner;
+    let probe = inner
+        .nodes
+        .metrics
+        .acquiring(wait == Wait::Up(Duration::ZERO));
+    let terms = Terms {
+        lease: inner.nodes.config.lease,
+        renew: true,
+        wait,
+        fair: false,
+    };
+    let holds = inner
+        .acquisition(&probe)
+        .fresh(&Target::one(keys), owner, terms, |_| inner.keep_alive())
+        .await?;
+    holds
+        .into_iter()
+        .next()
+        .map(LockGuard::new)
+        .ok_or_else(|| Error::Lost {
+            name: keys.name.to_string(),
+        })
+}

@@ -14,7 +14,7 @@ use super::rollback::{LateGrants, Rollback};
 use crate::clock;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure, TakenNode};
 use crate::hold::Acquired;
-use crate::keys::Target;
+use crate::keys::{Role, Target};
 use crate::members::Members;
 use crate::node::{Answer, Claim, Grant, Place};
 use crate::quorum::{self, Decision, Tally};
@@ -102,7 +102,7 @@ pub(crate) async fn attempt(ask: Ask<'_>, spot: Option<&mut Spot>) -> Result<Won
 
 async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     let (nodes, target, lease) = (ask.nodes, ask.target, ask.claim.lease);
-    let required = nodes.required();
+    let required = nodes.required_for(target.first());
     let start = clock::now();
     // Armed from the start: dropped with this future, it sends the release
     // of every name to every node in the background.
@@ -137,7 +137,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
                 name: target.label.to_string(),
             });
         }
-        return Err(missed(nodes, &target.label, &replies, tally));
+        return Err(missed(nodes, target, &replies, tally));
     }
     let mut granted = vec![false; replies.len()];
     let mut missing = vec![false; replies.len()];
@@ -157,6 +157,8 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     }
     // A re-entry keeps the hold's token: nothing new to show.
     let fenced = match ask.kind {
+        // A reader's token orders nothing: no counter is raised for it.
+        Kind::Fresh if target.first().role == Role::Reader => Ok(()),
         Kind::Fresh if !no_fence => {
             fence_quorum(nodes, target, &replies, token, start, lease).await
         }
@@ -240,11 +242,12 @@ fn trace_replies(replies: &[Option<Result<Grant, NodeError>>], tally: Tally, ela
 /// node holds it for another owner, else unavailable.
 pub(crate) fn missed(
     nodes: &Members,
-    name: &str,
+    target: &Target,
     replies: &[Option<Result<Grant, NodeError>>],
     tally: Tally,
 ) -> Error {
-    let name = name.to_owned();
+    let name = target.label.to_string();
+    let required = nodes.required_for(target.first());
     let mut taken = Vec::new();
     let mut failures = Vec::new();
     for (i, r) in replies.iter().enumerate() {
@@ -273,7 +276,7 @@ pub(crate) fn missed(
         return Error::Unavailable {
             name,
             failures,
-            required: nodes.required(),
+            required,
             granted: tally.granted,
         };
     }
@@ -283,7 +286,7 @@ pub(crate) fn missed(
         taken,
         min_pttl,
         failures,
-        required: nodes.required(),
+        required,
         granted: tally.granted,
     }
 }

@@ -32,7 +32,7 @@ pub(crate) async fn fence_quorum(
     start: Instant,
     lease: Duration,
 ) -> Result<(), Vec<NodeFailure>> {
-    let required = nodes.required();
+    let required = nodes.required_for(target.first());
     let at_token: Vec<bool> = replies
         .iter()
         .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))

@@ -97,7 +97,7 @@ impl<'a> Turn<'a> {
                 let id = turn.spot.as_ref().map(|s| Arc::clone(s.waiter()));
                 turn.bell = notifier.join_if_covered(&*keys, id.as_ref(), &turn.owner_id);
             }
-            if turn.bell.is_some() && turn.spot.is_none() {
+            if turn.bell.is_some() && turn.spot.is_none() && keys.queued() {
                 turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), false));
             }
         }
@@ -136,7 +136,11 @@ impl<'a> Turn<'a> {
     /// `rollback::LateGrants`).
     pub(crate) fn won(mut self, lease: Duration) {
         if let Some(b) = self.bell.take() {
-            b.acquired(lease);
+            // A shared hold (a permit, a reader) leaves room for the next
+            // local waiter: leaving as if it gave up rings it at once.
+            if !self.keys.as_ref().is_some_and(|k| k.shared()) {
+                b.acquired(lease);
+            }
         }
         if let Some(s) = self.spot.as_mut() {
             s.won();
@@ -181,13 +185,16 @@ impl<'a> Turn<'a> {
             None => {
                 let nodes = &self.nodes;
                 let waiter = &self.waiter_id;
-                let spot = self
-                    .spot
-                    .get_or_insert_with(|| Spot::new(nodes, &keys, Arc::clone(waiter), false));
+                if keys.queued() && self.spot.is_none() {
+                    self.spot = Some(Spot::new(nodes, &keys, Arc::clone(waiter), false));
+                }
                 // A release naming a fair waiter rings that waiter: its turn
                 // on the nodes. One naming a plain waiter of ours rings the
                 // local head, which keeps the order among local waiters.
-                let fair = spot.fair().then(|| spot.waiter());
+                let fair = self
+                    .spot
+                    .as_ref()
+                    .and_then(|s| s.fair().then(|| s.waiter()));
                 let bell = self.notifier.waiter(&*keys, fair, &self.owner_id);
                 if let Some(pttl) = pttl {
                     bell.holder_seen(pttl);

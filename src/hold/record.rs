@@ -164,7 +164,7 @@ impl Hold {
             validity: quorum::valid_until(start, now, self.lease, nodes.drift(self.lease)),
             next_tick: now + nodes.config.renew_interval,
         };
-        let verdict = tally.verdict(nodes.required(), &times);
+        let verdict = tally.verdict(nodes.required_for(&self.keys), &times);
         let until = match verdict {
             Verdict::Renewed(until) => Some(until),
             Verdict::Retry | Verdict::Lost(_) => None,

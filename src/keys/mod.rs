@@ -52,6 +52,41 @@ pub(crate) struct Keys {
     /// The hash slot of every key of the lock, computed once: the watchdog
     /// reads it for every hold of every wave.
     slot: u16,
+    /// What the key is: an ordinary lock, a semaphore's permit slot, or a
+    /// read-write lock's reader or writer.
+    pub(crate) role: Role,
+    /// The keys shared by a semaphore's slots or a read-write lock's
+    /// readers and writer start with this: `<prefix>{semaphore:<name>}` or
+    /// `<prefix>{rw:<name>}` (for an ordinary lock, the lock's own base).
+    family: String,
+    /// The channel this lock's waiters listen on when it is not the one
+    /// its release publishes on (a reader's: `<family>:writer_released`).
+    wake: Option<String>,
+}
+
+/// What one lock key serves. Every role is held, renewed and released as
+/// an ordinary lock (one holder per key); the roles differ in the acquire
+/// script and in the quorum (see [`Keys::required`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An ordinary lock.
+    Lock,
+    /// One permit slot of a semaphore, `<family>:permit:<i>`: an ordinary
+    /// lock whose release channel is the semaphore's, shared by its slots.
+    Permit,
+    /// One reader of a read-write lock, a key of its own
+    /// (`<family>:reader:<id>`), granted by `scripts/read.lua` only while
+    /// no writer holds or waits for the lock on that node.
+    Reader,
+    /// The writer of a read-write lock, the hash `<family>` itself, granted
+    /// by `scripts/write.lua` only while no reader key is alive on that
+    /// node. `waiter` names the acquisition in the waiting writers' set
+    /// (`<family>:timeouts`), where a refused writer holds new readers back
+    /// for `hold_back` from its last attempt.
+    Writer {
+        waiter: Arc<str>,
+        hold_back: std::time::Duration,
+    },
 }
 
 impl Keys {
@@ -79,8 +114,62 @@ impl Keys {
             fence: fence_key(prefix, slot),
             channel: format!("{base}:released"),
             foreign_channel: layout.foreign_channel(name),
+            family: base.clone(),
             base,
             slot,
+            role: Role::Lock,
+            wake: None,
+        }
+    }
+
+    /// Permit slot `index` of the semaphore `name` (already checked): the
+    /// lock `<prefix>{semaphore:<name>}:permit:<index>`, releasing on the
+    /// semaphore's channel `<prefix>{semaphore:<name>}:released`.
+    pub(crate) fn permit(prefix: &str, name: &str, index: u32) -> Self {
+        let tag = format!("semaphore:{name}");
+        let family = format!("{prefix}{{{tag}}}");
+        let lock = format!("{family}:permit:{index}");
+        let slot = slot_of(tag.as_bytes());
+        Self {
+            name: format!("{name}#{index}").into(),
+            fence: fence_key(prefix, slot),
+            channel: format!("{family}:released"),
+            foreign_channel: None,
+            base: lock.clone(),
+            lock,
+            slot,
+            role: Role::Permit,
+            family,
+            wake: None,
+        }
+    }
+
+    /// The read-write lock `name` (already checked) as one `role`, a
+    /// [`Role::Reader`] under the reader key id `id` (unused for a writer):
+    /// both release on `<family>:released`, where waiting writers listen;
+    /// a writer's release also publishes on `<family>:writer_released`,
+    /// where waiting readers listen (a reader's release frees nothing a
+    /// reader waits for).
+    pub(crate) fn rw(prefix: &str, name: &str, role: Role, id: &str) -> Self {
+        let tag = format!("rw:{name}");
+        let family = format!("{prefix}{{{tag}}}");
+        let slot = slot_of(tag.as_bytes());
+        let writer_released = format!("{family}:writer_released");
+        let (lock, foreign_channel, wake) = match role {
+            Role::Reader => (format!("{family}:reader:{id}"), None, Some(writer_released)),
+            _ => (family.clone(), Some(writer_released), None),
+        };
+        Self {
+            name: format!("rw:{name}").into(),
+            fence: fence_key(prefix, slot),
+            channel: format!("{family}:released"),
+            foreign_channel,
+            base: lock.clone(),
+            lock,
+            slot,
+            role,
+            family,
+            wake,
         }
     }
 }
@@ -139,6 +228,51 @@ impl Keys {
     /// The hash slot of every key of the lock: its name's.
     pub(crate) fn slot(&self) -> u16 {
         self.slot
+    }
+
+    /// Grants a hold of this key needs among `n` members whose quorum is
+    /// `required`: a reader's is the read quorum `n - required + 1`, which
+    /// meets every write quorum in a node (Gifford's `q_r + q_w > n`);
+    /// every other role's is `required`.
+    pub(crate) fn required(&self, n: usize, required: usize) -> usize {
+        match self.role {
+            Role::Reader => n.saturating_sub(required) + 1,
+            _ => required,
+        }
+    }
+
+    /// Whether an acquisition of this key may take a place in its queue on
+    /// the nodes (`scripts/acquire_queued.lua`): an ordinary lock's only.
+    /// The other roles have acquire scripts of their own and wait on their
+    /// channel alone.
+    pub(crate) fn queued(&self) -> bool {
+        self.role == Role::Lock
+    }
+
+    /// Whether holds of this key are shared: several of them are held at
+    /// once (a semaphore's slots, readers), so a waiter that wins one
+    /// passes the ring on to the next local waiter at once.
+    pub(crate) fn shared(&self) -> bool {
+        matches!(self.role, Role::Permit | Role::Reader)
+    }
+
+    /// The channel this lock's waiters listen on, and whether they also
+    /// listen on its foreign channel: its release channel and the foreign
+    /// one for an ordinary lock; a writer's release channel alone (every
+    /// release of the lock publishes there); for a reader, the channel
+    /// where only a writer's release publishes.
+    pub(crate) fn listen(&self) -> (&str, Option<&str>) {
+        match (&self.role, &self.wake) {
+            (_, Some(wake)) => (wake, None),
+            (Role::Writer { .. }, None) => (&self.channel, None),
+            _ => (&self.channel, self.foreign_channel.as_deref()),
+        }
+    }
+
+    /// The shared keys of a semaphore or a read-write lock, in two parts:
+    /// `<family>` and `suffix`.
+    pub(crate) fn family_parts(&self, suffix: &'static str) -> (&str, &'static str) {
+        (&self.family, suffix)
     }
 }
 

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::error::NodeError;
-use crate::keys::Keys;
+use crate::keys::{Keys, Role};
 use crate::scripts::{self, ms};
 
 use super::batch::RenewBatch;
 use super::feed::Feed;
 use super::ops::{
     Answer, BatchCost, Claim, Grant, NodeLockState, NodeOps, Place, Proclaimed, Record, Released,
-    Renewed, Seen,
+    Renewed, Seen, SlotsSeen,
 };
 use super::order::{pair, Lane, Order, Stamp};
 use super::reply::{self, grant};
@@ -195,6 +195,9 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
+        if keys.role != Role::Lock && keys.role != Role::Permit {
+            return self.rw(keys, claim, false);
+        }
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
@@ -226,6 +229,9 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
+        if keys.role != Role::Lock && keys.role != Role::Permit {
+            return self.rw(keys, claim, true);
+        }
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire(keys);
         let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
@@ -337,5 +343,47 @@ impl<S: Server> NodeOps for Member<S> {
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState> {
         self.0.status(keys)
+    }
+
+    fn permits(&self, slot: &Arc<Keys>, count: u32) -> Answer<SlotsSeen> {
+        let names = script_keys::permits(slot, count);
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(count);
+        };
+        // It writes only the count, and only where none is: sent again
+        // after a broken connection, it changes nothing a later call did.
+        let how = (
+            Resend::AfterBrokenConnection,
+            Confirm::Master,
+            Stamp::none(),
+        );
+        self.run(&scripts::PERMITS, names, how, args, |reply: Vec<Value>| {
+            reply::slots_seen(&reply)
+        })
+    }
+}
+
+impl<S: Server> Member<S> {
+    /// A read-write lock's reader (`scripts/read.lua`) or writer
+    /// (`scripts/write.lua`) acquiring, or re-entering (`reenter`).
+    fn rw(&self, keys: &Arc<Keys>, claim: &Claim, reenter: bool) -> Answer<Grant> {
+        let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
+        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
+        let flag = u8::from(reenter);
+        let read = |reply: Vec<Value>| grant(&reply, "rw");
+        if let Role::Writer { waiter, hold_back } = &keys.role {
+            let (waiter, hold_back) = (Arc::clone(waiter), *hold_back);
+            let args = move |c: &mut redis::Cmd| {
+                c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
+                c.arg(&*waiter).arg(ms(hold_back));
+            };
+            let names = script_keys::write(keys);
+            return self.run(&scripts::WRITE, names, grant_call(stamp), args, read);
+        }
+        let args = move |c: &mut redis::Cmd| {
+            c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
+        };
+        let names = script_keys::read(keys);
+        self.run(&scripts::READ, names, grant_call(stamp), args, read)
     }
 }

@@ -47,7 +47,7 @@ pub(crate) use self::feed::{FeedMessage, FeedSink};
 pub(crate) use self::member::{Member, Server};
 pub use self::ops::NodeLockState;
 pub(crate) use self::ops::{
-    Answer, Claim, Grant, NodeOps, Place, Proclaimed, Record, Released, Renewed, Seen,
+    Answer, Claim, Grant, NodeOps, Place, Proclaimed, Record, Released, Renewed, Seen, SlotsSeen,
 };
 pub(crate) use self::redis_node::RedisNode;
 #[cfg(test)]
@@ -59,7 +59,7 @@ pub(crate) use self::spec::{redact, NodeSpec};
 #[cfg(test)]
 pub(crate) mod call_keys {
     pub(crate) use super::script_keys::{
-        acquire, acquire_all, acquire_queued, force_release, leader, leave, proclaim, raise_fences,
-        release, Names,
+        acquire, acquire_all, acquire_queued, force_release, leader, leave, permits, proclaim,
+        raise_fences, read, release, write, Names,
     };
 }

@@ -259,4 +259,19 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     fn leader(&self, keys: &Arc<Keys>) -> Answer<Seen>;
 
     fn status(&self, keys: &Arc<Keys>) -> Answer<NodeLockState>;
+
+    /// Reads a semaphore's `count` permit slots (`slot` is any slot's
+    /// keys) and the permit count recorded for it, recording `count` if
+    /// none is (`scripts/permits.lua`).
+    fn permits(&self, slot: &Arc<Keys>, count: u32) -> Answer<SlotsSeen>;
+}
+
+/// What one node says of a semaphore (`scripts/permits.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotsSeen {
+    /// The permit count recorded on the node (-1 if not a number).
+    pub(crate) count: i64,
+    /// Per slot: `None` when free, else the key's PTTL (`None` inside when
+    /// it has no expiry).
+    pub(crate) held: Vec<Option<Option<Duration>>>,
 }

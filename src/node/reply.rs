@@ -11,7 +11,7 @@ use crate::scripts;
 
 use std::sync::Arc;
 
-use super::ops::{Grant, NodeLockState, Proclaimed, Record, Released, Renewed, Seen};
+use super::ops::{Grant, NodeLockState, Proclaimed, Record, Released, Renewed, Seen, SlotsSeen};
 
 /// An integer reply, or one sent as a string; `nil` is 0.
 pub(super) fn int(v: &Value) -> Option<i64> {
@@ -45,6 +45,23 @@ pub(super) fn grant(reply: &[Value], script: &'static str) -> Result<Grant, Node
         )),
         _ => Err(NodeError::protocol(script)),
     }
+}
+
+/// Reads a `permits` reply: the count recorded, then each slot's PTTL.
+pub(super) fn slots_seen(reply: &[Value]) -> Result<SlotsSeen, NodeError> {
+    let mut values = reply.iter().map(int);
+    let count = values
+        .next()
+        .flatten()
+        .ok_or_else(|| NodeError::protocol("permits"))?;
+    let held = values
+        .map(|v| match v {
+            Some(-2) => Ok(None),
+            Some(ms) => Ok(Some(u64::try_from(ms).ok().map(Duration::from_millis))),
+            None => Err(NodeError::protocol("permits")),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(SlotsSeen { count, held })
 }
 
 /// Reads a `proclaim` reply code.

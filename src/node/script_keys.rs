@@ -38,6 +38,12 @@ pub(crate) enum Part {
     Record,
     /// An election's channel for its observers (`Keys::elected_channel`).
     Elected,
+    /// A read-write lock's writer hash, `<family>` (a reader's call).
+    Writer,
+    /// A read-write lock's set of reader keys, `<family>:readers`.
+    Readers,
+    /// A read-write lock's waiting writers, `<family>:timeouts`.
+    Waiting,
 }
 
 impl Names {
@@ -86,11 +92,20 @@ impl Names {
                         Part::Lock => drop(cmd.arg(&keys.lock)),
                         Part::Fence => drop(cmd.arg(&keys.fence)),
                         Part::Channel => drop(cmd.arg(&keys.channel)),
-                        Part::Queue | Part::Timeouts | Part::Record | Part::Elected => {
+                        Part::Queue
+                        | Part::Timeouts
+                        | Part::Record
+                        | Part::Elected
+                        | Part::Writer
+                        | Part::Readers
+                        | Part::Waiting => {
                             let (base, suffix) = match part {
                                 Part::Queue => keys.queue_parts(),
                                 Part::Timeouts => keys.timeouts_parts(),
                                 Part::Record => keys.record_parts(),
+                                Part::Writer => keys.family_parts(""),
+                                Part::Readers => keys.family_parts(":readers"),
+                                Part::Waiting => keys.family_parts(":timeouts"),
                                 _ => keys.elected_parts(),
                             };
                             let mut w = redis::RedisWrite::writer_for_next_arg(cmd);
@@ -129,6 +144,14 @@ impl Names {
                     Part::Foreign => keys.foreign_channel.clone(),
                     Part::Record => Some(keys.record()),
                     Part::Elected => Some(keys.elected_channel()),
+                    Part::Writer | Part::Readers | Part::Waiting => {
+                        let (base, suffix) = match p {
+                            Part::Writer => keys.family_parts(""),
+                            Part::Readers => keys.family_parts(":readers"),
+                            _ => keys.family_parts(":timeouts"),
+                        };
+                        Some(format!("{base}{suffix}"))
+                    }
                 })
                 .collect(),
             Self::Many(v) => v.clone(),
@@ -139,6 +162,36 @@ impl Names {
 /// `acquire.lua`, in both of its modes: the lock, its slot's counter.
 pub(crate) fn acquire(keys: &Arc<Keys>) -> Names {
     Names::One(Arc::clone(keys), &[Part::Lock, Part::Fence])
+}
+
+/// `read.lua`: the reader's key, its counter, the writer, the readers, the
+/// waiting writers.
+pub(crate) fn read(keys: &Arc<Keys>) -> Names {
+    const PARTS: &[Part] = &[
+        Part::Lock,
+        Part::Fence,
+        Part::Writer,
+        Part::Readers,
+        Part::Waiting,
+    ];
+    Names::One(Arc::clone(keys), PARTS)
+}
+
+/// `write.lua`: the writer's key, its counter, the readers, the waiting
+/// writers.
+pub(crate) fn write(keys: &Arc<Keys>) -> Names {
+    const PARTS: &[Part] = &[Part::Lock, Part::Fence, Part::Readers, Part::Waiting];
+    Names::One(Arc::clone(keys), PARTS)
+}
+
+/// `permits.lua`: the semaphore's count key, then its `count` slots' keys
+/// (`slot` is any slot's keys: they share the family).
+pub(crate) fn permits(slot: &Keys, count: u32) -> Names {
+    let (family, _) = slot.family_parts("");
+    let mut out = Vec::with_capacity(count as usize + 1);
+    out.push(format!("{family}:permits"));
+    out.extend((0..count).map(|i| format!("{family}:permit:{i}")));
+    Names::Many(out)
 }
 
 /// `acquire_queued.lua`: the lock, its counter, queue, timeouts, channel.

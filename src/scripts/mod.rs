@@ -45,7 +45,7 @@ pub(crate) struct Lua {
 }
 
 /// How many one-shot scripts there are.
-pub(crate) const ONE_SHOT: usize = 9;
+pub(crate) const ONE_SHOT: usize = 12;
 
 impl Lua {
     fn new(id: usize, source: &str) -> Self {
@@ -174,6 +174,17 @@ pub(crate) static PROCLAIM: LazyLock<Lua> =
 /// Reads an election's leader as one node sees it.
 pub(crate) static LEADER: LazyLock<Lua> = LazyLock::new(|| Lua::new(8, include_str!("leader.lua")));
 
+/// A read-write lock's reader: granted where no writer holds or waits.
+pub(crate) static READ: LazyLock<Lua> = LazyLock::new(|| Lua::new(9, include_str!("read.lua")));
+
+/// A read-write lock's writer: granted where no reader or writer holds it;
+/// refused, it holds new readers back.
+pub(crate) static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(10, include_str!("write.lua")));
+
+/// A semaphore's permit slots as one node sees them, and its permit count.
+pub(crate) static PERMITS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(11, include_str!("permits.lua")));
+
 /// Upgrade from the single fence counter per node: raises every per-slot
 /// counter to the old one and deletes it (run once, at `build()`).
 pub(crate) const ADOPT_FENCE: &str = include_str!("adopt_fence.lua");
@@ -237,6 +248,9 @@ mod tests {
             &*LEAVE,
             &*PROCLAIM,
             &*LEADER,
+            &*READ,
+            &*WRITE,
+            &*PERMITS,
         ]
         .into_iter()
         .enumerate()

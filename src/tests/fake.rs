@@ -51,6 +51,11 @@ pub(crate) struct State {
     fences: HashMap<String, u64>,
     /// Election leader records, by record key (`proclaim.lua`).
     records: HashMap<String, crate::node::Record>,
+    /// A read-write lock's waiting writers, by the lock's writer key:
+    /// waiter id -> until when it holds new readers back (`write.lua`).
+    waiting: HashMap<String, HashMap<String, Instant>>,
+    /// A semaphore's recorded permit count, by count key (`permits.lua`).
+    counts: HashMap<String, i64>,
     /// Keys holding a value of another type (a string at a lock key, a
     /// hash at the fence key): what the scripts meet as `WRONGTYPE`.
     foreign: HashSet<String>,
@@ -211,6 +216,8 @@ impl FakeNode {
         s.queues.clear();
         s.fences.clear();
         s.records.clear();
+        s.waiting.clear();
+        s.counts.clear();
         s.foreign.clear();
     }
 

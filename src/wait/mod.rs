@@ -95,10 +95,8 @@ impl<'a> From<&'a str> for Listen<'a> {
 
 impl<'a> From<&'a Keys> for Listen<'a> {
     fn from(keys: &'a Keys) -> Self {
-        Self {
-            own: &keys.channel,
-            foreign: keys.foreign_channel.as_deref(),
-        }
+        let (own, foreign) = keys.listen();
+        Self { own, foreign }
     }
 }
 

@@ -16,6 +16,7 @@ use super::{add, lose, renew_timeout, Watchdog};
 use crate::clock;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::hold::{Hold, Mark};
+use crate::keys::Role;
 use crate::members::Members;
 use crate::node::{RenewBatch, RenewItem, Renewed};
 use crate::quorum::{self, FanOut, Leg, Loss, RenewalTally, Verdict};
@@ -219,12 +220,17 @@ fn tally(nodes: &Members, wave: &Wave, sent: &Sent) -> Tallied {
         match hold.renewal_landed(&tally, wave.start, sent.now) {
             // Missing on a minority while a quorum confirmed: a node that
             // restarted empty (or evicted the key). Re-create it there.
+            // A reader's key is not re-created: a writer finds readers by
+            // the set its grant wrote, which a repair would not restore,
+            // so a reader stands on the nodes that kept its key.
             Verdict::Renewed(_) => {
                 t.renewed += 1;
-                tally.empty().for_each(|i| t.repairs[i].push(k));
+                if hold.keys.role != Role::Reader {
+                    tally.empty().for_each(|i| t.repairs[i].push(k));
+                }
             }
             Verdict::Retry => {
-                let (confirmed, required) = (tally.renewed, nodes.required());
+                let (confirmed, required) = (tally.renewed, nodes.required_for(&hold.keys));
                 debug!(%lock, confirmed, required, "renewal missed the quorum this tick; retrying next tick");
             }
             Verdict::Lost(why) => t.lost[k] = Some(why),

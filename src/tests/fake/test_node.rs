@@ -8,10 +8,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::error::NodeError;
-use crate::keys::Keys;
+use crate::keys::{Keys, Role};
 use crate::node::{
     call_keys, Answer, Claim, Feed, Grant, NodeLockState, NodeOps, Place, Proclaimed, Record,
-    Released, RenewBatch, Renewed, Resend, Seen,
+    Released, RenewBatch, Renewed, Resend, Seen, SlotsSeen,
 };
 use crate::tests::fake_feed::HubFeed;
 
@@ -117,23 +117,43 @@ impl<N: TestNode> NodeOps for N {
     fn acquire(&self, keys: &Arc<Keys>, claim: &Claim, place: Option<&Place>) -> Answer<Grant> {
         let (k, c, p) = (Arc::clone(keys), claim.clone(), place.cloned());
         let queued = place.is_some();
-        let names = move || match queued {
-            false => call_keys::acquire(keys),
-            true => call_keys::acquire_queued(keys),
+        let role = keys.role.clone();
+        let names = move || match (&keys.role, queued) {
+            (Role::Reader, _) => call_keys::read(keys),
+            (Role::Writer { .. }, _) => call_keys::write(keys),
+            (_, false) => call_keys::acquire(keys),
+            (_, true) => call_keys::acquire_queued(keys),
         };
         let names = (names, Resend::Never);
-        self.acquired(self.reach_keyed("acquire", names, move |s| match p {
-            None => scripts::acquire(s, &k, &c.holder, c.lease, c.count, false),
-            Some(p) => scripts::acquire_queued(s, &k, &c.holder, c.lease, c.count, &p),
-        }))
+        self.acquired(
+            self.reach_keyed("acquire", names, move |s| match (role, p) {
+                (Role::Reader | Role::Writer { .. }, _) => {
+                    scripts::rw(s, &k, &c.holder, c.lease, c.count, false)
+                }
+                (_, None) => scripts::acquire(s, &k, &c.holder, c.lease, c.count, false),
+                (_, Some(p)) => scripts::acquire_queued(s, &k, &c.holder, c.lease, c.count, &p),
+            }),
+        )
     }
 
     fn reenter(&self, keys: &Arc<Keys>, claim: &Claim) -> Answer<Grant> {
         let (k, c) = (Arc::clone(keys), claim.clone());
         let names = (|| call_keys::acquire(keys), Resend::Never);
-        self.reach_keyed("reenter", names, move |s| {
-            scripts::acquire(s, &k, &c.holder, c.lease, c.count, true)
+        self.reach_keyed("reenter", names, move |s| match k.role {
+            Role::Reader | Role::Writer { .. } => {
+                scripts::rw(s, &k, &c.holder, c.lease, c.count, true)
+            }
+            _ => scripts::acquire(s, &k, &c.holder, c.lease, c.count, true),
         })
+    }
+
+    fn permits(&self, slot: &Arc<Keys>, count: u32) -> Answer<SlotsSeen> {
+        let k = Arc::clone(slot);
+        let names = (
+            move || call_keys::permits(slot, count),
+            Resend::AfterBrokenConnection,
+        );
+        self.reach_keyed("permits", names, move |s| scripts::permits(s, &k, count))
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
