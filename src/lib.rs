@@ -127,6 +127,9 @@ mod cluster_guide {}
 #[doc = include_str!("../docs/ELECTION.md")]
 mod election_guide {}
 #[cfg(doctest)]
+#[doc = include_str!("../docs/PRIMITIVES.md")]
+mod primitives_guide {}
+#[cfg(doctest)]
 #[doc = include_str!("../docs/OBSERVABILITY.md")]
 mod observability_guide {}
 #[cfg(doctest)]

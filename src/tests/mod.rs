@@ -19,5 +19,6 @@ mod node_cases;
 mod reentry;
 mod safety;
 mod scale;
+mod semaphore;
 mod suspend;
 mod tiers;
