@@ -174,6 +174,13 @@ pub(crate) static PROCLAIM: LazyLock<Lua> =
 /// Reads an election's leader as one node sees it.
 pub(crate) static LEADER: LazyLock<Lua> = LazyLock::new(|| Lua::new(8, include_str!("leader.lua")));
 
+/// A fenced write on a resource's Redis (`fenced::Fence`): SETs a key
+/// only with a token at least as large as the largest its fence has seen.
+/// Sent on the caller's connection, never to a member, so it has no place
+/// among the one-shot scripts a member tracks.
+pub(crate) static FENCED_SET: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(ONE_SHOT, include_str!("fenced_set.lua")));
+
 /// Upgrade from the single fence counter per node: raises every per-slot
 /// counter to the old one and deletes it (run once, at `build()`).
 pub(crate) const ADOPT_FENCE: &str = include_str!("adopt_fence.lua");
