@@ -260,6 +260,23 @@ pub enum Error {
         /// The configured bound.
         max_hold: Duration,
     },
+
+    /// A call to a resource's Redis, a server that is not one of the
+    /// manager's nodes, failed: a [`Fence`](crate::fenced::Fence) read or
+    /// fenced write. `kind` tells a fence key of another type
+    /// ([`NodeErrorKind::WrongType`]) or one that holds no token
+    /// ([`NodeErrorKind::Server`], as any other error reply), both with
+    /// nothing written, from a timeout or a broken connection, after which
+    /// the write may or may not have run.
+    #[error("fence {fence:?}: {kind}: {message}")]
+    Resource {
+        /// The fence's key.
+        fence: String,
+        /// What went wrong.
+        kind: NodeErrorKind,
+        /// The detail, as reported by the client or server.
+        message: String,
+    },
 }
 
 /// The predicates of [`Error`]: `$name => $pattern` makes a `#[must_use]`
@@ -280,8 +297,11 @@ impl Error {
     predicates! {
         /// Another owner holds the lock.
         is_contended => Self::Contended { .. },
-        /// Nodes failed: the outcome is unknown on them.
-        is_unavailable => Self::Unavailable { .. } | Self::Connect { .. },
+        /// Nodes failed, or a resource's Redis timed out or broke the
+        /// connection ([`Error::Resource`]): the outcome is unknown there.
+        is_unavailable => Self::Unavailable { .. }
+            | Self::Connect { .. }
+            | Self::Resource { kind: NodeErrorKind::Timeout | NodeErrorKind::Connection, .. },
         /// The lock was lost while held.
         is_lost => Self::Lost { .. },
         /// The lock was not held (another owner has it) or had expired.
@@ -296,8 +316,10 @@ impl Error {
             | Self::NotMaster { .. }
             | Self::PermitsMismatch { .. }
             | Self::UnsafeQuorum { .. },
-        /// The lock key holds a value of another type.
-        is_wrong_type => Self::WrongType { .. },
+        /// The lock key, or a fence's key ([`Error::Resource`]), holds a
+        /// value of another type.
+        is_wrong_type => Self::WrongType { .. }
+            | Self::Resource { kind: NodeErrorKind::WrongType, .. },
         /// Renewal stopped at `max_hold`.
         is_max_hold_reached => Self::MaxHoldReached { .. },
         /// Trying again later may succeed: contention, unavailable nodes, or

@@ -161,6 +161,7 @@ mod keys;
 mod owner;
 mod telemetry;
 
+pub mod fenced;
 mod node;
 
 mod quorum;
@@ -205,6 +206,7 @@ pub use crate::config::{
 pub use crate::election::{Election, Leadership};
 pub use crate::error::{Error, NodeErrorKind, NodeFailure, TakenNode};
 pub use crate::events::{LockEvent, LockEvents};
+pub use crate::fenced::{Fence, FencedWrite};
 pub use crate::guard::{LockGuard, LossSignal};
 pub use crate::hold::HoldState;
 pub use crate::keys::lock_slot;

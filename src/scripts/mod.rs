@@ -185,6 +185,13 @@ pub(crate) static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(10, include_s
 pub(crate) static PERMITS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(11, include_str!("permits.lua")));
 
+/// A fenced write on a resource's Redis (`fenced::Fence`): SETs a key
+/// only with a token at least as large as the largest its fence has seen.
+/// Sent on the caller's connection, never to a member, so it has no place
+/// among the one-shot scripts a member tracks.
+pub(crate) static FENCED_SET: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(ONE_SHOT, include_str!("fenced_set.lua")));
+
 /// Upgrade from the single fence counter per node: raises every per-slot
 /// counter to the old one and deletes it (run once, at `build()`).
 pub(crate) const ADOPT_FENCE: &str = include_str!("adopt_fence.lua");

@@ -492,7 +492,9 @@ fn violations(doc_text: &str) -> (Vec<String>, usize) {
 fn lib_tiers(lib: &str, doc: &Doc) -> Vec<String> {
     let mut groups: Vec<Vec<String>> = vec![Vec::new()];
     for line in lib.lines() {
+        // A public module (`pub mod fenced;`) counts as any other.
         let line = line.trim();
+        let line = line.strip_prefix("pub ").unwrap_or(line);
         if line.is_empty() {
             if !groups.last().is_some_and(Vec::is_empty) {
                 groups.push(Vec::new());
