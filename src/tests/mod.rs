@@ -17,6 +17,7 @@ mod metrics_docs;
 mod multi;
 mod node_cases;
 mod reentry;
+mod rw_lock;
 mod safety;
 mod scale;
 mod semaphore;
