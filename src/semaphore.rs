@@ -171,7 +171,7 @@ impl Semaphore {
     ///
     /// Cancel safe: it only reads (and records the count where none is).
     pub async fn available(&self) -> Result<u32, Error> {
-        let view = self.scan().await?;
+        let view = self.scan(false).await?;
         Ok(u32::try_from(view.free.len()).unwrap_or(u32::MAX))
     }
 
@@ -180,22 +180,33 @@ impl Semaphore {
         Arc::new(Keys::permit(prefix, &self.shared.name, slot))
     }
 
-    /// Reads every slot on every member (until all answered or the node
-    /// timeout) and checks the count they record.
-    async fn scan(&self) -> Result<SlotsView, Error> {
+    /// Reads every slot on every member and checks the count they record:
+    /// until all answered or the node timeout, or, for an acquisition
+    /// (`early`), as soon as the answers show a slot free on a quorum (a
+    /// silent member then costs no wait).
+    async fn scan(&self, early: bool) -> Result<SlotsView, Error> {
         let nodes = &self.shared.manager.inner.nodes;
         let (keys, count) = (self.keys(0), self.shared.permits);
         let required = nodes.required();
         let mut fan = nodes.fan_out(nodes.config.node_timeout, |i| {
             Leg::Call(nodes.node(i).permits(&keys, count))
         });
-        fan.until(|_| false).await;
+        let view_of = |replies: &[Option<Result<SlotsSeen, _>>]| {
+            let seen: Vec<Option<&SlotsSeen>> = replies
+                .iter()
+                .map(|r| r.as_ref().and_then(|r| r.as_ref().ok()))
+                .collect();
+            slots_view(&seen, count, required)
+        };
+        fan.until(|f| {
+            early && {
+                let v = view_of(f.replies());
+                !v.free.is_empty() && v.other_count.is_none()
+            }
+        })
+        .await;
         let replies = fan.replies();
-        let seen: Vec<Option<&SlotsSeen>> = replies
-            .iter()
-            .map(|r| r.as_ref().and_then(|r| r.as_ref().ok()))
-            .collect();
-        let view = slots_view(&seen, count, required);
+        let view = view_of(replies);
         let failures: Vec<NodeFailure> = replies
             .iter()
             .enumerate()
@@ -269,7 +280,7 @@ impl Semaphore {
         let mut free: Option<Vec<u32>> = if self.shared.checked.load(Ordering::Acquire) {
             None
         } else {
-            Some(self.scan().await?.free)
+            Some(self.scan(false).await?.free)
         };
         let mut bell: Option<Waiter> = None;
         let mut misses = 0u32;
@@ -315,7 +326,7 @@ impl Semaphore {
             }
             // Which slots are free on a quorum now.
             let mut expiry = None;
-            match self.scan().await {
+            match self.scan(true).await {
                 Ok(view) => {
                     expiry = view.earliest_expiry;
                     let found = !view.free.is_empty();
