@@ -249,6 +249,15 @@ async fn a_silent_holders_permit_is_taken_after_its_lease_and_available_counts()
     next.release().await.expect("release");
     assert_eq!(sem.available().await.expect("available"), 2);
     drop(theirs);
+    // A permit dropped is released in the background.
+    let dropped = sem.acquire().await.expect("a permit");
+    assert_eq!(sem.available().await.expect("available"), 1);
+    drop(dropped);
+    let back = support::eventually(Duration::from_secs(1), || async {
+        sem.available().await.ok() == Some(2)
+    })
+    .await;
+    assert!(back, "a dropped permit comes back");
 }
 
 #[tokio::test]
