@@ -115,7 +115,7 @@ async fn readers_and_writers_of_three_managers_never_overlap() {
             let client = format!("writer {m}");
             while !stop.load(Ordering::Relaxed) {
                 write_once(&lock, &history, &client, Duration::from_millis(5)).await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(40)).await;
             }
         }));
     }
