@@ -22,6 +22,12 @@
 //! and returns a [`Verdict`] that prints counts and the first violation of each
 //! kind with both intervals and the events around it.
 //!
+//! Primitives that let several hold at once have checkers of their own over
+//! the same intervals: [`History::check_capacity`] (a semaphore: at most `P`
+//! beliefs at any instant) and [`History::check_rw`] (a read-write lock: a
+//! writer's belief overlaps no other belief, writers' tokens increase). Both
+//! are sweeps over the belief intervals, as [`check`] is.
+//!
 //! ```ignore
 //! let history = History::new();
 //! let guard = manager.lock("orders").await?;
@@ -270,6 +276,185 @@ impl History {
     /// Checks the history; see the module docs.
     pub fn check(&self) -> Verdict {
         check(&self.intervals(), &self.events())
+    }
+
+    /// Checks that at most `capacity` belief intervals held at any instant
+    /// (a semaphore of `capacity` permits).
+    pub fn check_capacity(&self, capacity: usize) -> Capacity {
+        check_capacity(&self.intervals(), capacity)
+    }
+
+    /// Checks a read-write lock's history, where `is_writer` tells the
+    /// writers' intervals from the readers'.
+    pub fn check_rw(&self, is_writer: impl Fn(&Interval) -> bool) -> Exclusion {
+        check_rw(&self.intervals(), &self.events(), is_writer)
+    }
+}
+
+/// What [`History::check_capacity`] found.
+#[derive(Debug, Clone)]
+pub struct Capacity {
+    /// Completed holds.
+    pub acquisitions: usize,
+    /// How many held at once, at most.
+    pub most: usize,
+    /// Entries that made more than `capacity` holders at once.
+    pub excesses: usize,
+    /// The holders believed at the earliest excess, the entering one last.
+    pub first_excess: Option<Vec<Interval>>,
+    capacity: usize,
+}
+
+impl Capacity {
+    /// One line of counts.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} acquisitions, at most {} held at once (capacity {}), {} excesses => {}",
+            self.acquisitions,
+            self.most,
+            self.capacity,
+            self.excesses,
+            if self.excesses == 0 {
+                "CLEAN"
+            } else {
+                "VIOLATED"
+            }
+        )
+    }
+
+    /// Prints the counts (and the first excess) under `label`; panics on an
+    /// excess.
+    pub fn assert_clean(&self, label: &str) {
+        let mut out = self.summary();
+        if let Some(holders) = &self.first_excess {
+            out.push_str("\n  first EXCESS, every belief at that entry:");
+            for iv in holders {
+                out.push_str(&format!("\n    {iv}"));
+            }
+        }
+        eprintln!("capacity[{label}]: {out}");
+        assert_eq!(self.excesses, 0, "capacity[{label}] exceeded:\n{out}");
+    }
+}
+
+/// Checks that at most `capacity` of `intervals` (any order) are believed at
+/// any instant.
+pub fn check_capacity(intervals: &[Interval], capacity: usize) -> Capacity {
+    let mut sorted: Vec<&Interval> = intervals.iter().collect();
+    sorted.sort_by_key(|i| (i.entered, i.id));
+    let (mut most, mut excesses, mut first_excess) = (0, 0, None);
+    let mut active: Vec<&Interval> = Vec::new();
+    for &iv in &sorted {
+        active.retain(|a| a.believed_until > iv.entered);
+        if iv.believed_until <= iv.entered {
+            continue;
+        }
+        active.push(iv);
+        most = most.max(active.len());
+        if active.len() > capacity {
+            excesses += 1;
+            if first_excess.is_none() {
+                first_excess = Some(active.iter().map(|a| (*a).clone()).collect());
+            }
+        }
+    }
+    Capacity {
+        acquisitions: intervals.len(),
+        most,
+        excesses,
+        first_excess,
+        capacity,
+    }
+}
+
+/// What [`History::check_rw`] found.
+#[derive(Debug, Clone)]
+pub struct Exclusion {
+    /// Completed read holds.
+    pub readers: usize,
+    /// Completed write holds.
+    pub writers: usize,
+    /// How many readers held at once, at most.
+    pub most_readers: usize,
+    /// Pairs of a writer and a reader whose beliefs overlap.
+    pub reader_writer_overlaps: usize,
+    /// The earliest of them: (writer, reader).
+    pub first_clash: Option<(Interval, Interval)>,
+    /// The writers alone, checked as a lock's history: overlaps between
+    /// writers and token inversions.
+    pub writers_verdict: Verdict,
+}
+
+impl Exclusion {
+    /// Violations of every kind.
+    pub fn violations(&self) -> usize {
+        self.reader_writer_overlaps + self.writers_verdict.violations()
+    }
+
+    /// One line of counts.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} reads (at most {} together), {} writes; reader-writer overlaps {}, writer overlaps {}, writer token inversions {} => {}",
+            self.readers,
+            self.most_readers,
+            self.writers,
+            self.reader_writer_overlaps,
+            self.writers_verdict.overlaps,
+            self.writers_verdict.inversions,
+            if self.violations() == 0 { "CLEAN" } else { "VIOLATED" }
+        )
+    }
+
+    /// Prints the counts (and the first violations) under `label`; panics on
+    /// any violation.
+    pub fn assert_clean(&self, label: &str) {
+        let mut out = self.summary();
+        if let Some((w, r)) = &self.first_clash {
+            out.push_str(&format!(
+                "\n  first READER BESIDE A WRITER:\n    {w}\n    {r}"
+            ));
+        }
+        if !self.writers_verdict.is_clean() {
+            out.push_str(&format!("\n  writers: {}", self.writers_verdict.report()));
+        }
+        eprintln!("rw[{label}]: {out}");
+        assert_eq!(self.violations(), 0, "rw[{label}] violated:\n{out}");
+    }
+}
+
+/// Checks a read-write lock's `intervals` (any order): no reader's belief
+/// overlaps a writer's, and the writers alone pass [`check`].
+pub fn check_rw(
+    intervals: &[Interval],
+    events: &[Event],
+    is_writer: impl Fn(&Interval) -> bool,
+) -> Exclusion {
+    let (writers, readers): (Vec<Interval>, Vec<Interval>) =
+        intervals.iter().cloned().partition(|i| is_writer(i));
+    let believed = |i: &Interval| i.believed_until > i.entered;
+    let mut clashes = 0;
+    let mut first_clash: Option<(Interval, Interval)> = None;
+    for w in writers.iter().filter(|w| believed(w)) {
+        for r in readers.iter().filter(|r| believed(r)) {
+            if r.entered < w.believed_until && w.entered < r.believed_until {
+                clashes += 1;
+                let earlier = match &first_clash {
+                    None => true,
+                    Some((fw, fr)) => w.entered.max(r.entered) < fw.entered.max(fr.entered),
+                };
+                if earlier {
+                    first_clash = Some((w.clone(), r.clone()));
+                }
+            }
+        }
+    }
+    Exclusion {
+        readers: readers.len(),
+        writers: writers.len(),
+        most_readers: check_capacity(&readers, usize::MAX).most,
+        reader_writer_overlaps: clashes,
+        first_clash,
+        writers_verdict: check(&writers, events),
     }
 }
 
@@ -573,6 +758,42 @@ mod tests {
 
     fn s(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn counts_holders_at_once_against_a_capacity() {
+        let h = History::new();
+        h.record("a", "slot 0", 1, s(0), s(100), s(1_000), None);
+        h.record("b", "slot 1", 2, s(50), s(150), s(1_000), None);
+        h.record("c", "slot 0", 3, s(100), s(200), s(1_000), None); // a left at 100
+        let v = h.check_capacity(2);
+        v.assert_clean("unit: capacity");
+        assert_eq!((v.most, v.excesses), (2, 0), "{}", v.summary());
+        h.record("d", "slot 2", 4, s(120), s(130), s(1_000), None); // b, c, d
+        let v = h.check_capacity(2);
+        assert_eq!((v.most, v.excesses), (3, 1), "{}", v.summary());
+        let first = v.first_excess.expect("an excess");
+        assert_eq!(first.last().map(|i| i.client.as_str()), Some("d"));
+    }
+
+    #[test]
+    fn flags_a_reader_beside_a_writer() {
+        let h = History::new();
+        h.record("r1", "r", 0, s(0), s(100), s(1_000), None);
+        h.record("r2", "r", 0, s(50), s(150), s(1_000), None);
+        h.record("w1", "w", 5, s(150), s(200), s(1_000), None);
+        h.record("w2", "w", 6, s(200), s(300), s(1_000), None);
+        let writer = |i: &Interval| i.client.starts_with('w');
+        let v = h.check_rw(writer);
+        assert_eq!((v.readers, v.writers, v.most_readers), (2, 2, 2));
+        v.assert_clean("unit: readers and writers");
+        h.record("r3", "r", 0, s(250), s(260), s(1_000), None);
+        h.record("w3", "w", 4, s(400), s(500), s(1_000), None);
+        let v = h.check_rw(writer);
+        assert_eq!(v.reader_writer_overlaps, 1, "{}", v.summary());
+        let (w, r) = v.first_clash.clone().expect("a clash");
+        assert_eq!((w.client.as_str(), r.client.as_str()), ("w2", "r3"));
+        assert_eq!(v.writers_verdict.inversions, 1, "{}", v.summary());
     }
 
     #[test]
