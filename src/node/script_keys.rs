@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::keys::{fences, Keys};
+use crate::keys::{fences, Keys, Role};
 use crate::scripts::Lua;
 
 /// The key names of one script call, in the order its script reads them.
@@ -206,10 +206,21 @@ pub(crate) fn acquire_queued(keys: &Arc<Keys>) -> Names {
     Names::One(Arc::clone(keys), PARTS)
 }
 
-/// `leave.lua`: the lock, its queue, timeouts, channel.
+/// `leave.lua`: the lock, its queue, timeouts, channel; for a read-write
+/// lock's writer, also the channel its waiting readers listen on.
 pub(crate) fn leave(keys: &Arc<Keys>) -> Names {
     const PARTS: &[Part] = &[Part::Lock, Part::Queue, Part::Timeouts, Part::Channel];
-    Names::One(Arc::clone(keys), PARTS)
+    const WRITER: &[Part] = &[
+        Part::Lock,
+        Part::Queue,
+        Part::Timeouts,
+        Part::Channel,
+        Part::Foreign,
+    ];
+    match keys.role {
+        Role::Writer { .. } => Names::One(Arc::clone(keys), WRITER),
+        _ => Names::One(Arc::clone(keys), PARTS),
+    }
 }
 
 /// `release.lua`: the lock, its channel, counter, queue, timeouts, and

@@ -237,6 +237,18 @@ fn queued_types(s: &State, keys: &Keys, owner: &str) -> Result<(), NodeError> {
 /// when the lock is free and it was the head.
 pub(super) fn leave(s: &mut State, keys: &Keys, waiter: &str) -> Result<bool, NodeError> {
     s.read(&keys.queue())?;
+    if let Role::Writer { .. } = keys.role {
+        // A writer leaving the waiting writers: the readers it held back
+        // are told on the channel they listen on.
+        let (writer, _) = keys.family_parts("");
+        let left = s
+            .waiting
+            .get_mut(writer)
+            .is_some_and(|w| w.remove(waiter).is_some());
+        if let (true, Some(channel)) = (left, &keys.foreign_channel) {
+            s.feed.publish(channel, "0");
+        }
+    }
     let Some(q) = s.queues.get_mut(&keys.queue()) else {
         return Ok(false);
     };
