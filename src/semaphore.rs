@@ -20,9 +20,10 @@
 //! rings the next, so one message wakes one waiter per freed permit.
 //!
 //! The permit count is recorded on the members (`<family>:permits`) by the
-//! first acquisition that finds none, and checked by every semaphore value
-//! at its first acquisition: two counts for one name are an error, never a
-//! silent over-admission.
+//! first acquisition that finds none, and checked at the first
+//! acquisition of each name and count in a manager (one read of the
+//! slots): two counts for one name are an error, never a silent
+//! over-admission.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,12 +102,14 @@ impl Semaphore {
                 nodes: nodes.len(),
             });
         }
+        let name: Arc<str> = name.into();
+        let checked = locked(&manager.inner.semaphore_counts).get(&name) == Some(&permits);
         Ok(Self {
             shared: Arc::new(Shared {
                 manager: manager.clone(),
-                name: name.into(),
+                name,
                 permits,
-                checked: AtomicBool::new(false),
+                checked: AtomicBool::new(checked),
                 held: Mutex::new(HashSet::new()),
             }),
         })
@@ -236,7 +239,13 @@ impl Semaphore {
                 granted: 0,
             });
         }
-        self.shared.checked.store(true, Ordering::Release);
+        // Checked once a read waited for every member (those that could
+        // answer did), or all answered.
+        if !early || view.answered == nodes.len() {
+            self.shared.checked.store(true, Ordering::Release);
+            let mut counts = locked(&self.shared.manager.inner.semaphore_counts);
+            counts.insert(Arc::clone(&self.shared.name), count);
+        }
         Ok(view)
     }
 
@@ -276,15 +285,25 @@ impl Semaphore {
         let backoff = nodes.config.backoff;
         let owner = Owner::explicit(&nodes.client_id);
         let owner_id = owner.shared_id();
-        // Until the count is checked, read first: the read checks it.
+        let mut last: Option<Error> = None;
+        // Until the count is checked, read first: the read checks it (an
+        // outage is waited out like any other, below).
         let mut free: Option<Vec<u32>> = if self.shared.checked.load(Ordering::Acquire) {
             None
         } else {
-            Some(self.scan(false).await?.free)
+            match self.scan(false).await {
+                Ok(view) => Some(view.free),
+                Err(e) if e.is_retryable() => {
+                    last = Some(e);
+                    Some(Vec::new())
+                }
+                Err(e) => return Err(e),
+            }
         };
         let mut bell: Option<Waiter> = None;
         let mut misses = 0u32;
-        let mut last: Option<Error> = None;
+        // Misses on slots a read found free, since the last wait.
+        let mut raced = 0u32;
         loop {
             if let Some(slot) = self.choose(free.as_mut()) {
                 if let Some(b) = bell.as_mut() {
@@ -315,6 +334,7 @@ impl Semaphore {
                     }
                     Err(e) if e.is_retryable() => {
                         misses = misses.saturating_add(1);
+                        raced = raced.saturating_add(u32::from(free.is_some()));
                         last = Some(e);
                         // Another free slot of the last read, if any.
                         if free.as_ref().is_some_and(|f| !f.is_empty()) {
@@ -332,6 +352,14 @@ impl Semaphore {
                     let found = !view.free.is_empty();
                     free = Some(view.free);
                     if found && self.choose_possible(free.as_ref()) {
+                        // Slots that look free but keep being missed (other
+                        // managers' attempts racing for them): back off
+                        // before trying again, as a lock's waiter does.
+                        if raced > 2 {
+                            let pause = backoff.delay(raced);
+                            let left = deadline.map(|d| d.saturating_duration_since(clock::now()));
+                            tokio::time::sleep(left.map_or(pause, |l| pause.min(l))).await;
+                        }
                         continue;
                     }
                 }
@@ -366,6 +394,7 @@ impl Semaphore {
             let until = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
             b.wait(fallback, || backoff.delay(misses), until, false)
                 .await;
+            raced = 0;
             // Read again before the next attempt.
             free = Some(Vec::new());
         }

@@ -63,6 +63,10 @@ pub(crate) struct Inner {
     pub(crate) observers: Observers,
     /// The nodes that could not be reached at `build()`.
     pub(crate) unreachable: Vec<NodeFailure>,
+    /// The semaphores whose permit count a read found recorded on the
+    /// members as this manager's (name -> count): later semaphore values
+    /// of that name and count skip the check.
+    pub(crate) semaphore_counts: std::sync::Mutex<std::collections::HashMap<Arc<str>, u32>>,
 }
 
 impl Inner {
@@ -90,6 +94,7 @@ impl Inner {
             reentry: Arc::default(),
             observers: Observers::default(),
             unreachable,
+            semaphore_counts: std::sync::Mutex::default(),
         })
     }
 
