@@ -222,6 +222,7 @@
 
 mod checker;
 mod clients;
+mod counts;
 mod ctx;
 mod election;
 mod faults;
@@ -233,7 +234,9 @@ mod node;
 mod params;
 mod records;
 mod replay;
+mod rw;
 mod scenario;
+mod semaphore;
 mod shard_faults;
 mod shards;
 mod tests;
@@ -243,7 +246,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Ev, Invariant, Log, ELECTION_NAME, LOCKS, WORLD};
+use self::checker::{Ev, Invariant, Log, ELECTION_NAME, LOCKS, RW_NAME, SEMAPHORE_NAME, WORLD};
 use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
@@ -328,6 +331,12 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     if sharded {
         params.shards = 2 + usize::from(crate::rng::up_to(1) == 1);
     }
+    if mode == Mode::Semaphore {
+        params.permits = 2 + u32::from(crate::rng::up_to(1) == 1);
+    }
+    if mode == Mode::Rw {
+        params.client_end += rw::QUIET_EXTRA;
+    }
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     // The lock keys the run may hold: the clients' locks, and in election
     // mode the election's lock, numbered `checker::ELECTION`.
@@ -337,13 +346,32 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
         lock_keys.push(keys.lock.clone());
         records::Records::watch(&log, keys.record(), &nodes);
     }
+    // Keys held under names of their own: the semaphore's slots, the
+    // read-write lock's writer, and its readers (by prefix).
+    let mut prefixes = Vec::new();
+    if mode == Mode::Semaphore {
+        let slots =
+            (0..params.permits).map(|i| crate::keys::Keys::permit(PREFIX, SEMAPHORE_NAME, i).lock);
+        lock_keys.extend(slots);
+        log.push(
+            WORLD,
+            Ev::Semaphore {
+                permits: params.permits,
+            },
+        );
+    }
+    if mode == Mode::Rw {
+        let family = format!("{PREFIX}{{rw:{RW_NAME}}}");
+        prefixes.push(format!("{family}:reader:"));
+        lock_keys.push(family);
+    }
     let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();
     let mut links = Vec::new();
-    let spin = if mode == Mode::Election {
-        node::Spin::bounded(log.clone(), node::SPIN_CALLS_ELECTION)
-    } else {
-        node::Spin::new(log.clone())
+    let spin = match mode {
+        Mode::Election => node::Spin::bounded(log.clone(), node::SPIN_CALLS_ELECTION),
+        Mode::Semaphore | Mode::Rw => node::Spin::bounded(log.clone(), node::SPIN_CALLS_SHARED),
+        _ => node::Spin::new(log.clone()),
     };
     for p in 0..params.procs {
         let process = LinkCtl::new();
@@ -424,6 +452,7 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
         links: ctx.links.clone(),
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: lock_keys.clone(),
+        prefixes: prefixes.clone(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
         member: member.clone(),
     };
@@ -436,12 +465,16 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     for p in 0..params.procs {
         for t in 0..params.tasks {
             let process = Arc::clone(&ctx.procs[p].clock);
-            tasks.push(if mode == Mode::Election {
-                let task = election::task(Arc::clone(&ctx), p, t);
-                tokio::spawn(crate::clock::test::scope(process, task))
-            } else {
-                let task = clients::client(Arc::clone(&ctx), p, t);
-                tokio::spawn(crate::clock::test::scope(process, task))
+            let c = Arc::clone(&ctx);
+            tasks.push(match mode {
+                Mode::Election => {
+                    tokio::spawn(crate::clock::test::scope(process, election::task(c, p, t)))
+                }
+                Mode::Semaphore => {
+                    tokio::spawn(crate::clock::test::scope(process, semaphore::task(c, p, t)))
+                }
+                Mode::Rw => tokio::spawn(crate::clock::test::scope(process, rw::task(c, p, t))),
+                _ => tokio::spawn(crate::clock::test::scope(process, clients::client(c, p, t))),
             });
         }
     }
@@ -505,7 +538,10 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     }
     for (i, n) in ctx.nodes.iter().enumerate() {
         let keys = n.fake.lock_keys();
-        let ours: Vec<&String> = keys.iter().filter(|k| lock_keys.contains(k)).collect();
+        let ours: Vec<&String> = keys
+            .iter()
+            .filter(|k| lock_keys.contains(k) || prefixes.iter().any(|p| k.starts_with(p)))
+            .collect();
         if !ours.is_empty() {
             log.push(
                 WORLD,
