@@ -163,9 +163,14 @@ impl RwLock {
             let keys = Arc::new(Keys::rw(prefix, &self.name, Role::Reader, &id));
             return fresh(&self.manager, &keys, &owner, wait).await;
         }
+        let hold_back = if no_hold_back() {
+            Duration::ZERO
+        } else {
+            nodes.config.queue_timeout
+        };
         let role = Role::Writer {
             waiter: Arc::clone(&id),
-            hold_back: nodes.config.queue_timeout,
+            hold_back,
         };
         let keys = Arc::new(Keys::rw(prefix, &self.name, role, &id));
         let mut leave = Leave {
@@ -178,6 +183,15 @@ impl RwLock {
         leave.granted = guard.granted_nodes();
         Ok(guard)
     }
+}
+
+/// The simulator's mutation under which a waiting writer holds no new
+/// reader back (never on outside tests).
+fn no_hold_back() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::NoWriterHoldBack);
+    #[cfg(not(test))]
+    false
 }
 
 /// Takes a writer out of the waiting writers, in the background, when its

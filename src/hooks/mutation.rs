@@ -49,6 +49,21 @@ pub(crate) enum Mutation {
     /// first node that granted, no quorum of counters shown to be at it
     /// (`acquire::attempt`).
     NoFence,
+    /// A semaphore's permit slot, or a read-write lock's writer, needs
+    /// only `N / 2` grants (`Keys::required`): two holders of one slot, or
+    /// two writers, granted by disjoint halves of the members.
+    MinorityQuorum,
+    /// A reader of a read-write lock needs one grant, not
+    /// `q_r = N - q_w + 1` (`Keys::required`): a reader granted by a member
+    /// outside a writer's quorum holds beside the writer.
+    ReaderQuorumOne,
+    /// A waiting writer holds no new reader back (`RwLock`'s writers ask
+    /// for a hold-back of zero): a stream of overlapping readers starves
+    /// it.
+    NoWriterHoldBack,
+    /// The fake nodes' `write.lua` grants a writer beside live reader keys
+    /// (`tests::fake::scripts::rw`).
+    WriterIgnoresReaders,
 }
 
 impl Mutation {
@@ -66,6 +81,10 @@ impl Mutation {
             Self::TrustFirstAnswer => 512,
             Self::LeaderIgnoresExpiry => 1024,
             Self::NoFence => 2048,
+            Self::MinorityQuorum => 4096,
+            Self::ReaderQuorumOne => 8192,
+            Self::NoWriterHoldBack => 16384,
+            Self::WriterIgnoresReaders => 32768,
         }
     }
 }

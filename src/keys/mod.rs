@@ -236,7 +236,9 @@ impl Keys {
     /// every other role's is `required`.
     pub(crate) fn required(&self, n: usize, required: usize) -> usize {
         match self.role {
+            Role::Reader if reader_quorum_one() => 1,
             Role::Reader => n.saturating_sub(required) + 1,
+            Role::Permit | Role::Writer { .. } if minority_quorum() => n / 2,
             _ => required,
         }
     }
@@ -274,6 +276,24 @@ impl Keys {
     pub(crate) fn family_parts(&self, suffix: &'static str) -> (&str, &'static str) {
         (&self.family, suffix)
     }
+}
+
+/// The simulator's mutation that lets a reader stand on one grant (never
+/// on outside tests).
+fn reader_quorum_one() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::ReaderQuorumOne);
+    #[cfg(not(test))]
+    false
+}
+
+/// The simulator's mutation that lets a permit slot or a writer stand on
+/// `N / 2` grants (never on outside tests).
+fn minority_quorum() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::MinorityQuorum);
+    #[cfg(not(test))]
+    false
 }
 
 /// The hash slot of every key of the lock `name`, in either layout.

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::counts;
+use super::observers::Observers;
 use crate::sync::locked;
 use crate::Error;
 
@@ -21,6 +23,24 @@ pub(crate) const ELECTION_NAME: &str = "e";
 
 /// The election's lock number in the log.
 pub(crate) const ELECTION: usize = LOCKS.len();
+
+/// The read-write lock of the rw mode (`rw`): its writers' holds are lock
+/// [`WRITER`] in the log, its readers' lock [`READER`].
+pub(crate) const RW_NAME: &str = "w";
+
+/// The rw mode's writers' lock number in the log.
+pub(crate) const WRITER: usize = ELECTION + 1;
+
+/// The rw mode's readers' lock number in the log (holds of it may overlap
+/// each other, never a writer's).
+pub(crate) const READER: usize = ELECTION + 2;
+
+/// The semaphore of the semaphore mode (`semaphore`): a permit of slot `i`
+/// is a hold of lock [`SLOT`]` + i` in the log.
+pub(crate) const SEMAPHORE_NAME: &str = "s";
+
+/// The semaphore mode's slot 0 lock number in the log.
+pub(crate) const SLOT: usize = ELECTION + 3;
 
 /// An error's kind as the log records it: without node addresses or times.
 pub(crate) fn short(e: &Error) -> String {
@@ -81,6 +101,23 @@ pub(crate) enum Invariant {
     /// An observer reported a leader (term, revision, value) that no
     /// quorum of the nodes held at any instant before (`records`).
     ObservedUnheld,
+    /// More permits of the semaphore believed themselves valid at once
+    /// than it has (`counts`).
+    Permits,
+    /// A later permit of a slot got a token not above an earlier one's of
+    /// that slot ([`Invariant::Fencing`] of the slot).
+    PermitTokens,
+    /// Two writers of the read-write lock believed themselves valid at
+    /// once ([`Invariant::MutualExclusion`] of its writers).
+    TwoWriters,
+    /// A reader believed itself valid while a writer did (`counts`).
+    ReaderBesideWriter,
+    /// A later writer got a token not above an earlier one's
+    /// ([`Invariant::Fencing`] of its writers).
+    WriterTokens,
+    /// A writer asked in the fault-free end of the run waited past the
+    /// bound (`rw`), readers coming all along.
+    WriterWait,
 }
 
 /// One thing that happened, at a virtual time. Fields are read through
@@ -187,6 +224,10 @@ pub(crate) enum Ev {
         observer: usize,
         via: &'static str,
     },
+    /// The run's semaphore has `permits` permits (semaphore mode).
+    Semaphore {
+        permits: u32,
+    },
     /// A node call (traced in replays).
     Call {
         node: usize,
@@ -262,7 +303,7 @@ pub(crate) fn render(entries: &[Entry]) -> String {
     out
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1_000.0
 }
 
@@ -311,77 +352,6 @@ impl HoldView {
     }
 }
 
-/// A leader record as the checks name it: (term, revision, value).
-type Rec = (u64, u64, String);
-
-/// What the observers of the election reported, against what the nodes
-/// held ([`Invariant::ObservedOlder`], [`Invariant::ObservedUnheld`]).
-#[derive(Default)]
-struct Observers {
-    /// Every record on a quorum of the nodes so far, and when it first was.
-    held: std::collections::HashMap<Rec, Duration>,
-    /// When nodes restarted empty so far.
-    wipes: Vec<Duration>,
-    /// The latest record each observer reported (by term and revision).
-    latest: BTreeMap<usize, Rec>,
-}
-
-impl Observers {
-    /// Observer `observer` reports `rec` at `at`.
-    ///
-    /// An older record than one reported before is excused when a node
-    /// restarted empty between the instants the two were first on a
-    /// quorum, the later one after: the fence counters may have been lost
-    /// and the terms started over, as [`Invariant::Terms`] excuses (the
-    /// observer then goes on from it).
-    fn check(
-        &mut self,
-        observer: usize,
-        via: &str,
-        rec: Rec,
-        at: Duration,
-    ) -> Vec<(Invariant, String)> {
-        let mut out = Vec::new();
-        let (term, rev, value) = &rec;
-        let held = self.held.get(&rec).copied();
-        if held.is_none() {
-            out.push((
-                Invariant::ObservedUnheld,
-                format!(
-                    "observer {observer} ({via}) at {:.3}ms reported term {term} revision {rev} {value:?}, which no quorum of the nodes held",
-                    ms(at)
-                ),
-            ));
-        }
-        let Some(before) = self.latest.get(&observer) else {
-            self.latest.insert(observer, rec);
-            return out;
-        };
-        if (rec.0, rec.1) >= (before.0, before.1) {
-            self.latest.insert(observer, rec);
-            return out;
-        }
-        let restarted = match (self.held.get(before), held) {
-            (Some(b), Some(h)) => self.wipes.iter().any(|w| *b <= *w && *w <= h),
-            _ => false,
-        };
-        if restarted {
-            self.latest.insert(observer, rec);
-            return out;
-        }
-        out.push((
-            Invariant::ObservedOlder,
-            format!(
-                "observer {observer} ({via}) at {:.3}ms reported term {term} revision {rev} after term {} revision {}",
-                ms(at),
-                before.0,
-                before.1
-            ),
-        ));
-        out
-    }
-}
-
 /// Every violation of the history, by invariant.
 ///
 /// `attempt` bounds one acquisition attempt (the node timeout): a hold
@@ -398,6 +368,7 @@ pub(crate) fn check(
     let mut breaks = Vec::new();
     let mut pauses = Vec::new();
     let mut observers = Observers::default();
+    let mut permits = None;
     for (seq, e) in entries.iter().enumerate() {
         match &e.ev {
             Ev::Held { term, rev, value } => {
@@ -487,6 +458,7 @@ pub(crate) fn check(
                 ),
             )),
             Ev::Violation(inv, what) => out.push((*inv, what.clone())),
+            Ev::Semaphore { permits: p } => permits = Some(*p),
             _ => {}
         }
     }
@@ -509,22 +481,25 @@ pub(crate) fn check(
             }
         }
     }
+    let views: Vec<counts::View<'_>> = holds
+        .iter()
+        .map(|(k, h)| (*k, h.lock, h.intervals.as_slice()))
+        .collect();
+    out.extend(counts::check(&views, end, permits));
     let list: Vec<(&usize, &HoldView)> = holds.iter().collect();
     for (i, (ka, a)) in list.iter().enumerate() {
         for (kb, b) in &list[i + 1..] {
-            if a.lock != b.lock {
+            // Readers share: `counts` checks them against the writers.
+            if a.lock != b.lock || a.lock == READER {
                 continue;
             }
+            let (exclusive, fenced) = counts::invariants(a.lock);
             for ia in &a.intervals {
                 for ib in &b.intervals {
                     let (ae, be) = (ia.1.unwrap_or(end), ib.1.unwrap_or(end));
                     if ia.0 < be && ib.0 < ae {
                         out.push((
-                            if a.lock == ELECTION {
-                                Invariant::OneLeader
-                            } else {
-                                Invariant::MutualExclusion
-                            },
+                            exclusive,
                             format!(
                                 "lock {}: hold {ka} valid {:.3}..{:.3}ms and hold {kb} valid {:.3}..{:.3}ms overlap",
                                 a.lock, ms(ia.0), ms(ae), ms(ib.0), ms(be)
@@ -571,11 +546,7 @@ pub(crate) fn check(
                 .any(|w| *w >= first.started && *w <= second.acquired);
             if !wiped && second.token <= first.token {
                 out.push((
-                    if a.lock == ELECTION {
-                        Invariant::Terms
-                    } else {
-                        Invariant::Fencing
-                    },
+                    fenced,
                     format!(
                         "lock {}: hold {ks} at {:.3}ms got token {} after hold {kf} at {:.3}ms got {}",
                         a.lock,

@@ -92,7 +92,7 @@ pub(super) struct Began {
 }
 
 impl Began {
-    fn now(ctx: &Ctx) -> Self {
+    pub(super) fn now(ctx: &Ctx) -> Self {
         Self {
             at: Instant::now(),
             since: ctx.log.mark(),

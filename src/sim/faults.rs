@@ -76,7 +76,9 @@ fn pick(mode: Mode) -> Kind {
         // Leaderships lapse while their process sleeps: at a grant (a
         // campaign's, before it proclaims), or anywhere (a suspend, whose
         // timers fire late).
-        Mode::Election => Some([Kind::StallOnGrant, Kind::Suspend][index(2)]),
+        Mode::Election | Mode::Rw => Some([Kind::StallOnGrant, Kind::Suspend][index(2)]),
+        // Permits lapse while their process sleeps at a grant.
+        Mode::Semaphore => Some(Kind::StallOnGrant),
         Mode::UnsafeRestart => Some(Kind::RestartEmptyNow),
         Mode::UnsafeClock => Some(Kind::BigJump),
     };

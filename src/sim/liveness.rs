@@ -144,6 +144,9 @@ pub(crate) struct Watch {
     pub(crate) procs: Vec<Arc<LinkCtl>>,
     /// The locks' keys on the nodes (in the run's layout), by lock number.
     pub(crate) keys: Vec<String>,
+    /// The prefixes of the keys held under names of their own (a
+    /// read-write lock's readers): no stray keys either.
+    pub(crate) prefixes: Vec<String>,
     pub(crate) bound: Bound,
     /// The sharded member, if any: not counted for a process while
     /// [`Member::impaired`] for it.
@@ -177,7 +180,10 @@ impl Watch {
     fn stray_key(&self) -> bool {
         for (i, n) in self.nodes.iter().enumerate() {
             let keys = n.fake.lock_keys();
-            if let Some(k) = keys.iter().find(|k| !self.keys.contains(k)) {
+            let stray = |k: &&String| {
+                !self.keys.contains(k) && !self.prefixes.iter().any(|p| k.starts_with(p))
+            };
+            if let Some(k) = keys.iter().find(stray) {
                 self.log.push(
                     WORLD,
                     Ev::Violation(

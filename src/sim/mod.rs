@@ -17,7 +17,13 @@
 //!   the one the run's key layout gives its name; and for the election
 //!   mode one leader at a time, increasing terms, and observers that never
 //!   go back nor report a leader no quorum of the nodes held (see
-//!   "Elections" below);
+//!   "Elections" below); for the semaphore and rw modes, see "Semaphores
+//!   and read-write locks" below;
+//! - `observers`: part of the checks (called by `checker::check`): the
+//!   election's observers against the records a quorum held;
+//! - `counts`: part of the checks (called by `checker::check`): which
+//!   invariants each lock number's overlaps and tokens break, at most `P`
+//!   permits valid at once, and no reader valid beside a writer;
 //! - `params`: the shape of a run: its [`Mode`], the [`Params`] drawn from
 //!   its seed, the key layout (see "Layouts" below), and the clients' queue
 //!   timeout and longest backoff;
@@ -92,6 +98,8 @@
 //! - `election`: the election mode's tasks: campaigners, observers
 //!   through `observe()` and `leader()`, and a monitor per leadership
 //!   (see "Elections" below);
+//! - `semaphore`, `rw`: the semaphore and rw modes' tasks (see
+//!   "Semaphores and read-write locks" below);
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
 //!   dead waiter; a plain request behind a stuck fair waiter);
 //! - `replay`: a run's names (`Setup`: mode, layout, sharded), the
@@ -107,16 +115,19 @@
 //!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
 //!   sharded, 300 election-mode seeds (and 24 replayed twice), the unsafe
 //!   modes and the mutations (two of them in Redisson's layout too,
-//!   `resend-may-have-run` sharded, four in election mode);
+//!   `resend-may-have-run` sharded, four in election mode, two in
+//!   semaphore mode, five in rw mode), 150 semaphore-mode and 150
+//!   rw-mode seeds;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_SHARDS{,_FAIR,_PAUSE}_SEEDS` and
-//!   `QUORUMLOCK_SIM_ELECTION_SEEDS` set the other sweeps (and
+//!   `QUORUMLOCK_SIM_ELECTION_SEEDS` and
+//!   `QUORUMLOCK_SIM_{SEMAPHORE,RW}_SEEDS` set the other sweeps (and
 //!   `QUORUMLOCK_SIM_DET_ELECTION_SEEDS` the election seeds replayed);
-//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|unsafe-restart|unsafe-clock]
+//! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|semaphore|rw|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry|minority-quorum|reader-quorum-one|no-writer-hold-back|writer-ignores-readers]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under
@@ -190,6 +201,35 @@
 //! [`node::SPIN_CALLS_ELECTION`] there. The election mode runs unsharded,
 //! in quorumlock's layout.
 //!
+//! Semaphores and read-write locks (`Mode::Semaphore`, `semaphore`;
+//! `Mode::Rw`, `rw`): every task takes permits of one semaphore of 2 or
+//! 3 permits, or reads (and one task writes) one read-write lock, under
+//! the safe faults (in rw mode half of them pauses at a grant and
+//! suspends, in semaphore mode half pauses at a grant). A permit, a read
+//! and a write are holds as a lock's are (valid from the acquisition's
+//! return until its release or drop, `lost()` or `valid_until()`), of
+//! lock `checker::SLOT + slot`, `checker::READER` and `checker::WRITER`.
+//! The invariants: at most `P` permits valid at once
+//! ([`checker::Invariant::Permits`]) and each slot's tokens increasing
+//! ([`checker::Invariant::PermitTokens`]); no reader valid beside a writer
+//! ([`checker::Invariant::ReaderBesideWriter`]), one writer at a time
+//! ([`checker::Invariant::TwoWriters`]), writer tokens strictly
+//! increasing ([`checker::Invariant::WriterTokens`]), excused as fencing
+//! is after an empty restart; and a `write()` asked once every fault has
+//! healed gets in within `rw::bound` (the longest read hold, 150 ms, plus
+//! a queue timeout, two node timeouts, the longest backoff and 20 ms)
+//! while readers keep coming ([`checker::Invariant::WriterWait`]). Each is
+//! shown to catch a mutation: `minority-quorum` (a slot or a writer needs
+//! `N / 2` grants) breaks `Permits` (semaphore seed 7: 4 permits of 3
+//! valid at once) and `TwoWriters` (rw seed 16); `no-fence` breaks
+//! `PermitTokens` (seed 20) and `WriterTokens` (seed 0);
+//! `reader-quorum-one` and `writer-ignores-readers` break
+//! `ReaderBesideWriter` (seed 0 each); `no-writer-hold-back` breaks
+//! `WriterWait` (seed 30: a writer asked at 2,211 ms still waits at the
+//! end of the run, 1,589 ms later). Neither mode registers waiters for
+//! `Progress` (so no process dies in them), and the spin bound there is
+//! [`node::SPIN_CALLS_SHARED`].
+//!
 //! Suspends: a real machine's `CLOCK_MONOTONIC` (tokio's clock) stops while
 //! it sleeps, and its `CLOCK_BOOTTIME` does not; validity is kept on the
 //! latter ([`crate::clock`]), timers run on the former, so a timer armed
@@ -222,6 +262,7 @@
 
 mod checker;
 mod clients;
+mod counts;
 mod ctx;
 mod election;
 mod faults;
@@ -230,10 +271,13 @@ mod liveness;
 mod monitor;
 mod net;
 mod node;
+mod observers;
 mod params;
 mod records;
 mod replay;
+mod rw;
 mod scenario;
+mod semaphore;
 mod shard_faults;
 mod shards;
 mod tests;
@@ -243,7 +287,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Ev, Invariant, Log, ELECTION_NAME, LOCKS, WORLD};
+use self::checker::{Ev, Invariant, Log, ELECTION_NAME, LOCKS, RW_NAME, SEMAPHORE_NAME, WORLD};
 use self::ctx::{Ctx, Proc};
 use self::net::{LinkCtl, NodeCtl};
 use self::node::SimNode;
@@ -328,6 +372,12 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     if sharded {
         params.shards = 2 + usize::from(crate::rng::up_to(1) == 1);
     }
+    if mode == Mode::Semaphore {
+        params.permits = 2 + u32::from(crate::rng::up_to(1) == 1);
+    }
+    if mode == Mode::Rw {
+        params.client_end += rw::QUIET_EXTRA;
+    }
     let nodes: Vec<Arc<NodeCtl>> = (0..params.nodes).map(NodeCtl::new).collect();
     // The lock keys the run may hold: the clients' locks, and in election
     // mode the election's lock, numbered `checker::ELECTION`.
@@ -337,13 +387,32 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
         lock_keys.push(keys.lock.clone());
         records::Records::watch(&log, keys.record(), &nodes);
     }
+    // Keys held under names of their own: the semaphore's slots, the
+    // read-write lock's writer, and its readers (by prefix).
+    let mut prefixes = Vec::new();
+    if mode == Mode::Semaphore {
+        let slots =
+            (0..params.permits).map(|i| crate::keys::Keys::permit(PREFIX, SEMAPHORE_NAME, i).lock);
+        lock_keys.extend(slots);
+        log.push(
+            WORLD,
+            Ev::Semaphore {
+                permits: params.permits,
+            },
+        );
+    }
+    if mode == Mode::Rw {
+        let family = format!("{PREFIX}{{rw:{RW_NAME}}}");
+        prefixes.push(format!("{family}:reader:"));
+        lock_keys.push(family);
+    }
     let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();
     let mut links = Vec::new();
-    let spin = if mode == Mode::Election {
-        node::Spin::bounded(log.clone(), node::SPIN_CALLS_ELECTION)
-    } else {
-        node::Spin::new(log.clone())
+    let spin = match mode {
+        Mode::Election => node::Spin::bounded(log.clone(), node::SPIN_CALLS_ELECTION),
+        Mode::Semaphore | Mode::Rw => node::Spin::bounded(log.clone(), node::SPIN_CALLS_SHARED),
+        _ => node::Spin::new(log.clone()),
     };
     for p in 0..params.procs {
         let process = LinkCtl::new();
@@ -424,6 +493,7 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
         links: ctx.links.clone(),
         procs: ctx.procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: lock_keys.clone(),
+        prefixes: prefixes.clone(),
         bound: liveness::Bound::new(QUEUE_TIMEOUT, params.node_timeout, BACKOFF_MAX),
         member: member.clone(),
     };
@@ -436,12 +506,16 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     for p in 0..params.procs {
         for t in 0..params.tasks {
             let process = Arc::clone(&ctx.procs[p].clock);
-            tasks.push(if mode == Mode::Election {
-                let task = election::task(Arc::clone(&ctx), p, t);
-                tokio::spawn(crate::clock::test::scope(process, task))
-            } else {
-                let task = clients::client(Arc::clone(&ctx), p, t);
-                tokio::spawn(crate::clock::test::scope(process, task))
+            let c = Arc::clone(&ctx);
+            tasks.push(match mode {
+                Mode::Election => {
+                    tokio::spawn(crate::clock::test::scope(process, election::task(c, p, t)))
+                }
+                Mode::Semaphore => {
+                    tokio::spawn(crate::clock::test::scope(process, semaphore::task(c, p, t)))
+                }
+                Mode::Rw => tokio::spawn(crate::clock::test::scope(process, rw::task(c, p, t))),
+                _ => tokio::spawn(crate::clock::test::scope(process, clients::client(c, p, t))),
             });
         }
     }
@@ -505,7 +579,10 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     }
     for (i, n) in ctx.nodes.iter().enumerate() {
         let keys = n.fake.lock_keys();
-        let ours: Vec<&String> = keys.iter().filter(|k| lock_keys.contains(k)).collect();
+        let ours: Vec<&String> = keys
+            .iter()
+            .filter(|k| lock_keys.contains(k) || prefixes.iter().any(|p| k.starts_with(p)))
+            .collect();
         if !ours.is_empty() {
             log.push(
                 WORLD,

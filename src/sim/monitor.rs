@@ -14,28 +14,63 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::checker::{short, Ev, Log, Who};
 use super::ctx::Ctx;
-use crate::LockGuard;
+use crate::{Error, LockGuard, Permit, ReadGuard, WriteGuard};
+
+/// What a monitor watches: a lock's guard, a semaphore's permit, a
+/// read-write lock's read or write guard.
+pub(crate) trait Held: std::fmt::Debug + Send + Sync + 'static {
+    /// Its `valid_until()`.
+    fn valid_until_std(&self) -> std::time::Instant;
+    /// Its `lost()`.
+    fn lost_signal(&self) -> BoxFuture<'_, ()>;
+    /// Its `release()`.
+    fn release_hold(self) -> BoxFuture<'static, Result<(), Error>>;
+}
+
+macro_rules! held {
+    ($($t:ty),+) => {$(
+        impl Held for $t {
+            fn valid_until_std(&self) -> std::time::Instant {
+                self.valid_until()
+            }
+            fn lost_signal(&self) -> BoxFuture<'_, ()> {
+                Box::pin(self.lost())
+            }
+            fn release_hold(self) -> BoxFuture<'static, Result<(), Error>> {
+                Box::pin(self.release())
+            }
+        }
+    )+};
+}
+
+held!(LockGuard, Permit, ReadGuard, WriteGuard);
 
 /// `guard.valid_until()` on the run's clock (call it in the guard's process).
 pub(crate) fn valid_until(guard: &LockGuard) -> Instant {
-    crate::clock::test::from_timer(Instant::from_std(guard.valid_until()))
+    valid_until_of(guard)
+}
+
+/// `h.valid_until()` on the run's clock (call it in its process).
+pub(crate) fn valid_until_of<H: Held>(h: &H) -> Instant {
+    crate::clock::test::from_timer(Instant::from_std(h.valid_until_std()))
 }
 
 /// A hold under watch of its monitor.
-pub(crate) struct Watched {
-    guard: Arc<LockGuard>,
+pub(crate) struct Watched<G: Held = LockGuard> {
+    guard: Arc<G>,
     hold: usize,
     who: Who,
     stop: tokio::sync::oneshot::Sender<()>,
     monitor: tokio::task::JoinHandle<()>,
 }
 
-impl Watched {
-    pub(crate) fn start(ctx: &Ctx, who: Who, guard: LockGuard, hold: usize) -> Self {
+impl<G: Held> Watched<G> {
+    pub(crate) fn start(ctx: &Ctx, who: Who, guard: G, hold: usize) -> Self {
         let guard = Arc::new(guard);
         let (stop, stop_rx) = tokio::sync::oneshot::channel();
         let monitor = tokio::spawn(crate::clock::inherit(monitor(
@@ -68,7 +103,7 @@ impl Watched {
         let _ = self.monitor.await;
         let guard = Arc::try_unwrap(self.guard).expect("the monitor gave the guard back");
         if release {
-            let result = match guard.release().await {
+            let result = match guard.release_hold().await {
                 Ok(()) => "ok".to_owned(),
                 Err(e) => short(&e),
             };
@@ -81,8 +116,8 @@ impl Watched {
 
 /// Records when the hold stops (and starts again) believing itself valid,
 /// and when it is lost, until its client ends it.
-async fn monitor(
-    g: Arc<LockGuard>,
+async fn monitor<G: Held>(
+    g: Arc<G>,
     hold: usize,
     log: Log,
     who: Who,
@@ -90,10 +125,10 @@ async fn monitor(
 ) {
     let poll = Duration::from_millis(10);
     let mut lapsed = false;
-    let lost = g.lost();
+    let lost = g.lost_signal();
     tokio::pin!(lost);
     loop {
-        let vu = valid_until(&g);
+        let vu = valid_until_of(&*g);
         let now = Instant::now();
         if !lapsed && vu <= now {
             log.push(who, Ev::Lapsed { hold });
@@ -113,7 +148,7 @@ async fn monitor(
             biased;
             _ = &mut stop => return,
             () = &mut lost => {
-                let vu = valid_until(&g);
+                let vu = valid_until_of(&*g);
                 log.push(who, Ev::Lost { hold, vu: log.at(vu) });
                 return;
             }

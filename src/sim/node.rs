@@ -55,6 +55,15 @@ const SPIN_CALLS_AT_START: u32 = 200;
 /// largest burst after the start was 155 calls.
 pub(crate) const SPIN_CALLS_ELECTION: u32 = 400;
 
+/// The bound in the semaphore and rw modes: a release rings one waiter
+/// per manager, which attempts a slot (or its reader or writer key), and
+/// after a miss reads every slot, may subscribe and read again, and
+/// attempts again (up to 4 fan-outs), and a permit dropped as another is
+/// granted rings them again at the same instant: 3 processes × 4 × 5
+/// nodes × 2 = 120 (semaphore seed 15 burst 132 calls at one instant, then
+/// time passed). A spin passes it too.
+pub(crate) const SPIN_CALLS_SHARED: u32 = 300;
+
 /// Counts node calls per virtual instant: past [`SPIN_CALLS`] the run is
 /// spinning (logged at the first such instant of a run), and the replies
 /// are slowed by a node timeout, so that virtual time moves on and

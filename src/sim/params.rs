@@ -35,6 +35,16 @@ pub(crate) enum Mode {
     /// faults, half of them process pauses that start as a grant arrives
     /// and suspends.
     Election,
+    /// A counting semaphore (`semaphore`): every task of every process
+    /// takes, holds and releases or drops permits of one semaphore of 2 or
+    /// 3 permits; safe faults, half of them process pauses that start as a
+    /// grant arrives.
+    Semaphore,
+    /// A read-write lock (`rw`): one writer task, the other tasks mostly
+    /// readers (writers too while faults run); safe faults, half of them
+    /// process pauses that start as a grant arrives and suspends, then a
+    /// longer fault-free end where the writer's waits are bounded.
+    Rw,
 }
 
 /// The shape of one run, drawn from its seed.
@@ -62,6 +72,9 @@ pub(crate) struct Params {
     /// Shards of the sharded member (node 0), 2 or 3, drawn after the rest
     /// in a sharded run only; 0 when every node is a standalone one.
     pub(crate) shards: usize,
+    /// The semaphore's permits in semaphore mode (2 or 3, drawn after the
+    /// rest); 0 otherwise.
+    pub(crate) permits: u32,
 }
 
 impl Params {
@@ -91,6 +104,7 @@ impl Params {
             fair: false,
             layout: Layout::Quorumlock,
             shards: 0,
+            permits: 0,
         }
     }
 }

@@ -38,6 +38,8 @@ pub(super) fn mode_name(mode: Mode) -> &'static str {
         Mode::Fair => "fair",
         Mode::Resets => "resets",
         Mode::Election => "election",
+        Mode::Semaphore => "semaphore",
+        Mode::Rw => "rw",
     }
 }
 
@@ -62,6 +64,10 @@ pub(super) fn mutation_name(m: Mutation) -> &'static str {
         Mutation::TrustFirstAnswer => "trust-first-answer",
         Mutation::LeaderIgnoresExpiry => "leader-ignores-expiry",
         Mutation::NoFence => "no-fence",
+        Mutation::MinorityQuorum => "minority-quorum",
+        Mutation::ReaderQuorumOne => "reader-quorum-one",
+        Mutation::NoWriterHoldBack => "no-writer-hold-back",
+        Mutation::WriterIgnoresReaders => "writer-ignores-readers",
     }
 }
 
@@ -100,6 +106,8 @@ fn replay() {
         Ok("fair") => Mode::Fair,
         Ok("resets") => Mode::Resets,
         Ok("election") => Mode::Election,
+        Ok("semaphore") => Mode::Semaphore,
+        Ok("rw") => Mode::Rw,
         _ => Mode::Safe,
     };
     let layout = match std::env::var("QUORUMLOCK_SIM_LAYOUT").as_deref() {
@@ -119,6 +127,10 @@ fn replay() {
         Ok("trust-first-answer") => Some(Mutation::TrustFirstAnswer),
         Ok("leader-ignores-expiry") => Some(Mutation::LeaderIgnoresExpiry),
         Ok("no-fence") => Some(Mutation::NoFence),
+        Ok("minority-quorum") => Some(Mutation::MinorityQuorum),
+        Ok("reader-quorum-one") => Some(Mutation::ReaderQuorumOne),
+        Ok("no-writer-hold-back") => Some(Mutation::NoWriterHoldBack),
+        Ok("writer-ignores-readers") => Some(Mutation::WriterIgnoresReaders),
         _ => None,
     };
     let _m = m.map(mutation::enable);

@@ -109,6 +109,7 @@ async fn world(scenario: Scenario) -> (Vec<(Invariant, String)>, String) {
         links,
         procs: procs.iter().map(|p| Arc::clone(&p.link)).collect(),
         keys: vec![super::params::lock_key(Layout::Quorumlock, "x")],
+        prefixes: Vec::new(),
         bound: Bound::new(QUEUE_TIMEOUT, NODE_TIMEOUT, BACKOFF_MAX),
         member: None,
     };

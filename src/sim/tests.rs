@@ -45,6 +45,12 @@ const SHARDS_CI_SEEDS: u64 = 400;
 /// Seeds of the election mode per `cargo test`.
 const ELECTION_SEEDS: u64 = 300;
 
+/// Seeds of the semaphore mode per `cargo test`.
+const SEMAPHORE_SEEDS: u64 = 150;
+
+/// Seeds of the rw mode per `cargo test`.
+const RW_SEEDS: u64 = 150;
+
 /// Seeds an unsafe mode or a mutation may take to show a violation.
 const CATCH_BUDGET: u64 = 2_000;
 
@@ -407,6 +413,40 @@ sweeps! {
     /// next leader already leads.
     mutation_leader_ignores_expiry_breaks_one_leader:
         Election with LeaderIgnoresExpiry => breaks[OneLeader];
+
+    /// Tasks of every process taking, holding and releasing or dropping
+    /// permits of one semaphore (`semaphore`): at most `P` valid at once,
+    /// tokens increasing per slot.
+    semaphore_mode_keeps_every_invariant:
+        Semaphore => keeps("QUORUMLOCK_SIM_SEMAPHORE_SEEDS" or SEMAPHORE_SEEDS);
+    /// A slot granted by `N / 2` members is granted twice by disjoint
+    /// halves: more permits valid than the semaphore has.
+    mutation_minority_quorum_breaks_permits: Semaphore with MinorityQuorum => breaks[Permits];
+    /// A permit's token is the first granting node's counter, unfenced: a
+    /// slot's tokens go back once that node missed a grant.
+    mutation_no_fence_breaks_permit_tokens: Semaphore with NoFence => breaks[PermitTokens];
+
+    /// Readers and a writer on one read-write lock (`rw`): no reader beside
+    /// a writer, one writer at a time, increasing writer tokens, and a
+    /// writer asked in the fault-free end gets in within the bound while
+    /// readers keep coming.
+    rw_mode_keeps_every_invariant: Rw => keeps("QUORUMLOCK_SIM_RW_SEEDS" or RW_SEEDS);
+    /// A reader standing on one grant holds beside a writer granted by a
+    /// majority without that member.
+    mutation_reader_quorum_one_breaks_reader_beside_writer:
+        Rw with ReaderQuorumOne => breaks[ReaderBesideWriter];
+    /// A write script that ignores live reader keys grants the writer
+    /// beside them.
+    mutation_writer_ignores_readers_breaks_reader_beside_writer:
+        Rw with WriterIgnoresReaders => breaks[ReaderBesideWriter];
+    /// Writers granted by `N / 2` members: two at once.
+    mutation_minority_quorum_breaks_two_writers: Rw with MinorityQuorum => breaks[TwoWriters];
+    /// Writer tokens unfenced: a later writer's token not above an earlier
+    /// one's.
+    mutation_no_fence_breaks_writer_tokens: Rw with NoFence => breaks[WriterTokens];
+    /// A waiting writer that holds no reader back starves behind the
+    /// overlapping readers.
+    mutation_no_writer_hold_back_breaks_writer_wait: Rw with NoWriterHoldBack => breaks[WriterWait];
 }
 
 #[test]

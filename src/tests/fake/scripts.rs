@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::{wrong_type, Entry, State};
 use crate::error::NodeError;
+use crate::hooks::mutation::{self, Mutation};
 use crate::keys::{fences, Keys, Role};
 use crate::node::{
     Grant, NodeLockState, Place, Proclaimed, Record, Released, RenewItem, Renewed, Seen, SlotsSeen,
@@ -441,6 +442,7 @@ pub(super) fn rw(
         return Ok(Grant::Missing);
     }
     let blocked = match &keys.role {
+        Role::Writer { .. } if mutation::active(Mutation::WriterIgnoresReaders) => None,
         Role::Writer { waiter, hold_back } => {
             let readers = format!("{writer}:reader:");
             let longest = s
