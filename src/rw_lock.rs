@@ -6,8 +6,9 @@
 //! and a writer meet in a member: `q_r + q_w > N`). `Quorum::All` gives
 //! read-one/write-all.
 //!
-//! On a member, the writer is the hash `<prefix>{rw:<name>}`, each reader a
-//! key of its own (`...:reader:<id>`, listed in `...:readers`), every one
+//! On a member, under `<prefix>{rw:<name>}`, the writer is the hash
+//! `...:writer`, each reader a key of its own (`...:reader:<id>`, listed in
+//! `...:readers`), every one
 //! an ordinary lease renewed by the watchdog. A writer refused by readers
 //! (or by another writer) joins the waiting writers there
 //! (`...:timeouts`), and while one waits no new reader is granted on that

@@ -78,7 +78,7 @@ pub(crate) enum Role {
     /// (`<family>:reader:<id>`), granted by `scripts/read.lua` only while
     /// no writer holds or waits for the lock on that node.
     Reader,
-    /// The writer of a read-write lock, the hash `<family>` itself, granted
+    /// The writer of a read-write lock, the hash `<family>:writer`, granted
     /// by `scripts/write.lua` only while no reader key is alive on that
     /// node. `waiter` names the acquisition in the waiting writers' set
     /// (`<family>:timeouts`), where a refused writer holds new readers back
@@ -155,16 +155,26 @@ impl Keys {
         let family = format!("{prefix}{{{tag}}}");
         let slot = slot_of(tag.as_bytes());
         let writer_released = format!("{family}:writer_released");
-        let (lock, foreign_channel, wake) = match role {
-            Role::Reader => (format!("{family}:reader:{id}"), None, Some(writer_released)),
-            _ => (family.clone(), Some(writer_released), None),
+        // A reader's queue keys are its own (unused); a writer's are the
+        // family's, whose `:timeouts` is the waiting writers' set.
+        let (lock, base, foreign_channel, wake) = match role {
+            Role::Reader => {
+                let lock = format!("{family}:reader:{id}");
+                (lock.clone(), lock, None, Some(writer_released))
+            }
+            _ => (
+                format!("{family}:writer"),
+                family.clone(),
+                Some(writer_released),
+                None,
+            ),
         };
         Self {
             name: format!("rw:{name}").into(),
             fence: fence_key(prefix, slot),
             channel: format!("{family}:released"),
             foreign_channel,
-            base: lock.clone(),
+            base,
             lock,
             slot,
             role,

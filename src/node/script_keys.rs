@@ -38,7 +38,7 @@ pub(crate) enum Part {
     Record,
     /// An election's channel for its observers (`Keys::elected_channel`).
     Elected,
-    /// A read-write lock's writer hash, `<family>` (a reader's call).
+    /// A read-write lock's writer hash, `<family>:writer` (a reader's call).
     Writer,
     /// A read-write lock's set of reader keys, `<family>:readers`.
     Readers,
@@ -103,7 +103,7 @@ impl Names {
                                 Part::Queue => keys.queue_parts(),
                                 Part::Timeouts => keys.timeouts_parts(),
                                 Part::Record => keys.record_parts(),
-                                Part::Writer => keys.family_parts(""),
+                                Part::Writer => keys.family_parts(":writer"),
                                 Part::Readers => keys.family_parts(":readers"),
                                 Part::Waiting => keys.family_parts(":timeouts"),
                                 _ => keys.elected_parts(),
@@ -146,7 +146,7 @@ impl Names {
                     Part::Elected => Some(keys.elected_channel()),
                     Part::Writer | Part::Readers | Part::Waiting => {
                         let (base, suffix) = match p {
-                            Part::Writer => keys.family_parts(""),
+                            Part::Writer => keys.family_parts(":writer"),
                             Part::Readers => keys.family_parts(":readers"),
                             _ => keys.family_parts(":timeouts"),
                         };

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] this reader's key  <family>:reader:<id>, a hash like a lock's
 -- KEYS[2] fence              the fence counter of the lock's slot (read only)
--- KEYS[3] writer             <family>, the writer's lock hash
+-- KEYS[3] writer             <family>:writer, the writer's lock hash
 -- KEYS[4] readers            <family>:readers, the set of reader keys
 -- KEYS[5] waiting writers    <family>:timeouts, writer id -> node time (ms)
 --                            until which it holds new readers back

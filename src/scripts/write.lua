@@ -1,6 +1,6 @@
 -- A read-write lock's writer: granted where no reader or writer holds it.
 --
--- KEYS[1] writer             <family>, the writer's lock hash
+-- KEYS[1] writer             <family>:writer, the writer's lock hash
 -- KEYS[2] fence              the fence counter of the lock's slot
 -- KEYS[3] readers            <family>:readers, the set of reader keys
 -- KEYS[4] waiting writers    <family>:timeouts, writer id -> node time (ms)

@@ -404,7 +404,7 @@ async fn world(mode: Mode, layout: Layout, sharded: bool, trace: bool) -> Outcom
     if mode == Mode::Rw {
         let family = format!("{PREFIX}{{rw:{RW_NAME}}}");
         prefixes.push(format!("{family}:reader:"));
-        lock_keys.push(family);
+        lock_keys.push(format!("{family}:writer"));
     }
     let member = sharded.then(|| Member::new(0, &nodes[0], params.shards, params.procs));
     let mut procs = Vec::new();

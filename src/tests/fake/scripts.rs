@@ -415,8 +415,10 @@ pub(super) fn rw(
     reentry: bool,
 ) -> Result<Grant, NodeError> {
     let now = Instant::now();
-    let (writer, _) = keys.family_parts("");
-    let writer = writer.to_owned();
+    // The waiting writers are kept by the family's name; the writer's key
+    // is `<family>:writer`.
+    let (family, _) = keys.family_parts("");
+    let (writer, family) = (format!("{family}:writer"), family.to_owned());
     s.read(&keys.lock)?;
     s.read(&keys.fence)?;
     let fence = s.fences.get(&keys.fence).copied().unwrap_or(0);
@@ -433,7 +435,7 @@ pub(super) fn rw(
         let left = e.expires.saturating_duration_since(now);
         if let Role::Writer { waiter, hold_back } = &keys.role {
             if !reentry {
-                wait_as_writer(s, &writer, waiter, now + *hold_back);
+                wait_as_writer(s, &family, waiter, now + *hold_back);
             }
         }
         return Ok(Grant::Taken(Some(left), 0));
@@ -444,7 +446,7 @@ pub(super) fn rw(
     let blocked = match &keys.role {
         Role::Writer { .. } if mutation::active(Mutation::WriterIgnoresReaders) => None,
         Role::Writer { waiter, hold_back } => {
-            let readers = format!("{writer}:reader:");
+            let readers = format!("{family}:reader:");
             let longest = s
                 .locks
                 .iter()
@@ -452,7 +454,7 @@ pub(super) fn rw(
                 .map(|(_, e)| e.expires.saturating_duration_since(now))
                 .max();
             if longest.is_some() {
-                wait_as_writer(s, &writer, waiter, now + *hold_back);
+                wait_as_writer(s, &family, waiter, now + *hold_back);
             }
             longest
         }
@@ -461,7 +463,7 @@ pub(super) fn rw(
                 .locks
                 .get(&writer)
                 .map(|e| e.expires.saturating_duration_since(now));
-            let waits = s.waiting.get_mut(&writer).and_then(|w| {
+            let waits = s.waiting.get_mut(&family).and_then(|w| {
                 w.retain(|_, until| *until > now);
                 w.values().min().map(|u| u.saturating_duration_since(now))
             });
@@ -481,7 +483,7 @@ pub(super) fn rw(
     );
     Ok(match &keys.role {
         Role::Writer { waiter, .. } => {
-            if let Some(w) = s.waiting.get_mut(&writer) {
+            if let Some(w) = s.waiting.get_mut(&family) {
                 w.remove(&**waiter);
             }
             let f = s.fences.entry(keys.fence.clone()).or_insert(0);
