@@ -110,6 +110,28 @@ pub enum Error {
     #[error("configuration error: {0}")]
     Config(String),
 
+    /// This manager already holds as many renewed locks as its watchdog
+    /// can keep renewed within their validity, as its last renewals
+    /// measured: a new one is refused rather than let held ones lapse.
+    /// Release some, or raise the capacity: a longer lease, more managers,
+    /// or cluster members (the load spread over shards); see the capacity
+    /// in docs/BENCHMARKS.md. Trying again after releases may succeed.
+    #[error(
+        "overloaded: this manager renews {held} locks, its capacity at the measured \
+         {renewal_per_lock:?} per lock and a lease of {lease:?} is {capacity}; release some, \
+         or use a longer lease, more managers or cluster members"
+    )]
+    Overloaded {
+        /// Renewed holds of this manager.
+        held: u64,
+        /// How many its renewals keep within their validity.
+        capacity: u64,
+        /// The renewal cost per lock measured by the last tick.
+        renewal_per_lock: Duration,
+        /// The manager's lease.
+        lease: Duration,
+    },
+
     /// A semaphore was asked with a permit count other than the one the
     /// nodes record for its name (the count of the first acquisition that
     /// found none recorded). Two counts for one name would let the larger
@@ -297,6 +319,8 @@ impl Error {
     predicates! {
         /// Another owner holds the lock.
         is_contended => Self::Contended { .. },
+        /// The manager refused a new lock to keep the ones it holds renewed.
+        is_overloaded => Self::Overloaded { .. },
         /// Nodes failed, or a resource's Redis timed out or broke the
         /// connection ([`Error::Resource`]): the outcome is unknown there.
         is_unavailable => Self::Unavailable { .. }

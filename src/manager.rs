@@ -119,8 +119,9 @@ impl LockManager {
     /// # Errors
     ///
     /// See [`LockRequest::acquire`]; contention and outages are retried, so
-    /// this returns errors only for bad input, wrong-type keys and re-entry of
-    /// a hold that is no longer valid.
+    /// this returns errors only for bad input, wrong-type keys, re-entry of
+    /// a hold that is no longer valid, and [`Error::Overloaded`] when this
+    /// manager already renews as many locks as it can keep valid.
     ///
     /// # Cancel safety
     ///
@@ -210,8 +211,9 @@ impl LockManager {
     /// # Errors
     ///
     /// See [`MultiLockRequest::acquire`]; contention and outages are
-    /// retried, so this returns errors only for bad input, wrong-type keys
-    /// and re-entry of a hold that is no longer valid.
+    /// retried, so this returns errors only for bad input, wrong-type keys,
+    /// re-entry of a hold that is no longer valid, and
+    /// [`Error::Overloaded`].
     ///
     /// # Cancel safety
     ///

@@ -253,7 +253,9 @@ impl Request<'_, OneName> {
     /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that is no longer valid;
     ///   [`Error::Lost`] also when the re-entry finds the lock missing (forced, or lost by
     ///   nodes restarted empty) or another holder's on so many nodes that no quorum can
-    ///   confirm it: a re-entry never re-creates the lock, and the hold is then lost.
+    ///   confirm it: a re-entry never re-creates the lock, and the hold is then lost;
+    /// - [`Error::Overloaded`] for a renewed lock when this manager already renews as many
+    ///   as it can keep valid (measured by its watchdog; a re-entry is never refused).
     ///
     /// # Cancel safety
     ///
@@ -308,7 +310,8 @@ impl Request<'_, NameSet> {
     /// - [`Error::ValidityExhausted`] when the last attempt reached the quorum too late;
     /// - [`Error::WrongType`] when a lock key holds a non-hash value;
     /// - [`Error::Expired`] or [`Error::Lost`] when re-entering a hold that
-    ///   is no longer valid (re-entered levels taken so far are given back).
+    ///   is no longer valid (re-entered levels taken so far are given back);
+    /// - [`Error::Overloaded`] as for [`LockRequest::acquire`].
     ///
     /// # Cancel safety
     ///

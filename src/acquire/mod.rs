@@ -86,6 +86,11 @@ impl Acquisition<'_> {
             wait,
             fair,
         } = terms;
+        // Renewal comes before new work: a manager that renews as many
+        // holds as it can keep valid takes no more.
+        if renew {
+            self.watchdog.admit()?;
+        }
         // A wait too long to represent is a wait without end.
         let deadline = match wait {
             Wait::Forever => None,

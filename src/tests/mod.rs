@@ -15,6 +15,7 @@ mod losses;
 mod metrics;
 mod metrics_docs;
 mod multi;
+mod overload;
 mod node_cases;
 mod reentry;
 mod rw_lock;

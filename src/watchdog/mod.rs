@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::Config;
+use crate::error::Error;
 use crate::hold::{Hold, HoldState};
 use crate::members::Members;
 use crate::sync::locked;
@@ -83,6 +84,17 @@ pub struct WatchdogStats {
     /// Ticks that took longer than the renew interval: the lease is too
     /// short for the number of locks held (each is logged as a warning).
     pub overruns: u64,
+    /// The renewal cost per lock the last measured tick showed: the
+    /// cheapest of its waves that every member answered (a wave's time
+    /// from its start to its last answer, over its locks), `None` before
+    /// one was measured. It grows as a server saturates.
+    pub renewal_per_lock: Option<Duration>,
+    /// How many renewed holds this manager keeps at that cost, its
+    /// capacity (see [`Error::Overloaded`](crate::Error::Overloaded));
+    /// `None` before the first measured tick.
+    pub capacity: Option<u64>,
+    /// Acquisitions refused with [`Error::Overloaded`](crate::Error::Overloaded).
+    pub refused: u64,
 }
 
 #[derive(Default)]
@@ -98,7 +110,40 @@ struct Counters {
     locks_renewed: AtomicU64,
     busy_micros: AtomicU64,
     overruns: AtomicU64,
+    refused: AtomicU64,
 }
+
+/// What the last measured tick says of the renewals' cost, and the
+/// capacity it gives: `u64::MAX` while nothing is measured.
+struct Load {
+    /// Renewal cost per lock, in nanoseconds (0: not measured).
+    per_lock_nanos: AtomicU64,
+    capacity: AtomicU64,
+    /// Holds registered for renewal (those gone are counted out at the
+    /// next tick).
+    registered: AtomicUsize,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Self {
+            per_lock_nanos: AtomicU64::new(0),
+            capacity: AtomicU64::new(u64::MAX),
+            registered: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Below this many renewed holds a manager is never refused: with few
+/// locks a wave's cost is its round trip, not the server's work per lock,
+/// and the measure would say nothing about the load.
+pub(crate) const MIN_CAPACITY: u64 = 1_000;
+
+/// The share of a hold's validity (lease less drift) a tick may take with
+/// the renew interval before it: a hold is renewed again within one
+/// interval plus one tick, and the rest is the margin for a tick slower
+/// than the last one measured.
+const BUDGET_SHARE: (u32, u32) = (3, 4);
 
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
@@ -111,6 +156,7 @@ pub(crate) struct Watchdog {
     holds: Mutex<Vec<Weak<Hold>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     counters: Counters,
+    load: Load,
 }
 
 impl Watchdog {
@@ -121,6 +167,7 @@ impl Watchdog {
             holds: Mutex::new(Vec::new()),
             task: Mutex::new(None),
             counters: Counters::default(),
+            load: Load::default(),
         })
     }
 
@@ -150,12 +197,58 @@ impl Watchdog {
             locks_renewed: get(&c.locks_renewed),
             busy_micros: get(&c.busy_micros),
             overruns: get(&c.overruns),
+            renewal_per_lock: match self.load.per_lock_nanos.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(Duration::from_nanos(n)),
+            },
+            capacity: match self.load.capacity.load(Ordering::Relaxed) {
+                u64::MAX => None,
+                n => Some(n),
+            },
+            refused: get(&c.refused),
         }
+    }
+
+    /// Admits a new renewed hold, or refuses it with
+    /// [`Error::Overloaded`] when this manager already holds as many as the
+    /// last measured tick shows it can renew within their validity:
+    /// renewal comes before new work, so that no held lock lapses for a
+    /// new one.
+    pub(crate) fn admit(&self) -> Result<(), Error> {
+        let capacity = self.load.capacity.load(Ordering::Relaxed);
+        let held = self.load.registered.load(Ordering::Relaxed) as u64;
+        if held < capacity.max(MIN_CAPACITY) {
+            return Ok(());
+        }
+        add(&self.counters.refused, 1);
+        let per_lock = Duration::from_nanos(self.load.per_lock_nanos.load(Ordering::Relaxed));
+        Err(Error::Overloaded {
+            held,
+            capacity,
+            renewal_per_lock: per_lock,
+            lease: self.nodes.config.lease,
+        })
+    }
+
+    /// Records a tick's cheapest measured renewal cost per lock, and the
+    /// capacity it gives: the holds whose renewal fits, after the renew
+    /// interval, in [`BUDGET_SHARE`] of the validity.
+    fn measured(&self, per_lock: Duration) {
+        let config = &self.nodes.config;
+        let validity = config.lease.saturating_sub(self.nodes.drift(config.lease));
+        let budget = validity * BUDGET_SHARE.0 / BUDGET_SHARE.1;
+        let room = budget.saturating_sub(config.renew_interval);
+        let nanos = per_lock.as_nanos().max(1);
+        let capacity = u64::try_from(room.as_nanos() / nanos).unwrap_or(u64::MAX - 1);
+        let per_lock_nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+        self.load.per_lock_nanos.store(per_lock_nanos, Ordering::Relaxed);
+        self.load.capacity.store(capacity, Ordering::Relaxed);
     }
 
     /// Starts renewing `hold`; starts the task if it is not running.
     pub(crate) fn register(self: &Arc<Self>, hold: &Arc<Hold>) {
         locked(&self.holds).push(Arc::downgrade(hold));
+        self.load.registered.fetch_add(1, Ordering::Relaxed);
         let mut task = locked(&self.task);
         if task
             .as_ref()
@@ -191,6 +284,7 @@ impl Watchdog {
             live.push(hold);
             true
         });
+        self.load.registered.store(live.len(), Ordering::Relaxed);
         live
     }
 }
@@ -303,6 +397,9 @@ pub(crate) async fn tick(wd: &Watchdog) {
     if holds.is_empty() {
         return;
     }
+    // Earliest expiry first: under load, the holds closest to lapsing are
+    // renewed first (a cluster member's lanes then order by slot).
+    holds.sort_by_cached_key(|h| h.valid_until());
     let max_wave = wd.wave.load(Ordering::Relaxed).max(1);
     let (mut size, spread) = plan(holds.len(), &wd.nodes.config, max_wave);
     // More than one wave on a manager with a cluster member of several
@@ -318,6 +415,7 @@ pub(crate) async fn tick(wd: &Watchdog) {
         size = size.next_multiple_of(chunk).min(max_wave);
     }
     let pace = Pace {
+        total: holds.len(),
         began,
         spread,
         size,
@@ -326,7 +424,13 @@ pub(crate) async fn tick(wd: &Watchdog) {
     // A shard is a server of its own: its lane runs beside the others, and
     // the tick takes about as long as one shard's waves.
     let lanes = order::lanes(&cuts, holds.len());
-    futures::future::join_all(lanes.into_iter().map(|r| lane(wd, &holds[r], pace))).await;
+    let costs =
+        futures::future::join_all(lanes.into_iter().map(|r| lane(wd, &holds[r], pace))).await;
+    // The lanes run side by side: a tick costs its slowest lane's time,
+    // here per lock of the whole tick.
+    if let Some(per_lock) = costs.into_iter().flatten().max() {
+        wd.measured(per_lock);
+    }
     add(&wd.counters.ticks, 1);
     let took = clock::monotonic().saturating_duration_since(began);
     if took > wd.interval() {
@@ -338,6 +442,8 @@ pub(crate) async fn tick(wd: &Watchdog) {
 /// How a tick's lanes pace their waves.
 #[derive(Clone, Copy)]
 struct Pace {
+    /// Holds of the whole tick, over every lane.
+    total: usize,
     began: Instant,
     spread: Duration,
     /// Locks per wave to start with.
@@ -347,8 +453,12 @@ struct Pace {
 
 /// Renews `holds` (one lane of a tick) in waves paced evenly over the
 /// spread, doubling the waves when behind; a node that fails a wave is
-/// down for the rest of the lane.
-async fn lane(wd: &Watchdog, holds: &[Arc<Hold>], pace: Pace) {
+/// down for the rest of the lane. Returns the lane's renewal cost per lock
+/// of the tick: its cheapest measured wave's, scaled by the lane's share
+/// of the tick's holds (`None` if no wave was measured).
+async fn lane(wd: &Watchdog, holds: &[Arc<Hold>], pace: Pace) -> Option<Duration> {
+    let mut cheapest: Option<Duration> = None;
+    let part = u32::try_from(pace.total.div_ceil(holds.len().max(1))).unwrap_or(u32::MAX);
     let mut size = pace.size;
     let gap = share(pace.spread, size, holds.len());
     let mut down = vec![false; wd.nodes.len()];
@@ -361,7 +471,15 @@ async fn lane(wd: &Watchdog, holds: &[Arc<Hold>], pace: Pace) {
         clock::sleep_until(due).await;
         wd.nodes.metrics.wave_started(due);
         let end = done.saturating_add(size).min(holds.len());
-        wave::renew(wd, &holds[done..end], &mut down).await;
+        let cost = wave::renew(wd, &holds[done..end], &mut down).await;
+        if let Some(c) = cost {
+            let c = cheapest.map_or(c, |m| m.min(c));
+            cheapest = Some(c);
+            // Known from the first wave on: a burst of acquisitions is
+            // refused while the tick is still renewing, not after it.
+            wd.measured(c / part.max(1));
+        }
         done = end;
     }
+    cheapest.map(|c| c / part.max(1))
 }

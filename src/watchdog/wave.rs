@@ -23,14 +23,24 @@ use crate::quorum::{self, FanOut, Leg, Loss, RenewalTally, Verdict};
 use crate::telemetry::Cause;
 
 /// Renews one wave of holds; a node that fails it is marked in `down`.
-pub(super) async fn renew(wd: &Watchdog, holds: &[Arc<Hold>], down: &mut [bool]) {
-    let Some(wave) = mark(wd, holds) else {
-        return;
-    };
+/// Returns the wave's cost per lock: the time from its start to its last
+/// answer over its locks, when every member answered it (a wave that met
+/// a failure or a timeout measures the fault, not the load).
+pub(super) async fn renew(
+    wd: &Watchdog,
+    holds: &[Arc<Hold>],
+    down: &mut [bool],
+) -> Option<Duration> {
+    let began = Instant::now();
+    let wave = mark(wd, holds)?;
     let sent = send(wd, &wave, down).await;
+    let answered = sent.fan.replies().iter().all(|r| matches!(r, Some(Ok(_))));
+    let locks = u32::try_from(wave.due.len()).unwrap_or(u32::MAX).max(1);
+    let cost = answered.then(|| sent.read.saturating_duration_since(began) / locks);
     let tallied = tally(&wd.nodes, &wave, &sent);
     let repaired = repair(wd, &wave.due, &tallied.repairs, wave.start).await;
     finish(wd, &wave, &sent, &tallied, repaired);
+    cost
 }
 
 /// A wave's holds, marked renewing, and how long the nodes have.

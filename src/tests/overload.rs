@@ -1,0 +1,113 @@
+//! Overload over fake nodes whose renewals cost server time per lock, on a
+//! paused clock: a manager asked for three times what its watchdog can
+//! keep renewed refuses the excess with `Error::Overloaded` and loses no
+//! held lock, its held set renewed throughout.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::node::{Answer, NodeOps, RenewBatch, Renewed};
+use crate::tests::fake::{fakes, renew_or_repair, FakeNode, Script, TestNode};
+use crate::{Error, LockManager};
+
+/// A node whose renewals cost `per_lock` of its one CPU per lock, one
+/// batch at a time (a saturated server's queue); other calls are free.
+struct Costly {
+    fake: Arc<FakeNode>,
+    per_lock: Duration,
+    cpu: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl TestNode for Costly {
+    fn fake(&self) -> &FakeNode {
+        &self.fake
+    }
+
+    fn reach<T: Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
+        self.fake.reach(what, script)
+    }
+
+    fn reach_batch(
+        &self,
+        what: &'static str,
+        batch: Arc<RenewBatch>,
+        repair: bool,
+    ) -> Answer<Vec<Renewed>> {
+        let locks = u32::try_from(batch.items.len()).unwrap_or(u32::MAX);
+        let (cpu, cost, fake) = (
+            Arc::clone(&self.cpu),
+            self.per_lock * locks,
+            Arc::clone(&self.fake),
+        );
+        Box::pin(async move {
+            let _busy = cpu.lock().await;
+            tokio::time::sleep(cost).await;
+            fake.reach(what, move |s| Ok(renew_or_repair(s, &batch.items, repair)))
+                .await
+        })
+    }
+}
+
+/// Lease 3 s, renewed every second; renewals cost 1 ms per lock on each
+/// node, so the watchdog keeps about 1,200 locks valid (the renew
+/// interval plus a tick within three quarters of the validity). Asked for
+/// 3,600 locks at 1,000 a second, the manager refuses what it cannot
+/// renew; every lock it holds stays held through five more ticks. Without
+/// the refusal, its ticks grow past the validity and held locks lapse.
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
+    let nodes: Vec<Arc<dyn NodeOps>> = fakes(3)
+        .into_iter()
+        .map(|fake| {
+            Arc::new(Costly {
+                fake,
+                per_lock: Duration::from_millis(1),
+                cpu: Arc::default(),
+            }) as Arc<dyn NodeOps>
+        })
+        .collect();
+    let m = LockManager::builder()
+        .lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+        .node_timeout(Duration::from_secs(1))
+        .build_with(nodes)
+        .expect("valid fake cluster");
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..3_600 {
+        match m.lock(&format!("load-{i}")).await {
+            Ok(g) => held.push(g),
+            Err(Error::Overloaded { .. }) => refused += 1,
+            Err(e) => panic!("lock {i}: {e}"),
+        }
+        if i % 10 == 9 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let stats = m.watchdog_stats();
+    let lost = held.iter().filter(|g| !g.is_held()).count();
+    assert_eq!((lost, stats.losses), (0, 0), "{stats:?}");
+    let capacity = stats.capacity.expect("measured");
+    assert!(
+        (1_000..1_400).contains(&capacity),
+        "capacity {capacity}: {stats:?}"
+    );
+    assert!(refused >= 1_200, "refused {refused} of 3,600, held {}", held.len());
+    assert_eq!(stats.refused, refused);
+    let e = m.lock("one-more").await.unwrap_err();
+    assert!(e.is_overloaded(), "{e}");
+    assert!(e.to_string().contains("capacity"), "{e}");
+    // Releasing makes room again.
+    let free = held.len() - 1_000;
+    for g in held.drain(..free) {
+        g.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(m.lock("after-releases").await.unwrap());
+}
