@@ -307,6 +307,12 @@ struct HeldRow {
     locks: usize,
     lease: Duration,
     failed: usize,
+    /// Refused with `Error::Overloaded`: past the manager's capacity.
+    refused: usize,
+    /// Locks held once the acquisitions ended.
+    held: usize,
+    /// The watchdog's capacity at the end (`WatchdogStats::capacity`).
+    capacity: Option<u64>,
     worst_acquire: Duration,
     acquire_secs: f64,
     lost: u64,
@@ -362,10 +368,11 @@ async fn held(
         let (m, next) = (m.clone(), Arc::clone(&next));
         tasks.spawn(async move {
             let (mut guards, mut failed, mut worst) = (Vec::new(), 0usize, Duration::ZERO);
+            let mut refused = 0usize;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= locks {
-                    return (guards, failed, worst);
+                    return (guards, failed, refused, worst);
                 }
                 let t = Instant::now();
                 match m
@@ -373,18 +380,20 @@ async fn held(
                     .await
                 {
                     Ok(g) => guards.push(g),
+                    Err(e) if e.is_overloaded() => refused += 1,
                     Err(_) => failed += 1,
                 }
                 worst = worst.max(t.elapsed());
             }
         });
     }
-    let (mut guards, mut failed, mut worst): (Vec<LockGuard>, usize, Duration) =
-        (Vec::with_capacity(locks), 0, Duration::ZERO);
+    let (mut guards, mut failed, mut refused, mut worst): (Vec<LockGuard>, usize, usize, Duration) =
+        (Vec::with_capacity(locks), 0, 0, Duration::ZERO);
     while let Some(r) = tasks.join_next().await {
-        let (g, f, w) = r?;
+        let (g, f, o, w) = r?;
         guards.extend(g);
         failed += f;
+        refused += o;
         worst = worst.max(w);
     }
     let acquire_secs = began.elapsed().as_secs_f64();
@@ -411,6 +420,9 @@ async fn held(
         locks,
         lease,
         failed,
+        refused,
+        held,
+        capacity: s1.capacity,
         worst_acquire: worst,
         acquire_secs,
         lost,
@@ -426,14 +438,17 @@ async fn held(
 
 fn held_table(rows: &[HeldRow]) -> String {
     let mut t = String::from(
-        "| locks held | lease | failed `try_lock(ZERO)` while acquiring | worst acquire (ms) | acquired in (s) | lost while held | tick overruns | uncontended p99 idle / while renewing (ms) | client memory per lock (bytes) | node memory per lock (bytes) | node CPU per node per tick (ms) | client CPU per tick (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| locks asked | lease | failed `try_lock(ZERO)` while acquiring | refused (overloaded) | held | capacity | worst acquire (ms) | acquired in (s) | lost while held | tick overruns | uncontended p99 idle / while renewing (ms) | client memory per lock (bytes) | node memory per lock (bytes) | node CPU per node per tick (ms) | client CPU per tick (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} | {} s | {} | {:.0} | {:.1} | {} | {} | {:.2} / {:.2} ({:.2}×) | {:.0} | {:.0} | {:.1} | {:.1} |\n",
+            "| {} | {} s | {} | {} | {} | {} | {:.0} | {:.1} | {} | {} | {:.2} / {:.2} ({:.2}×) | {:.0} | {:.0} | {:.1} | {:.1} |\n",
             r.locks,
             r.lease.as_secs(),
             r.failed,
+            r.refused,
+            r.held,
+            r.capacity.map_or_else(|| "-".to_owned(), |c| c.to_string()),
             ms(r.worst_acquire),
             r.acquire_secs,
             r.lost,

@@ -83,8 +83,9 @@ impl RwLock {
     ///
     /// [`Error::InvalidInput`] for an invalid name; [`Error::UnsafeQuorum`]
     /// when the manager's quorum has `2q ≤ N`; [`Error::WrongType`] when
-    /// the lock's keys hold another type. Contention and outages are
-    /// waited out.
+    /// the lock's keys hold another type; [`Error::Overloaded`] when the
+    /// manager renews as many holds as it can keep valid. Contention and
+    /// outages are waited out.
     ///
     /// # Cancel safety
     ///

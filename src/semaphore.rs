@@ -133,7 +133,8 @@ impl Semaphore {
     ///
     /// [`Error::PermitsMismatch`] when the members record another count for
     /// this name; [`Error::WrongType`] when a key of the semaphore holds
-    /// another type. Contention and outages are waited out.
+    /// another type; [`Error::Overloaded`] when the manager renews as many
+    /// holds as it can keep valid. Contention and outages are waited out.
     ///
     /// # Cancel safety
     ///

@@ -124,8 +124,9 @@ impl Election {
     ///
     /// [`Error::InvalidInput`] for an invalid election name or an empty
     /// value, or one over [`MAX_LEADER_VALUE`] bytes; [`Error::WrongType`]
-    /// when the election's keys hold another type. Contention and outages
-    /// are waited out.
+    /// when the election's keys hold another type; [`Error::Overloaded`]
+    /// when the manager renews as many holds as it can keep valid.
+    /// Contention and outages are waited out.
     ///
     /// # Cancel safety
     ///

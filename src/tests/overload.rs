@@ -98,7 +98,11 @@ async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
         (1_000..1_400).contains(&capacity),
         "capacity {capacity}: {stats:?}"
     );
-    assert!(refused >= 1_200, "refused {refused} of 3,600, held {}", held.len());
+    assert!(
+        refused >= 1_200,
+        "refused {refused} of 3,600, held {}",
+        held.len()
+    );
     assert_eq!(stats.refused, refused);
     let e = m.lock("one-more").await.unwrap_err();
     assert!(e.is_overloaded(), "{e}");

@@ -241,7 +241,9 @@ impl Watchdog {
         let nanos = per_lock.as_nanos().max(1);
         let capacity = u64::try_from(room.as_nanos() / nanos).unwrap_or(u64::MAX - 1);
         let per_lock_nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
-        self.load.per_lock_nanos.store(per_lock_nanos, Ordering::Relaxed);
+        self.load
+            .per_lock_nanos
+            .store(per_lock_nanos, Ordering::Relaxed);
         self.load.capacity.store(capacity, Ordering::Relaxed);
     }
 
