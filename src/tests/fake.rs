@@ -18,6 +18,7 @@ use crate::node::{Answer, NodeOps};
 use crate::sync::locked;
 use crate::{Error, LockGuard, LockManager, LockManagerBuilder, MultiLockGuard, Owner, Quorum};
 
+mod primitives;
 mod scripts;
 mod test_node;
 

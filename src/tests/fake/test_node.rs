@@ -15,7 +15,7 @@ use crate::node::{
 };
 use crate::tests::fake_feed::HubFeed;
 
-use super::{scripts, FakeNode, State};
+use super::{primitives, scripts, FakeNode, State};
 
 /// One call as the in-memory node runs it: a script applied to its state.
 pub(crate) trait Script<T>:
@@ -128,7 +128,7 @@ impl<N: TestNode> NodeOps for N {
         self.acquired(
             self.reach_keyed("acquire", names, move |s| match (role, p) {
                 (Role::Reader | Role::Writer { .. }, _) => {
-                    scripts::rw(s, &k, &c.holder, c.lease, c.count, false)
+                    primitives::rw(s, &k, &c.holder, c.lease, c.count, false)
                 }
                 (_, None) => scripts::acquire(s, &k, &c.holder, c.lease, c.count, false),
                 (_, Some(p)) => scripts::acquire_queued(s, &k, &c.holder, c.lease, c.count, &p),
@@ -141,7 +141,7 @@ impl<N: TestNode> NodeOps for N {
         let names = (|| call_keys::acquire(keys), Resend::Never);
         self.reach_keyed("reenter", names, move |s| match k.role {
             Role::Reader | Role::Writer { .. } => {
-                scripts::rw(s, &k, &c.holder, c.lease, c.count, true)
+                primitives::rw(s, &k, &c.holder, c.lease, c.count, true)
             }
             _ => scripts::acquire(s, &k, &c.holder, c.lease, c.count, true),
         })
@@ -153,7 +153,7 @@ impl<N: TestNode> NodeOps for N {
             move || call_keys::permits(slot, count),
             Resend::AfterBrokenConnection,
         );
-        self.reach_keyed("permits", names, move |s| scripts::permits(s, &k, count))
+        self.reach_keyed("permits", names, move |s| primitives::permits(s, &k, count))
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
