@@ -1,5 +1,5 @@
 //! SVG charts of a run (plotters, SVG backend only): the fault-free
-//! lock + unlock latency CDF of the three contenders, and the p50 of every
+//! lock + unlock latency CDF of the four contenders, and the p50 of every
 //! fault case as grouped bars on a log scale. A full run of every case
 //! writes them into `docs/`; a quick or partial one into `target/bench/`,
 //! so such runs leave the committed charts alone.
@@ -18,11 +18,15 @@ use crate::{BoxError, Measured, Run};
 pub(crate) const CDF_FILE: &str = "bench-latency-cdf.svg";
 pub(crate) const FAULTS_FILE: &str = "bench-faults-p50.svg";
 
-const COLORS: [RGBColor; 3] = [
+const COLORS: [RGBColor; 4] = [
     RGBColor(120, 120, 120), // floor
     RGBColor(31, 119, 180),  // quorumlock
     RGBColor(214, 39, 40),   // rslock
+    RGBColor(44, 160, 44),   // limit
 ];
+
+/// Bar slots per fault case: one per contender and a gap.
+const SLOTS: usize = COLORS.len() + 1;
 
 /// `docs/` for a full run of every case, else `target/bench/`.
 fn out_dir(r: &Run) -> PathBuf {
@@ -134,13 +138,13 @@ fn cdf(path: &Path, samples: &mut [Vec<u64>]) -> Result<(), BoxError> {
 /// ms on a log scale, with the value above each bar.
 fn fault_bars(
     path: &Path,
-    groups: &[(&'static str, [Option<f64>; 3])],
+    groups: &[(&'static str, [Option<f64>; 4])],
     timeout_ms: u128,
 ) -> Result<(), BoxError> {
     let values = groups.iter().flat_map(|g| g.1).flatten();
     let lo = values.clone().fold(f64::INFINITY, f64::min).min(1.0) / 2.0;
     let hi = values.fold(0.0, f64::max).max(1.0) * 3.0;
-    let slots = (groups.len() * 4) as u32;
+    let slots = (groups.len() * SLOTS) as u32;
     let root = SVGBackend::new(path, (1100, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let caption =
@@ -160,8 +164,8 @@ fn fault_bars(
         .disable_x_mesh()
         .x_labels(slots as usize)
         .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(k) if k % 4 == 1 => names
-                .get((k / 4) as usize)
+            SegmentValue::CenterOf(k) if *k as usize % SLOTS == 1 => names
+                .get(*k as usize / SLOTS)
                 .copied()
                 .unwrap_or("")
                 .to_owned(),
@@ -175,7 +179,7 @@ fn fault_bars(
         let color = COLORS[who.index()];
         let bars = groups.iter().enumerate().filter_map(|(g, (_, v))| {
             let v = v[who.index()]?;
-            let k = (g * 4 + who.index()) as u32;
+            let k = (g * SLOTS + who.index()) as u32;
             Some((k, v))
         });
         let bars: Vec<(u32, f64)> = bars.collect();

@@ -1,12 +1,15 @@
-//! The three contenders (floor, quorumlock, rslock) over the same nodes,
-//! behind one interface: a single attempt, a wait, an unlock.
+//! The four contenders (floor, quorumlock, rslock, limit) over the same
+//! nodes, behind one interface: a single attempt, a wait, an unlock.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::IntoConnectionInfo;
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisResult, Script};
 
 use crate::settings::Settings;
 use crate::BoxError;
@@ -16,9 +19,11 @@ pub(crate) enum Who {
     Floor,
     Quorumlock,
     Rslock,
+    Limit,
 }
 
-pub(crate) const ALL: [Who; 3] = [Who::Floor, Who::Quorumlock, Who::Rslock];
+/// Every contender, in [`Who::index`] order.
+pub(crate) const ALL: [Who; 4] = [Who::Floor, Who::Quorumlock, Who::Rslock, Who::Limit];
 
 impl Who {
     pub(crate) fn name(self) -> &'static str {
@@ -26,6 +31,7 @@ impl Who {
             Self::Floor => "floor",
             Self::Quorumlock => "quorumlock",
             Self::Rslock => "rslock",
+            Self::Limit => "limit",
         }
     }
 
@@ -34,12 +40,13 @@ impl Who {
             Self::Floor => 0,
             Self::Quorumlock => 1,
             Self::Rslock => 2,
+            Self::Limit => 3,
         }
     }
 }
 
 /// The contenders of round `round`, in a rotating order.
-pub(crate) fn order(round: usize) -> [Who; 3] {
+pub(crate) fn order(round: usize) -> [Who; 4] {
     let mut o = ALL;
     o.rotate_left(round % ALL.len());
     o
@@ -86,6 +93,8 @@ pub(crate) enum Held {
     Floor(FloorLock),
     Quorumlock(quorumlock::LockGuard),
     Rslock(rslock::Lock),
+    /// The limit's hold: the floor's keys, its holder id unique to the hold.
+    Limit(FloorLock),
 }
 
 pub(crate) fn lease_ms(d: Duration) -> u64 {
@@ -225,6 +234,184 @@ impl Floor {
     }
 }
 
+/// The limit: the floor's scripts and connections, but each phase (the
+/// acquire fan-out, the release fan-out) returns as soon as its outcome is
+/// known: at the quorum-th grant or release, or once a quorum can no longer
+/// be reached. The other nodes' replies are awaited in a spawned task, and a
+/// failed attempt rolls its grants back there. So a cycle costs one round
+/// trip to the quorum-th fastest node per phase and no client work beyond
+/// the redis client's: the physical limit of the protocol over these
+/// scripts.
+pub(crate) struct Limit {
+    nodes: Arc<[Option<MultiplexedConnection>]>,
+    acquire: Arc<Script>,
+    release: Arc<Script>,
+    required: usize,
+}
+
+/// Numbers the limit's holds: a holder id is unique to its attempt, so a
+/// rollback that finishes in the background never releases a later hold of
+/// the same task.
+static LIMIT_HOLDS: AtomicU64 = AtomicU64::new(0);
+
+/// One script call on one node: `EVALSHA`, loading the script on `NOSCRIPT`.
+async fn script_call<T: FromRedisValue>(
+    conn: Option<MultiplexedConnection>,
+    cmd: Arc<Cmd>,
+    script: Arc<Script>,
+) -> RedisResult<T> {
+    let Some(mut c) = conn else {
+        return Err(not_connected());
+    };
+    match cmd.query_async(&mut c).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(&mut c).await?;
+            cmd.query_async(&mut c).await
+        }
+        r => r,
+    }
+}
+
+/// Awaits the replies still pending in a spawned task.
+fn finish<F>(pending: FuturesUnordered<F>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    if !pending.is_empty() {
+        tokio::spawn(pending.for_each(|_| async {}));
+    }
+}
+
+impl Limit {
+    /// Over the floor's connections, with the same scripts.
+    pub(crate) fn new(floor: &Floor) -> Self {
+        Self {
+            nodes: floor.nodes.clone().into(),
+            acquire: Arc::new(floor.acquire.clone()),
+            release: Arc::new(floor.release.clone()),
+            required: floor.required,
+        }
+    }
+
+    /// `cmd` (an `EVALSHA` of `script`) to every node at once.
+    fn fan_out<T: FromRedisValue + Send + 'static>(
+        &self,
+        cmd: Cmd,
+        script: &Arc<Script>,
+    ) -> FuturesUnordered<impl Future<Output = RedisResult<T>> + Send + 'static> {
+        let cmd = Arc::new(cmd);
+        self.nodes
+            .iter()
+            .map(|c| script_call(c.clone(), Arc::clone(&cmd), Arc::clone(script)))
+            .collect()
+    }
+
+    pub(crate) async fn try_once(&self, name: &str, owner: &Arc<str>, ttl: Duration) -> Attempt {
+        let lock = format!("limit:{{{name}}}");
+        let fence = format!("{lock}:fence");
+        let hold = LIMIT_HOLDS.fetch_add(1, Ordering::Relaxed);
+        let holder: Arc<str> = format!("{owner}:{hold}").into();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.acquire.get_hash())
+            .arg(2)
+            .arg(&lock)
+            .arg(&fence)
+            .arg(&*holder)
+            .arg(lease_ms(ttl))
+            .arg(1);
+        let mut pending = self.fan_out::<Vec<i64>>(cmd, &self.acquire);
+        let mut left = pending.len();
+        let (mut granted, mut taken, mut token) = (0, 0, 0u64);
+        let mut error = None;
+        while let Some(r) = pending.next().await {
+            left -= 1;
+            match r.as_deref() {
+                Ok([1 | 2, t]) => {
+                    granted += 1;
+                    token = token.max(u64::try_from(*t).unwrap_or(0));
+                }
+                Ok([0, _]) => taken += 1,
+                Ok(other) => error = Some(format!("unexpected acquire reply {other:?}")),
+                Err(e) => error = Some(e.to_string()),
+            }
+            if granted >= self.required || granted + left < self.required {
+                break;
+            }
+        }
+        let held = FloorLock {
+            channel: format!("{lock}:released"),
+            lock,
+            fence,
+            owner: holder,
+            token,
+        };
+        if granted >= self.required {
+            finish(pending);
+            return Attempt::Won(Held::Limit(held));
+        }
+        // Roll back wherever a grant may be (token 0), once every node
+        // answered the acquire.
+        let rollback = self.release_fan_out(&held, 0);
+        tokio::spawn(async move {
+            pending.for_each(|_| async {}).await;
+            rollback.for_each(|_| async {}).await;
+        });
+        match (taken, error) {
+            (0, Some(e)) => Attempt::Failed(e),
+            _ => Attempt::Busy,
+        }
+    }
+
+    /// The release script, as the floor sends it, to every node.
+    fn release_fan_out(
+        &self,
+        held: &FloorLock,
+        token: u64,
+    ) -> FuturesUnordered<impl Future<Output = RedisResult<i64>> + Send + 'static> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.release.get_hash())
+            .arg(5)
+            .arg(&held.lock)
+            .arg(&held.channel)
+            .arg(&held.fence)
+            .arg(format!("{}:queue", held.lock))
+            .arg(format!("{}:timeouts", held.lock))
+            .arg(&*held.owner)
+            .arg(0)
+            .arg(lease_ms(Duration::from_secs(10)))
+            .arg(token);
+        self.fan_out::<i64>(cmd, &self.release)
+    }
+
+    /// Released on a quorum is a success: returns at the quorum-th release.
+    pub(crate) async fn unlock(&self, held: FloorLock) -> Result<(), String> {
+        let mut pending = self.release_fan_out(&held, held.token);
+        let mut left = pending.len();
+        let mut released = 0;
+        let mut error = None;
+        while let Some(r) = pending.next().await {
+            left -= 1;
+            match r {
+                Ok(2) => released += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    error.get_or_insert_with(|| e.to_string());
+                }
+            }
+            if released >= self.required || released + left < self.required {
+                break;
+            }
+        }
+        finish(pending);
+        if released >= self.required {
+            Ok(())
+        } else {
+            Err(error.unwrap_or_else(|| format!("released on {released} node(s) only")))
+        }
+    }
+}
+
 fn not_connected() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Io, "node not connected"))
 }
@@ -250,9 +437,11 @@ impl QlWait {
     }
 }
 
-/// The three contenders over the same nodes.
+/// The four contenders over the same nodes.
 pub(crate) struct Lockers {
     pub(crate) floor: Floor,
+    /// Over the floor's connections.
+    pub(crate) limit: Limit,
     pub(crate) ql: quorumlock::LockManager,
     /// rslock with one attempt (`set_retry(1, _)`).
     pub(crate) rs_once: rslock::LockManager,
@@ -319,6 +508,7 @@ impl Lockers {
         rs_wait.set_retry(s.rs_retries, s.rs_retry_delay);
         let floor = Floor::connect(&clients, faulty.is_some()).await?;
         Ok(Self {
+            limit: Limit::new(&floor),
             floor,
             ql,
             rs_once,
@@ -332,6 +522,7 @@ impl Lockers {
     pub(crate) async fn try_once(&self, who: Who, name: &str, owner: &Arc<str>) -> Attempt {
         match who {
             Who::Floor => self.floor.try_once(name, owner, self.ttl).await,
+            Who::Limit => self.limit.try_once(name, owner, self.ttl).await,
             Who::Quorumlock => match self.ql.try_lock(name, Duration::ZERO).await {
                 Ok(g) => Attempt::Won(Held::Quorumlock(g)),
                 Err(e) if e.is_contended() => Attempt::Busy,
@@ -353,7 +544,8 @@ impl Lockers {
     ///   a fair one `request(name).fair().wait(deadline - now).acquire()`;
     /// - rslock: `lock` with its default retries (3 tries, 0–200 ms apart),
     ///   looped like its own `acquire`;
-    /// - floor: one attempt, then a random sleep of 0–200 ms, like rslock.
+    /// - floor and limit: one attempt, then a random sleep of 0–200 ms, like
+    ///   rslock.
     pub(crate) async fn wait_lock(
         &self,
         ql: &QlWait,
@@ -379,8 +571,8 @@ impl Lockers {
                     Err(rslock::LockError::Unavailable) => {}
                     Err(_) => *errors += 1,
                 },
-                Who::Floor => {
-                    match self.floor.try_once(name, owner, self.ttl).await {
+                Who::Floor | Who::Limit => {
+                    match self.try_once(who, name, owner).await {
                         Attempt::Won(h) => return Some(h),
                         Attempt::Busy => {}
                         Attempt::Failed(_) => *errors += 1,
@@ -396,6 +588,7 @@ impl Lockers {
     pub(crate) async fn unlock(&self, held: Held) -> Result<(), String> {
         match held {
             Held::Floor(l) => self.floor.unlock(l).await,
+            Held::Limit(l) => self.limit.unlock(l).await,
             Held::Quorumlock(g) => g.release().await.map_err(|e| e.to_string()),
             Held::Rslock(l) => {
                 self.rs_once.unlock(&l).await;
@@ -411,7 +604,8 @@ pub(crate) fn floor_owner(task: usize) -> Arc<str> {
 }
 
 /// Lock names of one contender, case and round. rslock uses them as raw
-/// keys, so they get a prefix; quorumlock and the floor add their own.
+/// keys, so they get a prefix; quorumlock, the floor and the limit add their
+/// own.
 pub(crate) fn names(run: &str, who: Who, case: &str, round: usize, n: usize) -> Vec<String> {
     let prefix = if who == Who::Rslock { "rslock:" } else { "" };
     (0..n)

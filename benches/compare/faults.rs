@@ -118,7 +118,7 @@ fn third_fastest_rtt_ms(case: &Case) -> f64 {
 
 /// What one case measured, per contender (by [`Who::index`]).
 pub(crate) struct CaseResult {
-    pub(crate) res: [Results; 3],
+    pub(crate) res: [Results; 4],
     /// An error that stopped the case (the contenders could not be built).
     pub(crate) error: Option<String>,
 }
@@ -213,7 +213,7 @@ async fn uncontended_for(
 }
 
 /// One round of one case: each contender in the round's order.
-async fn case_round(r: &Run, l: &Arc<Lockers>, case: &Case, round: usize, res: &mut [Results; 3]) {
+async fn case_round(r: &Run, l: &Arc<Lockers>, case: &Case, round: usize, res: &mut [Results; 4]) {
     let s = &r.s;
     for who in order(round) {
         let out = &mut res[who.index()];
@@ -240,7 +240,7 @@ async fn case_round(r: &Run, l: &Arc<Lockers>, case: &Case, round: usize, res: &
 }
 
 /// All rounds of one case, on contenders of its own.
-async fn run_case(r: &Run, case: &Case, timeout: Duration) -> Result<[Results; 3], BoxError> {
+async fn run_case(r: &Run, case: &Case, timeout: Duration) -> Result<[Results; 4], BoxError> {
     eprintln!("fault case {}: {}", case.key, case.label);
     let (urls, proxies) = setup(&r.urls, case)?;
     let l = Arc::new(Lockers::build_faulty(&urls, &r.s, timeout).await?);
@@ -254,7 +254,7 @@ async fn run_case(r: &Run, case: &Case, timeout: Duration) -> Result<[Results; 3
             p.set(Mode::BlackHole);
         }
     }
-    let mut res: [Results; 3] = Default::default();
+    let mut res: [Results; 4] = Default::default();
     for round in 0..r.s.rounds {
         case_round(r, &l, case, round, &mut res).await;
     }
@@ -360,14 +360,19 @@ impl FaultReport {
                 rows.push(Row {
                     metric: format!("{}: not run", case.label),
                     better: "",
-                    values: [None; 3],
+                    values: [None; 4],
                     target: String::new(),
                     status: e.replace('|', "/"),
                 });
                 continue;
             }
-            let [f, q, rs] = &mut c.res;
-            let p50 = [ms_pct(f, 50.0), ms_pct(q, 50.0), ms_pct(rs, 50.0)];
+            let [f, q, rs, lim] = &mut c.res;
+            let p50 = [
+                ms_pct(f, 50.0),
+                ms_pct(q, 50.0),
+                ms_pct(rs, 50.0),
+                ms_pct(lim, 50.0),
+            ];
             let (text, status) = match &target {
                 Some((base, factor, text)) => {
                     let ok = p50[1].map(|v| v <= base * factor);
@@ -390,17 +395,22 @@ impl FaultReport {
             rows.push(info_row(
                 format!("{}: lock+unlock p99 (ms)", case.label),
                 "lower",
-                [ms_pct(f, 99.0), ms_pct(q, 99.0), ms_pct(rs, 99.0)],
+                [
+                    ms_pct(f, 99.0),
+                    ms_pct(q, 99.0),
+                    ms_pct(rs, 99.0),
+                    ms_pct(lim, 99.0),
+                ],
             ));
             rows.push(info_row(
                 format!("{}: throughput, 64 tasks (cycles/s)", case.label),
                 "higher",
-                [f.tp(), q.tp(), rs.tp()],
+                [f.tp(), q.tp(), rs.tp(), lim.tp()],
             ));
             rows.push(info_row(
                 format!("{}: failed attempts (uncontended + throughput)", case.label),
                 "lower",
-                [failures(f), failures(q), failures(rs)],
+                [failures(f), failures(q), failures(rs), failures(lim)],
             ));
             let cpu = |r: &Results, redis: bool| {
                 let (c, rd) = r.tp_cpu.per_cycle_us(attempts(r));
@@ -413,12 +423,17 @@ impl FaultReport {
             cpu_rows.push(info_row(
                 format!("{}: client CPU per attempt (µs)", case.label),
                 "lower",
-                [cpu(f, false), cpu(q, false), cpu(rs, false)],
+                [
+                    cpu(f, false),
+                    cpu(q, false),
+                    cpu(rs, false),
+                    cpu(lim, false),
+                ],
             ));
             cpu_rows.push(info_row(
                 format!("{}: redis CPU per attempt, all nodes (µs)", case.label),
                 "lower",
-                [cpu(f, true), cpu(q, true), cpu(rs, true)],
+                [cpu(f, true), cpu(q, true), cpu(rs, true), cpu(lim, true)],
             ));
         }
         let mut out = String::new();
@@ -455,15 +470,20 @@ impl FaultReport {
     }
 
     /// The p50 (ms) of each contender in each case, for the chart.
-    pub(crate) fn p50s(&mut self) -> Vec<(&'static str, [Option<f64>; 3])> {
+    pub(crate) fn p50s(&mut self) -> Vec<(&'static str, [Option<f64>; 4])> {
         FAULT_CASES
             .iter()
             .zip(self.cases.iter_mut())
             .map(|(case, c)| {
-                let [f, q, rs] = &mut c.res;
+                let [f, q, rs, lim] = &mut c.res;
                 (
                     case.short,
-                    [ms_pct(f, 50.0), ms_pct(q, 50.0), ms_pct(rs, 50.0)],
+                    [
+                        ms_pct(f, 50.0),
+                        ms_pct(q, 50.0),
+                        ms_pct(rs, 50.0),
+                        ms_pct(lim, 50.0),
+                    ],
                 )
             })
             .collect()
@@ -488,13 +508,18 @@ impl FaultReport {
                         "cpu_per_attempt": r.tp_cpu.json(attempts(r)),
                     })
                 };
-                let [f, q, rs] = &mut c.res;
-                let p = (ms_pct(q, 50.0), ms_pct(f, 50.0), ms_pct(rs, 50.0));
+                let [f, q, rs, lim] = &mut c.res;
+                let p = (
+                    ms_pct(q, 50.0),
+                    ms_pct(f, 50.0),
+                    ms_pct(rs, 50.0),
+                    ms_pct(lim, 50.0),
+                );
                 json!({
                     "case": case.key, "label": case.label, "error": c.error,
                     "nodes": format!("{:?}", case.nodes),
-                    "floor": per(f), "quorumlock": per(q), "rslock": per(rs),
-                    "p50_ratio": { "vs_floor": ratio(p.0, p.1), "vs_rslock": ratio(p.0, p.2) },
+                    "floor": per(f), "quorumlock": per(q), "rslock": per(rs), "limit": per(lim),
+                    "p50_ratio": { "vs_floor": ratio(p.0, p.1), "vs_rslock": ratio(p.0, p.2), "vs_limit": ratio(p.0, p.3) },
                 })
             })
             .collect();

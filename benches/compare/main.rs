@@ -1,10 +1,15 @@
-//! `cargo bench --bench compare`: quorumlock against rslock and a raw floor on
-//! five Redis masters, all in one process and one run.
+//! `cargo bench --bench compare`: quorumlock against rslock, a raw floor and
+//! the protocol's limit on five Redis masters, all in one process and one
+//! run.
 //!
 //! The floor is the same redis client running quorumlock's own acquire and
 //! release scripts with a plain `join_all` fan-out to every node and no
 //! coordination logic: what any RedLock-style lock over these scripts costs
-//! at least. Contenders run in interleaved rounds with a rotating order, so
+//! at least when it waits for every node. The limit sends the same scripts
+//! over the same connections but returns from each phase at the quorum-th
+//! reply, the other replies (and a failed attempt's rollback) finishing in a
+//! spawned task: one round trip to the quorum-th fastest node per phase.
+//! Contenders run in interleaved rounds with a rotating order, so
 //! machine drift hits each alike.
 //!
 //! Cases: an uncontended lock + unlock cycle (latency), 64 tasks over 1,000
@@ -23,7 +28,7 @@
 //! `handoff`). See `docs/BENCHMARKS.md`.
 //!
 //! Modules, in the order a run uses them: [`settings`] (the knobs),
-//! [`contenders`] (floor, quorumlock, rslock behind one interface),
+//! [`contenders`] (floor, quorumlock, rslock, limit behind one interface),
 //! [`measures`] (percentiles, CPU), [`cases`] (uncontended, throughput,
 //! handoff), [`watchdog`] (renewal cost), [`proxy`] and [`faults`] (tail
 //! tolerance), [`report`] (tables and JSON) and [`charts`] (SVG).
@@ -73,8 +78,8 @@ pub(crate) struct Run {
 /// Everything measured, for the report.
 #[derive(Default)]
 pub(crate) struct Measured {
-    /// Floor, quorumlock, rslock (by [`Who::index`]).
-    pub(crate) res: [Results; 3],
+    /// Floor, quorumlock, rslock, limit (by [`Who::index`]).
+    pub(crate) res: [Results; 4],
     /// quorumlock's handoff with one manager per task.
     pub(crate) ho_separate: Results,
     /// quorumlock's handoff with one manager per task, fair requests.
@@ -101,7 +106,7 @@ async fn warm_up(r: &Run) {
 }
 
 /// Case 1 of one round, each contender in the round's order.
-async fn uncontended_round(r: &Run, round: usize, res: &mut [Results; 3]) {
+async fn uncontended_round(r: &Run, round: usize, res: &mut [Results; 4]) {
     for who in order(round) {
         let out = &mut res[who.index()];
         let owner = floor_owner(0);
@@ -119,7 +124,7 @@ async fn uncontended_round(r: &Run, round: usize, res: &mut [Results; 3]) {
 }
 
 /// Case 2 of one round.
-async fn throughput_round(r: &Run, round: usize, res: &mut [Results; 3]) {
+async fn throughput_round(r: &Run, round: usize, res: &mut [Results; 4]) {
     for who in order(round) {
         let list = Arc::new(names(&r.id, who, "t", round, r.s.keys));
         let c0 = Cpu::now(&r.l.floor.conns, r.tck).await;

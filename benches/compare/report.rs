@@ -33,7 +33,8 @@ pub(crate) fn fmt_ratio(v: Option<f64>) -> String {
 pub(crate) struct Row {
     pub(crate) metric: String,
     pub(crate) better: &'static str,
-    pub(crate) values: [Option<f64>; 3],
+    /// By [`crate::contenders::Who::index`]: floor, quorumlock, rslock, limit.
+    pub(crate) values: [Option<f64>; 4],
     pub(crate) target: String,
     pub(crate) status: String,
 }
@@ -53,23 +54,27 @@ pub(crate) fn table(rows: &[Row]) -> String {
         "floor",
         "quorumlock",
         "rslock",
+        "limit",
         "ql/rslock",
         "ql/floor",
+        "ql ÷ limit",
         "target",
         "status",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let [f, q, rs] = r.values;
+            let [f, q, rs, lim] = r.values;
             vec![
                 r.metric.clone(),
                 r.better.to_owned(),
                 fmt_num(f),
                 fmt_num(q),
                 fmt_num(rs),
+                fmt_num(lim),
                 fmt_ratio(ratio(q, rs)),
                 fmt_ratio(ratio(q, f)),
+                fmt_ratio(ratio(q, lim)),
                 r.target.clone(),
                 r.status.clone(),
             ]
@@ -98,7 +103,7 @@ pub(crate) fn cpu_model() -> Option<String> {
 pub(crate) fn info_row(
     metric: impl Into<String>,
     better: &'static str,
-    values: [Option<f64>; 3],
+    values: [Option<f64>; 4],
 ) -> Row {
     Row {
         metric: metric.into(),
@@ -109,9 +114,14 @@ pub(crate) fn info_row(
     }
 }
 
-fn uncontended_rows(res: &mut [Results; 3], rows: &mut Vec<Row>, targets: &mut Vec<Value>) {
-    let [floor, ql, rs] = res;
-    let v50 = [floor.unc_us(50.0), ql.unc_us(50.0), rs.unc_us(50.0)];
+fn uncontended_rows(res: &mut [Results; 4], rows: &mut Vec<Row>, targets: &mut Vec<Value>) {
+    let [floor, ql, rs, lim] = res;
+    let v50 = [
+        floor.unc_us(50.0),
+        ql.unc_us(50.0),
+        rs.unc_us(50.0),
+        lim.unc_us(50.0),
+    ];
     let vs_floor = ratio(v50[1], v50[0]);
     let vs_rs = ratio(v50[1], v50[2]);
     let ok_floor = vs_floor.map(|r| r <= 1.0);
@@ -129,7 +139,7 @@ fn uncontended_rows(res: &mut [Results; 3], rows: &mut Vec<Row>, targets: &mut V
         rows.push(info_row(
             format!("uncontended lock+unlock p{p} (µs)"),
             "lower",
-            [floor.unc_us(p), ql.unc_us(p), rs.unc_us(p)],
+            [floor.unc_us(p), ql.unc_us(p), rs.unc_us(p), lim.unc_us(p)],
         ));
     }
     let cpu = |r: &Results, redis: bool| {
@@ -143,23 +153,33 @@ fn uncontended_rows(res: &mut [Results; 3], rows: &mut Vec<Row>, targets: &mut V
     rows.push(info_row(
         "uncontended: client CPU per cycle (µs)",
         "lower",
-        [cpu(floor, false), cpu(ql, false), cpu(rs, false)],
+        [
+            cpu(floor, false),
+            cpu(ql, false),
+            cpu(rs, false),
+            cpu(lim, false),
+        ],
     ));
     rows.push(info_row(
         "uncontended: redis CPU per cycle, 5 nodes (µs)",
         "lower",
-        [cpu(floor, true), cpu(ql, true), cpu(rs, true)],
+        [
+            cpu(floor, true),
+            cpu(ql, true),
+            cpu(rs, true),
+            cpu(lim, true),
+        ],
     ));
 }
 
 fn throughput_rows(
-    res: &[Results; 3],
+    res: &[Results; 4],
     s: &Settings,
     rows: &mut Vec<Row>,
     targets: &mut Vec<Value>,
 ) {
-    let [floor, ql, rs] = res;
-    let v = [floor.tp(), ql.tp(), rs.tp()];
+    let [floor, ql, rs, lim] = res;
+    let v = [floor.tp(), ql.tp(), rs.tp(), lim.tp()];
     let vs_rs = ratio(v[1], v[2]);
     let ok = vs_rs.map(|r| r >= 1.3);
     rows.push(Row {
@@ -175,13 +195,13 @@ fn throughput_rows(
     rows.push(info_row(
         "throughput: busy attempts (/s)",
         "info",
-        [busy(floor), busy(ql), busy(rs)],
+        [busy(floor), busy(ql), busy(rs), busy(lim)],
     ));
     let failed = |r: &Results| (r.tp_secs > 0.0).then(|| r.tp_failed as f64 / r.tp_secs);
     rows.push(info_row(
         "throughput: failed attempts (/s)",
         "lower",
-        [failed(floor), failed(ql), failed(rs)],
+        [failed(floor), failed(ql), failed(rs), failed(lim)],
     ));
     // Per attempt (successful or busy), so contenders with more busy
     // attempts are not charged for them per success.
@@ -196,20 +216,35 @@ fn throughput_rows(
     rows.push(info_row(
         "throughput: client CPU per attempt (µs)",
         "lower",
-        [cpu(floor, false), cpu(ql, false), cpu(rs, false)],
+        [
+            cpu(floor, false),
+            cpu(ql, false),
+            cpu(rs, false),
+            cpu(lim, false),
+        ],
     ));
     rows.push(info_row(
         "throughput: redis CPU per attempt, 5 nodes (µs)",
         "lower",
-        [cpu(floor, true), cpu(ql, true), cpu(rs, true)],
+        [
+            cpu(floor, true),
+            cpu(ql, true),
+            cpu(rs, true),
+            cpu(lim, true),
+        ],
     ));
 }
 
 fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &mut Vec<Value>) {
     let sep = &mut m.ho_separate;
     let fair = &mut m.ho_fair;
-    let [floor, ql, rs] = &mut m.res;
-    let v50 = [floor.ho_ms(50.0), ql.ho_ms(50.0), rs.ho_ms(50.0)];
+    let [floor, ql, rs, lim] = &mut m.res;
+    let v50 = [
+        floor.ho_ms(50.0),
+        ql.ho_ms(50.0),
+        rs.ho_ms(50.0),
+        lim.ho_ms(50.0),
+    ];
     let vs_rs = ratio(v50[1], v50[2]);
     let ok = vs_rs.map(|r| r <= 0.05);
     rows.push(Row {
@@ -228,9 +263,19 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(info_row(
         "handoff p99, one shared manager (ms)",
         "lower",
-        [floor.ho_ms(99.0), ql.ho_ms(99.0), rs.ho_ms(99.0)],
+        [
+            floor.ho_ms(99.0),
+            ql.ho_ms(99.0),
+            rs.ho_ms(99.0),
+            lim.ho_ms(99.0),
+        ],
     ));
-    let v50_sep = [floor.ho_ms(50.0), sep.ho_ms(50.0), rs.ho_ms(50.0)];
+    let v50_sep = [
+        floor.ho_ms(50.0),
+        sep.ho_ms(50.0),
+        rs.ho_ms(50.0),
+        lim.ho_ms(50.0),
+    ];
     let ok_sep = ratio(v50_sep[1], v50_sep[2]).map(|r| r <= 0.05);
     rows.push(Row {
         metric: "handoff p50, one manager per task (ms)".into(),
@@ -246,9 +291,19 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(info_row(
         "handoff p99, one manager per task (ms)",
         "lower",
-        [floor.ho_ms(99.0), sep.ho_ms(99.0), rs.ho_ms(99.0)],
+        [
+            floor.ho_ms(99.0),
+            sep.ho_ms(99.0),
+            rs.ho_ms(99.0),
+            lim.ho_ms(99.0),
+        ],
     ));
-    let v50_fair = [floor.ho_ms(50.0), fair.ho_ms(50.0), rs.ho_ms(50.0)];
+    let v50_fair = [
+        floor.ho_ms(50.0),
+        fair.ho_ms(50.0),
+        rs.ho_ms(50.0),
+        lim.ho_ms(50.0),
+    ];
     let ok_fair = ratio(v50_fair[1], v50_fair[2]).map(|r| r <= 0.05);
     rows.push(Row {
         metric: "handoff p50, fair, one manager per task (ms)".into(),
@@ -264,13 +319,18 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(info_row(
         "handoff p99, fair, one manager per task (ms)",
         "lower",
-        [floor.ho_ms(99.0), fair.ho_ms(99.0), rs.ho_ms(99.0)],
+        [
+            floor.ho_ms(99.0),
+            fair.ho_ms(99.0),
+            rs.ho_ms(99.0),
+            lim.ho_ms(99.0),
+        ],
     ));
     let per_acq = Results::ho_requests_per_acq;
     rows.push(info_row(
         "handoff: node requests per acquisition, 5 nodes, one shared manager",
         "lower",
-        [per_acq(floor), per_acq(ql), per_acq(rs)],
+        [per_acq(floor), per_acq(ql), per_acq(rs), per_acq(lim)],
     ));
     // Across processes a release should wake one waiter, as within one:
     // the requests per acquisition stay near the shared manager's.
@@ -279,7 +339,7 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(Row {
         metric: "handoff: node requests per acquisition, 5 nodes, one manager per task".into(),
         better: "lower",
-        values: [per_acq(floor), per_acq(sep), per_acq(rs)],
+        values: [per_acq(floor), per_acq(sep), per_acq(rs), per_acq(lim)],
         target: format!(
             "≤2× one shared manager ({} = {})",
             fmt_num(per_acq(ql).map(|v| v * 2.0)),
@@ -297,7 +357,7 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
         metric: "handoff: node requests per acquisition, 5 nodes, fair, one manager per task"
             .into(),
         better: "lower",
-        values: [per_acq(floor), fair_req, per_acq(rs)],
+        values: [per_acq(floor), fair_req, per_acq(rs), per_acq(lim)],
         target: "≤25".into(),
         status: check(ok_fair_req).into(),
     });
@@ -309,19 +369,19 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(info_row(
         "handoffs in ticket order (%), one shared manager",
         "higher",
-        [turn(floor), turn(ql), turn(rs)],
+        [turn(floor), turn(ql), turn(rs), turn(lim)],
     ));
     rows.push(info_row(
         "handoffs in ticket order (%), one manager per task",
         "higher",
-        [turn(floor), turn(sep), turn(rs)],
+        [turn(floor), turn(sep), turn(rs), turn(lim)],
     ));
     let fair_turn = fair.ho_turn_share();
     let ok_turn = fair_turn.map(|v| v >= 0.99);
     rows.push(Row {
         metric: "handoffs in ticket order (%), fair, one manager per task".into(),
         better: "higher",
-        values: [turn(floor), turn(fair), turn(rs)],
+        values: [turn(floor), turn(fair), turn(rs), turn(lim)],
         target: "≥99%".into(),
         status: check(ok_turn).into(),
     });
@@ -333,17 +393,17 @@ fn handoff_rows(m: &mut Measured, s: &Settings, rows: &mut Vec<Row>, targets: &m
     rows.push(info_row(
         "handoffs (/s), one shared manager",
         "higher",
-        [rate(floor), rate(ql), rate(rs)],
+        [rate(floor), rate(ql), rate(rs), rate(lim)],
     ));
     rows.push(info_row(
         "handoffs (/s), one manager per task",
         "higher",
-        [rate(floor), rate(sep), rate(rs)],
+        [rate(floor), rate(sep), rate(rs), rate(lim)],
     ));
     rows.push(info_row(
         "handoffs (/s), fair, one manager per task",
         "higher",
-        [rate(floor), rate(fair), rate(rs)],
+        [rate(floor), rate(fair), rate(rs), rate(lim)],
     ));
 }
 
@@ -529,16 +589,16 @@ fn contender_json(r: &mut Results) -> Value {
 fn ratios_json(m: &mut Measured) -> Value {
     let sep = &mut m.ho_separate;
     let fair = &mut m.ho_fair;
-    let [floor, ql, rs] = &mut m.res;
+    let [floor, ql, rs, lim] = &mut m.res;
     json!({
-        "uncontended_p50": { "vs_rslock": ratio(ql.unc_us(50.0), rs.unc_us(50.0)), "vs_floor": ratio(ql.unc_us(50.0), floor.unc_us(50.0)) },
-        "uncontended_p99": { "vs_rslock": ratio(ql.unc_us(99.0), rs.unc_us(99.0)), "vs_floor": ratio(ql.unc_us(99.0), floor.unc_us(99.0)) },
-        "uncontended_p99_9": { "vs_rslock": ratio(ql.unc_us(99.9), rs.unc_us(99.9)), "vs_floor": ratio(ql.unc_us(99.9), floor.unc_us(99.9)) },
-        "throughput": { "vs_rslock": ratio(ql.tp(), rs.tp()), "vs_floor": ratio(ql.tp(), floor.tp()) },
-        "handoff_p50": { "vs_rslock": ratio(ql.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(ql.ho_ms(50.0), floor.ho_ms(50.0)) },
-        "handoff_p99": { "vs_rslock": ratio(ql.ho_ms(99.0), rs.ho_ms(99.0)), "vs_floor": ratio(ql.ho_ms(99.0), floor.ho_ms(99.0)) },
-        "handoff_p50_one_manager_per_task": { "vs_rslock": ratio(sep.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(sep.ho_ms(50.0), floor.ho_ms(50.0)) },
-        "handoff_p50_fair_one_manager_per_task": { "vs_rslock": ratio(fair.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(fair.ho_ms(50.0), floor.ho_ms(50.0)) },
+        "uncontended_p50": { "vs_rslock": ratio(ql.unc_us(50.0), rs.unc_us(50.0)), "vs_floor": ratio(ql.unc_us(50.0), floor.unc_us(50.0)), "vs_limit": ratio(ql.unc_us(50.0), lim.unc_us(50.0)) },
+        "uncontended_p99": { "vs_rslock": ratio(ql.unc_us(99.0), rs.unc_us(99.0)), "vs_floor": ratio(ql.unc_us(99.0), floor.unc_us(99.0)), "vs_limit": ratio(ql.unc_us(99.0), lim.unc_us(99.0)) },
+        "uncontended_p99_9": { "vs_rslock": ratio(ql.unc_us(99.9), rs.unc_us(99.9)), "vs_floor": ratio(ql.unc_us(99.9), floor.unc_us(99.9)), "vs_limit": ratio(ql.unc_us(99.9), lim.unc_us(99.9)) },
+        "throughput": { "vs_rslock": ratio(ql.tp(), rs.tp()), "vs_floor": ratio(ql.tp(), floor.tp()), "vs_limit": ratio(ql.tp(), lim.tp()) },
+        "handoff_p50": { "vs_rslock": ratio(ql.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(ql.ho_ms(50.0), floor.ho_ms(50.0)), "vs_limit": ratio(ql.ho_ms(50.0), lim.ho_ms(50.0)) },
+        "handoff_p99": { "vs_rslock": ratio(ql.ho_ms(99.0), rs.ho_ms(99.0)), "vs_floor": ratio(ql.ho_ms(99.0), floor.ho_ms(99.0)), "vs_limit": ratio(ql.ho_ms(99.0), lim.ho_ms(99.0)) },
+        "handoff_p50_one_manager_per_task": { "vs_rslock": ratio(sep.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(sep.ho_ms(50.0), floor.ho_ms(50.0)), "vs_limit": ratio(sep.ho_ms(50.0), lim.ho_ms(50.0)) },
+        "handoff_p50_fair_one_manager_per_task": { "vs_rslock": ratio(fair.ho_ms(50.0), rs.ho_ms(50.0)), "vs_floor": ratio(fair.ho_ms(50.0), floor.ho_ms(50.0)), "vs_limit": ratio(fair.ho_ms(50.0), lim.ho_ms(50.0)) },
     })
 }
 
@@ -594,15 +654,15 @@ pub(crate) fn write(r: &Run, m: &mut Measured) -> Result<(), BoxError> {
     }
     let _ = writeln!(
         out,
-        "ratios are quorumlock / other; for latency lower is better, for throughput higher is better. Run took {:.0} s.",
+        "ratios are quorumlock / other (÷ limit: quorumlock / limit); for latency lower is better, for throughput higher is better. Run took {:.0} s.",
         m.elapsed.as_secs_f64()
     );
     error_notes(m, &mut out);
     println!("{out}");
 
     let chart_files = crate::charts::write_all(r, m)?;
-    let [floor, ql, rs] = &mut m.res;
-    let contenders = json!({ "floor": contender_json(floor), "quorumlock": contender_json(ql), "rslock": contender_json(rs) });
+    let [floor, ql, rs, lim] = &mut m.res;
+    let contenders = json!({ "floor": contender_json(floor), "quorumlock": contender_json(ql), "rslock": contender_json(rs), "limit": contender_json(lim) });
     let report = json!({
         "machine": machine_json(cores, nproc, m.load_before.as_deref()),
         "nodes": { "count": r.urls.len(), "local": r.local, "redis_version": m.redis_version },
