@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::sync::locked;
 
-/// One permit of a [`Semaphore`]: one slot held, a lease renewed by the
+/// One permit of a [`Semaphore`](crate::Semaphore): one slot held, a lease renewed by the
 /// manager's watchdog. Dropping it releases the slot in the background.
 #[derive(Debug)]
 pub struct Permit {
