@@ -368,10 +368,14 @@ impl<S: Server> Member<S> {
     /// (`scripts/write.lua`) acquiring, or re-entering (`reenter`).
     fn rw(&self, keys: &Arc<Keys>, claim: &Claim, reenter: bool) -> Answer<Grant> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
-        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
         let flag = u8::from(reenter);
         let read = |reply: Vec<Value>| grant(&reply, "rw");
         if let Role::Writer { waiter, hold_back } = &keys.role {
+            // Stamped for the writer's waiter id too, as a queued waiter's
+            // attempt is: its exit from the waiting writers (`leave`) then
+            // never overtakes an attempt still out, which would put it back
+            // among them, holding readers back for nobody.
+            let stamp = self.stamp(&[holder(keys, &owner), holder(keys, waiter)], Lane::Calls);
             let (waiter, hold_back) = (Arc::clone(waiter), *hold_back);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
@@ -380,6 +384,7 @@ impl<S: Server> Member<S> {
             let names = script_keys::write(keys);
             return self.run(&scripts::WRITE, names, grant_call(stamp), args, read);
         }
+        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
         };
