@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use crate::keys::Keys;
 use crate::node::{Answer, NodeOps, Record};
-use crate::tests::fake::{cluster_with, renewed_each_second, FakeNode, Mode, Script, TestNode};
+use crate::tests::fake::{
+    cluster_with, peer, renewed_each_second, FakeNode, Mode, Script, TestNode,
+};
 use crate::{Error, Leader, LockManager, MAX_LEADER_VALUE};
 
 const MS: Duration = Duration::from_millis(1);
@@ -37,16 +39,6 @@ impl TestNode for Cuttable {
         }
         self.fake.reach(what, script)
     }
-}
-
-/// A manager over the same fakes as `m`'s (another process).
-fn peer(fakes: &[Arc<FakeNode>]) -> LockManager {
-    LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_millis(100))
-        .build_with(crate::tests::fake::nodes(fakes))
-        .expect("valid fake cluster")
 }
 
 fn keys(name: &str) -> Keys {

@@ -92,6 +92,17 @@ pub(crate) fn cluster_with(
 }
 
 /// Lease 3 s, renewed every second (for [`cluster_with`]).
+/// A manager over the same fakes as another (a second process): lease
+/// 3 s renewed every second, node timeout 100 ms.
+pub(crate) fn peer(fakes: &[Arc<FakeNode>]) -> LockManager {
+    LockManager::builder()
+        .lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(100))
+        .build_with(nodes(fakes))
+        .expect("valid fake cluster")
+}
+
 pub(crate) fn renewed_each_second(b: LockManagerBuilder) -> LockManagerBuilder {
     b.lease(Duration::from_secs(3))
         .renew_interval(Duration::from_secs(1))

@@ -2,25 +2,14 @@
 //! together and a writer alone, a waiting writer holding new readers back,
 //! and Gifford's quorums (`Quorum::All` reads on one node).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::tests::fake::{cluster_with, renewed_each_second, FakeNode, Mode};
-use crate::{Error, LockManager, Quorum};
+use crate::tests::fake::{cluster_with, peer, renewed_each_second, Mode};
+use crate::{Error, Quorum};
 
 const MS: Duration = Duration::from_millis(1);
-
-/// A manager over the same fakes (another process).
-fn peer(fakes: &[Arc<FakeNode>]) -> LockManager {
-    LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_millis(100))
-        .build_with(crate::tests::fake::nodes(fakes))
-        .expect("valid fake cluster")
-}
 
 #[tokio::test(start_paused = true)]
 async fn readers_hold_together_and_a_writer_alone() {

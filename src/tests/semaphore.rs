@@ -9,20 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::tests::fake::{cluster_with, renewed_each_second, FakeNode};
-use crate::{Error, LockManager, Quorum, MAX_PERMITS};
+use crate::tests::fake::{cluster_with, peer, renewed_each_second};
+use crate::{Error, Quorum, MAX_PERMITS};
 
 const MS: Duration = Duration::from_millis(1);
-
-/// A manager over the same fakes (another process).
-fn peer(fakes: &[Arc<FakeNode>]) -> LockManager {
-    LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_millis(100))
-        .build_with(crate::tests::fake::nodes(fakes))
-        .expect("valid fake cluster")
-}
 
 #[tokio::test(start_paused = true)]
 async fn never_more_than_p_permits_across_managers() {
