@@ -6,13 +6,15 @@ use std::time::Duration;
 
 #[cfg(feature = "tls-rustls")]
 mod cluster_tls;
+mod sentinel;
 
 use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::node::{
-    redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode, Server,
+    redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode,
+    SentinelSpec, Server,
 };
 use crate::shared::{Inner, LockManager};
 
@@ -31,6 +33,8 @@ pub struct LockManagerBuilder {
     /// Members that are each a Redis Cluster: their seed URLs (and
     /// certificates).
     clusters: Vec<ClusterSpec>,
+    /// Members that are each a master under Redis Sentinel.
+    sentinels: Vec<SentinelSpec>,
     quorum: Quorum,
     lease: Duration,
     renew_interval: Option<Duration>,
@@ -56,6 +60,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("urls", &urls)
             .field("clients", &self.clients.len())
             .field("clusters", &self.clusters)
+            .field("sentinels", &self.sentinels)
             .field("quorum", &self.quorum)
             .field("lease", &self.lease)
             .field("renew_interval", &self.renew_interval)
@@ -79,6 +84,7 @@ impl Default for LockManagerBuilder {
             urls: Vec::new(),
             clients: Vec::new(),
             clusters: Vec::new(),
+            sentinels: Vec::new(),
             quorum: Quorum::Majority,
             lease: Duration::from_secs(30),
             renew_interval: None,
@@ -373,7 +379,7 @@ impl LockManagerBuilder {
     pub async fn build(self) -> Result<LockManager, Error> {
         let span = tracing::info_span!(
             "quorumlock.build",
-            nodes = self.urls.len() + self.clients.len() + self.clusters.len()
+            nodes = self.urls.len() + self.clients.len() + self.clusters.len() + self.sentinels.len()
         );
         tracing::Instrument::instrument(self.connect(), span).await
     }
@@ -383,7 +389,8 @@ impl LockManagerBuilder {
         #[cfg(feature = "tls-rustls")]
         install_crypto_provider();
         let specs = self.specs()?;
-        let config = self.config(specs.len() + self.clusters.len())?;
+        let members = specs.len() + self.clusters.len() + self.sentinels.len();
+        let config = self.config(members)?;
         if config.replica_wait.is_some() && self.clusters.is_empty() {
             return Err(Error::Config(
                 "replica_wait applies to cluster members, and none was given: add one with \
@@ -404,7 +411,6 @@ impl LockManagerBuilder {
             },
         ))
         .await;
-        let members = specs.len() + self.clusters.len();
         let admission = Arc::new(Admission::new(members, self.require_noeviction));
         let mut nodes: Vec<Arc<dyn NodeOps>> = Vec::new();
         let mut failures = Vec::new();
@@ -460,6 +466,9 @@ impl LockManagerBuilder {
                 Err(e) => return Err(e),
             }
         }
+        let first = specs.len() + self.clusters.len();
+        let found = (&mut nodes, &mut failures);
+        sentinel::connect(&self, first, &config, &admission, found).await?;
         let reachable = members - failures.len();
         if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });

@@ -21,7 +21,9 @@
 //!   once, over a `Server` that states only how a call reaches it;
 //! - `cluster`: a member that is a whole Redis Cluster, over redis-rs's
 //!   cluster client (a folder of its own, reached through its `mod.rs`);
-//! - `redis_node`: a real master behind a connection manager.
+//! - `redis_node`: a real master behind a connection manager;
+//! - `sentinel`: a member that is a master under Redis Sentinel, followed
+//!   across failovers (a folder of its own, reached through its `mod.rs`).
 
 mod batch;
 mod cluster;
@@ -33,6 +35,7 @@ mod redis_node;
 mod reply;
 mod script_call;
 mod script_keys;
+mod sentinel;
 mod spec;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
@@ -52,6 +55,7 @@ pub(crate) use self::ops::{
 pub(crate) use self::redis_node::RedisNode;
 #[cfg(test)]
 pub(crate) use self::script_call::Resend;
+pub(crate) use self::sentinel::{SentinelNode, SentinelSpec};
 pub(crate) use self::spec::{redact, NodeSpec};
 
 /// The keys (`KEYS`) each script call names, for the tests' nodes, which

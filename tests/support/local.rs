@@ -45,7 +45,7 @@ fn server_binary() -> String {
 
 /// A free port below the kernel's ephemeral range (32768 and up), so that a
 /// client connection cannot take a stopped node's port before it restarts.
-fn free_port() -> std::io::Result<u16> {
+pub fn free_port() -> std::io::Result<u16> {
     for _ in 0..200 {
         let port = rand::random_range(20_000..32_000u16);
         // A cluster node also binds its bus at port + 10000: a node whose

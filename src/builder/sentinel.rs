@@ -1,0 +1,88 @@
+//! [`LockManagerBuilder::sentinel`], and connecting its members in
+//! `build()`.
+
+use std::sync::Arc;
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::error::{Error, NodeFailure};
+use crate::node::{Member, NodeOps, SentinelNode, SentinelSpec};
+
+use super::LockManagerBuilder;
+
+impl LockManagerBuilder {
+    /// Adds one member that is a master under Redis Sentinel: the master
+    /// of the group the sentinels at `sentinel_urls` monitor as
+    /// `master_name`. It counts as one vote, as a master or a cluster
+    /// does, and follows the group's failovers. Sentinel members come after
+    /// the cluster members, in the order added.
+    ///
+    /// The sentinels' URLs carry the sentinels' credentials (and
+    /// `rediss://` for TLS). `master_name` is the name alone (`"locks-b"`),
+    /// or a URL whose host is the name, carrying the master's scheme,
+    /// credentials and database: `"redis://user:password@locks-b/2"`,
+    /// `"rediss://locks-b"` (TLS to the master; add `#insecure` to skip
+    /// verifying its certificate).
+    ///
+    /// `build()` asks every sentinel where the master is; they must agree,
+    /// and the server they name must be a master, not the same server as
+    /// another member, and pass [`require_noeviction`](Self::require_noeviction)
+    /// when set. Afterwards the member asks the sentinels again (through
+    /// redis-rs's Sentinel support) on a sentinel's `+switch-master` for
+    /// the name, on a call that fails or goes unanswered, and at least
+    /// every second; a master found then is checked as at `build()` before
+    /// any call goes to it. See docs/SENTINEL.md for the bound on
+    /// following a failover and what one costs.
+    pub fn sentinel<I, S>(mut self, sentinel_urls: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sentinels.push(SentinelSpec {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        });
+        self
+    }
+}
+
+/// Connects the Sentinel members, the first numbered `first`: each joins
+/// `nodes`, or (with `allow_unreachable`, when no sentinel answered) is
+/// connected when they do; the unreachable ones' failures join `failures`.
+pub(super) async fn connect(
+    builder: &LockManagerBuilder,
+    first: usize,
+    config: &Config,
+    admission: &Arc<Admission>,
+    (nodes, failures): (&mut Vec<Arc<dyn NodeOps>>, &mut Vec<NodeFailure>),
+) -> Result<(), Error> {
+    let parsed = builder
+        .sentinels
+        .iter()
+        .map(SentinelSpec::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = futures::future::join_all(parsed.iter().cloned().enumerate().map(|(k, p)| {
+        SentinelNode::connect(first + k, p, config, Arc::clone(admission))
+    }))
+    .await;
+    for (k, r) in results.into_iter().enumerate() {
+        let i = first + k;
+        match r {
+            Ok(node) => nodes.push(Arc::new(Member::new(node))),
+            Err(Error::Connect { failures: f }) if builder.allow_unreachable => {
+                tracing::warn!(node = i, member = %parsed[k].label, "no sentinel answered at build; finding the master in the background");
+                let lazy = SentinelNode::lazy(
+                    i,
+                    parsed[k].clone(),
+                    config.connect_timeout,
+                    Arc::clone(admission),
+                )?;
+                nodes.push(Arc::new(Member::new(lazy)));
+                failures.extend(f);
+            }
+            Err(Error::Connect { failures: f }) => failures.extend(f),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! A quorum member that is a master group under Redis Sentinel
+//! (`support/sentinel.rs`: a master, its replica and three sentinels,
+//! passwords on both, started once for this binary; the sentinels'
+//! `down-after-milliseconds` is 1 s).
+//!
+//! | test | fault | manager | expected |
+//! | --- | --- | --- | --- |
+//! | `a_sentinel_member_locks_reenters_fences_and_shows_its_master` | none | two masters and the member, `Quorum::All` | grants on the member, re-entry, tokens increase, `status` names the master that answered |
+//! | `fair_lock_all_and_wake_ups_on_a_sentinel_member` | none | the member alone | a fair lock, `lock_all`, a waiter woken by the release (lease 10 s) |
+//! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
+//! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
+//! | `a_frozen_master_is_followed_and_wakes_its_waiters` | the master SIGSTOPped and failed over, left frozen | the member alone, lease 10 s | a new lock within the bound; the held lock kept; a waiter woken by the release on the new master |
+//! | `a_failover_asked_mid_acquisition_keeps_the_history_clean` | `SENTINEL FAILOVER` while four clients contend | two masters and the member | history clean; locking resumes |
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+#[path = "support/clients.rs"]
+mod clients;
+#[path = "support/history.rs"]
+mod history;
+#[path = "support/sentinel.rs"]
+mod sentinel;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clients::{critical_section, ClientStats};
+use history::History;
+use quorumlock::{Error, LockManager, LockManagerBuilder, Quorum};
+use sentinel::{group, serial};
+use support::{nodes, unique};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How soon after the sentinels name a new master the member must answer
+/// there: its watch looks at least every second, at once on a sentinel's
+/// `+switch-master` or a failed call; one connect on top.
+const FOLLOW_BOUND: Duration = Duration::from_secs(3);
+
+/// The member alone.
+fn member_only() -> LockManagerBuilder {
+    let g = group();
+    LockManager::builder()
+        .sentinel(g.sentinel_urls(), g.master_name())
+        .node_timeout(NODE_TIMEOUT)
+}
+
+/// Shared masters 0 and 1, then the member (member 2).
+fn beside_masters() -> LockManagerBuilder {
+    let g = group();
+    LockManager::builder()
+        .nodes(nodes().urls().into_iter().take(2))
+        .sentinel(g.sentinel_urls(), g.master_name())
+        .node_timeout(NODE_TIMEOUT)
+}
+
+async fn master_port() -> u16 {
+    group().master_told(0).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_sentinel_member_locks_reenters_fences_and_shows_its_master() {
+    let _serial = serial().await;
+    let m = beside_masters().quorum(Quorum::All).build().await.unwrap();
+    let name = unique("sentinel-basic");
+    let owner = m.new_owner();
+    let first = m.request(&name).owner(&owner).acquire().await.unwrap();
+    let again = m.request(&name).owner(&owner).acquire().await.unwrap();
+    let master = master_port().await;
+    assert!(sentinel::has_lock(master, &name).await);
+    let status = m.status(&name).await.unwrap();
+    let member = &status.nodes[2];
+    assert_eq!(member.addr, "sentinel:locks-s");
+    let state = member.state.as_ref().unwrap();
+    assert_eq!(state.hold_count, 2, "{status:?}");
+    assert_eq!(state.shard.as_deref(), Some(format!("127.0.0.1:{master}").as_str()));
+    let token = first.fencing_token();
+    drop(again);
+    first.release().await.unwrap();
+    assert!(!sentinel::has_lock(master, &name).await);
+    let next = m.lock(&name).await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fair_lock_all_and_wake_ups_on_a_sentinel_member() {
+    let _serial = serial().await;
+    let a = member_only().lease(Duration::from_secs(10)).build().await.unwrap();
+    let b = member_only().lease(Duration::from_secs(10)).build().await.unwrap();
+    let name = unique("sentinel-wake");
+    let fair = a.request(&name).fair().acquire().await.unwrap();
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let g = b.request(&name).fair().acquire().await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    fair.release().await.unwrap();
+    let woken = waiter.await.unwrap().duration_since(released);
+    eprintln!("woken {woken:?} after the release (lease 10 s)");
+    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
+    let (x, y) = (unique("sentinel-all-x"), unique("sentinel-all-y"));
+    let all = a.lock_all([x.as_str(), y.as_str()]).await.unwrap();
+    let master = master_port().await;
+    assert!(sentinel::has_lock(master, &x).await && sentinel::has_lock(master, &y).await);
+    assert!(matches!(
+        b.try_lock(&x, Duration::ZERO).await,
+        Err(e) if e.is_contended()
+    ));
+    all.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn build_checks_a_sentinel_member() {
+    let _serial = serial().await;
+    let g = group();
+    let config = |r: Result<LockManager, Error>| match r {
+        Err(Error::Config(why)) => why,
+        other => panic!("expected Error::Config, got {:?}", other.map(|_| "a manager")),
+    };
+    let unknown = LockManager::builder()
+        .sentinel(g.sentinel_urls(), "no-such-group")
+        .build()
+        .await;
+    let why = config(unknown);
+    assert!(why.contains("knows a master named"), "{why}");
+    let not_sentinel = LockManager::builder()
+        .sentinel([nodes().url(3)], "locks-s")
+        .build()
+        .await;
+    let why = config(not_sentinel);
+    assert!(why.contains("is not a sentinel"), "{why}");
+    let master = master_port().await;
+    let twice = LockManager::builder()
+        .node(format!("redis://:{}@127.0.0.1:{master}", sentinel::MASTER_PASSWORD))
+        .nodes(nodes().urls().into_iter().take(1))
+        .sentinel(g.sentinel_urls(), g.master_name())
+        .build()
+        .await;
+    let why = config(twice);
+    assert!(why.contains("same Redis server"), "{why}");
+    let dead = "redis://127.0.0.1:1";
+    let unreachable = LockManager::builder()
+        .nodes(nodes().urls().into_iter().take(2))
+        .sentinel([dead], "locks-s")
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    assert!(matches!(unreachable, Err(Error::Connect { .. })));
+    let later = LockManager::builder()
+        .nodes(nodes().urls().into_iter().take(2))
+        .sentinel([dead], "locks-s")
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .build()
+        .await
+        .unwrap();
+    later.lock(&unique("sentinel-later")).await.unwrap().release().await.unwrap();
+    for (urls, name) in [
+        (vec![], "locks-s"),
+        (vec!["nope".to_owned()], "locks-s"),
+        (g.sentinel_urls(), ""),
+        (g.sentinel_urls(), "two words"),
+    ] {
+        let r = LockManager::builder().sentinel(urls, name).build().await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "{name:?}");
+    }
+    let wrong = LockManager::builder()
+        .sentinel(g.sentinel_urls(), "redis://:wrong@locks-s")
+        .build()
+        .await;
+    assert!(wrong.is_err());
+}
+
+/// Four clients over managers of two masters and the member (lease 2 s),
+/// taking one lock again and again, recorded in one history.
+struct Contention {
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<tokio::task::JoinHandle<ClientStats>>,
+}
+
+impl Contention {
+    async fn start(name: &str) -> Self {
+        let history = History::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for i in 0..4u64 {
+            let m = beside_masters()
+                .lease(Duration::from_secs(2))
+                .build()
+                .await
+                .unwrap();
+            let name = name.to_owned();
+            let (history, stop) = (Arc::clone(&history), Arc::clone(&stop));
+            clients.push(tokio::spawn(async move {
+                let mut stats = ClientStats::default();
+                let client = format!("c{i}");
+                let mut k = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    k += 1;
+                    let work = Duration::from_millis(20 + (k * 37 + i * 11) % 80);
+                    let wait = Duration::from_secs(1);
+                    critical_section(&m, &name, &client, &history, wait, work, &mut stats).await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                stats
+            }));
+        }
+        Self {
+            history,
+            stop,
+            clients,
+        }
+    }
+
+    async fn finish(self, label: &str, since: Instant) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut stats = ClientStats::default();
+        for c in self.clients {
+            stats.add(&c.await.expect("a client panicked"));
+        }
+        let v = self.history.check();
+        v.assert_clean(label);
+        eprintln!("{label}: {stats:?}");
+        assert!(stats.acquisitions >= 5, "{stats:?}");
+        let since = self.history.at(since);
+        assert!(
+            self.history.intervals().iter().any(|i| i.entered > since),
+            "locking went on after the fault: {v}"
+        );
+    }
+}
+
+/// Waits until a lock over every member, the sentinel member included,
+/// succeeds: how long after `since`.
+async fn member_answers(m: &LockManager, since: Instant) -> Duration {
+    loop {
+        if let Ok(g) = m.try_lock(&unique("sentinel-probe"), Duration::ZERO).await {
+            let took = since.elapsed();
+            g.release().await.unwrap();
+            return took;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(20),
+            "the member did not answer within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_killed_master_under_contention_is_followed() {
+    let _serial = serial().await;
+    let g = group();
+    let all = beside_masters().quorum(Quorum::All).build().await.unwrap();
+    let name = unique("sentinel-killed");
+    let contention = Contention::start(&name).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let old = master_port().await;
+    contention.history.note("fault", format!("kill master {old}"));
+    g.servers.kill(g.server_of(old));
+    let new = g.wait_promoted(old, Duration::from_secs(20)).await;
+    let promoted = Instant::now();
+    contention.history.note("fault", format!("{new} promoted"));
+    let followed = member_answers(&all, promoted).await;
+    eprintln!("killed {old}: {new} promoted; the member answered {followed:?} later");
+    assert!(followed < FOLLOW_BOUND, "followed after {followed:?}");
+    g.wait_healthy(Duration::from_secs(30)).await;
+    let healed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    contention.finish("killed master", healed).await;
+}
+
+#[tokio::test]
+async fn a_frozen_master_is_followed_and_wakes_its_waiters() {
+    let _serial = serial().await;
+    let g = group();
+    let lease = Duration::from_secs(10);
+    let a = member_only().lease(lease).build().await.unwrap();
+    let b = member_only().lease(lease).build().await.unwrap();
+    let name = unique("sentinel-frozen");
+    let held = a.lock(&name).await.unwrap();
+    // Replicated before the fault (asynchronous replication).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let g = b.lock(&name).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    let old = master_port().await;
+    let frozen = Instant::now();
+    g.servers.stop(g.server_of(old));
+    let new = g.wait_promoted(old, Duration::from_secs(20)).await;
+    let promoted = Instant::now();
+    let followed = member_answers(&a, promoted).await;
+    eprintln!(
+        "froze {old}: {new} promoted {:?} after the freeze; the member answered {followed:?} later",
+        promoted.duration_since(frozen)
+    );
+    assert!(followed < FOLLOW_BOUND, "followed after {followed:?}");
+    assert!(held.is_held(), "the held lock was kept on the promoted replica");
+    // The release on the new master wakes the waiter, whose feed followed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let woken = waiter.await.unwrap().duration_since(released);
+    eprintln!("the waiter got the lock {woken:?} after the release (lease {lease:?})");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    g.servers.resume(g.server_of(old));
+    g.wait_healthy(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_failover_asked_mid_acquisition_keeps_the_history_clean() {
+    let _serial = serial().await;
+    let g = group();
+    let name = unique("sentinel-asked");
+    let contention = Contention::start(&name).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old = master_port().await;
+    contention.history.note("fault", "SENTINEL FAILOVER");
+    g.failover().await;
+    let new = g.wait_promoted(old, Duration::from_secs(20)).await;
+    contention.history.note("fault", format!("{new} promoted"));
+    g.wait_healthy(Duration::from_secs(30)).await;
+    let healed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    contention.finish("asked failover", healed).await;
+}
