@@ -38,7 +38,9 @@ pub struct Cli {
 pub struct Global {
     /// Redis master URLs, comma separated (at least one; an odd number, 3 or
     /// 5, for a majority quorum); a Redis Cluster member as
-    /// `cluster:URL+URL` (one or more of its nodes).
+    /// `cluster:URL+URL` (one or more of its nodes); a master under Redis
+    /// Sentinel as `sentinel:MASTER_NAME@URL+URL` (one or more of its
+    /// sentinels).
     #[arg(
         long,
         global = true,

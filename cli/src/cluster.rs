@@ -57,9 +57,10 @@ impl Cluster {
             )));
         }
         // The manager numbers its masters first, then its cluster members,
-        // each in the order given: so do the rows and messages.
-        let (urls, seeds): (Vec<String>, Vec<Vec<String>>) = split(members);
-        let total = urls.len() + seeds.len();
+        // then its Sentinel members, each in the order given: so do the
+        // rows and messages.
+        let (urls, seeds, sentinels) = split(members);
+        let total = urls.len() + seeds.len() + sentinels.len();
         let required = global.quorum.required(total)?;
         let (quorum, needed) = match need {
             Need::Quorum => (global.quorum, required),
@@ -84,6 +85,15 @@ impl Cluster {
                 Some(ca) => tls_cluster(builder, urls.len() + k, s, ca)?,
             };
         }
+        if ca.is_some() && !sentinels.is_empty() {
+            return Err(Failure::usage(
+                "--tls-ca does not apply to a sentinel: member yet; reach its master with \
+                 rediss:// and a certificate the system trusts, or rediss://...#insecure",
+            ));
+        }
+        for (master, urls) in &sentinels {
+            builder = builder.sentinel(urls.clone(), master.clone());
+        }
         builder = builder
             .quorum(quorum)
             .key_prefix(global.key_prefix.clone())
@@ -95,7 +105,10 @@ impl Cluster {
         match builder.build().await {
             Ok(manager) => {
                 let down = manager.unreachable_at_build().to_vec();
-                let targets = targets(&urls, &seeds, ca.as_deref())?;
+                let mut targets = targets(&urls, &seeds, ca.as_deref())?;
+                targets.extend(sentinels.into_iter().map(|(master, sentinels)| {
+                    Target::Sentinel { sentinels, master }
+                }));
                 Ok(Self {
                     manager,
                     total,
@@ -157,17 +170,21 @@ impl Cluster {
     }
 }
 
-/// The masters' URLs and the clusters' seeds of `members`, in order.
-fn split(members: Vec<Member>) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut urls = Vec::new();
-    let mut seeds = Vec::new();
+/// The members as the manager numbers them: masters' URLs, clusters'
+/// seeds, Sentinel members (master name, sentinel URLs), each in order.
+type Split = (Vec<String>, Vec<Vec<String>>, Vec<(String, Vec<String>)>);
+
+/// `members` split by kind, see [`Split`].
+fn split(members: Vec<Member>) -> Split {
+    let (mut urls, mut seeds, mut sentinels) = (Vec::new(), Vec::new(), Vec::new());
     for m in members {
         match m {
             Member::Master(url) => urls.push(url),
             Member::Cluster(s) => seeds.push(s),
+            Member::Sentinel { master, sentinels: s } => sentinels.push((master, s)),
         }
     }
-    (urls, seeds)
+    (urls, seeds, sentinels)
 }
 
 /// How to reach each member directly, in the manager's order: a client per

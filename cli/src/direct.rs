@@ -10,6 +10,7 @@ use std::time::Duration;
 use quorumlock::redis::aio::MultiplexedConnection;
 use quorumlock::redis::cluster::ClusterClient;
 use quorumlock::redis::cluster_async::ClusterConnection;
+use quorumlock::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use quorumlock::redis::{
     self, AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, FromRedisValue,
     IntoConnectionInfo, Pipeline, Value,
@@ -31,6 +32,13 @@ pub enum Target {
         client: Box<ClusterClient>,
         seed: ConnectionInfo,
         ca: Option<Vec<u8>>,
+    },
+    /// A master under Redis Sentinel: the master the sentinels name when
+    /// the connection opens (redis-rs's `SentinelClient`), with the
+    /// scheme, credentials and database of `master` when it is a URL.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
     },
 }
 
@@ -175,6 +183,16 @@ impl DirectNode {
                     Target::Cluster { client, .. } => {
                         client.get_async_connection().await.map(Conn::Cluster)
                     }
+                    Target::Sentinel { sentinels, master } => {
+                        let (name, info) = sentinel_master(master)?;
+                        let mut client = SentinelClient::build(
+                            sentinels.clone(),
+                            name,
+                            Some(info),
+                            SentinelServerType::Master,
+                        )?;
+                        client.get_async_connection().await.map(Conn::Master)
+                    }
                 }
             };
             let conn = match tokio::time::timeout(NODE_TIMEOUT, connect).await {
@@ -245,6 +263,30 @@ fn shard_masters(slots: &Value, seed: &ConnectionInfo) -> Vec<ConnectionInfo> {
             seed.clone().set_addr(addr)
         })
         .collect()
+}
+
+/// A Sentinel member's master name, bare or as a URL whose host is the
+/// name, read as redis-rs's Sentinel client takes it: the name, and the
+/// master's credentials, database and TLS.
+fn sentinel_master(master: &str) -> redis::RedisResult<(String, SentinelNodeConnectionInfo)> {
+    if !master.contains("://") {
+        return Ok((master.to_owned(), SentinelNodeConnectionInfo::default()));
+    }
+    let info = master.into_connection_info()?;
+    let base = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(info.redis_settings().clone());
+    Ok(match info.addr() {
+        ConnectionAddr::TcpTls { host, insecure, .. } => {
+            let mode = if *insecure {
+                redis::TlsMode::Insecure
+            } else {
+                redis::TlsMode::Secure
+            };
+            (host.clone(), base.set_tls_mode(mode))
+        }
+        ConnectionAddr::Tcp(host, _) => (host.clone(), base),
+        other => (other.to_string(), base),
+    })
 }
 
 /// Parses one reply of a pipeline read with `ignore_errors`: a server

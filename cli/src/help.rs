@@ -9,8 +9,14 @@ Nodes:
   A member may be a whole Redis Cluster (one vote, as a master): write
   cluster: and one or more of its nodes' URLs joined by +
     export QUORUMLOCK_NODES=redis://redis-a:6379,cluster:redis://c1:7000+redis://c2:7000,redis://redis-b:6379
-  Rows and messages number the masters first, then the clusters, each in
-  the order given; a status row names the shard that answered (SHARD).
+  A member may be a master under Redis Sentinel (one vote, followed across
+  failovers): write sentinel:, the master's name, @ and one or more of its
+  sentinels' URLs joined by + (the name may be a URL carrying the master's
+  password: sentinel:redis://:pw@locks-b@redis://s1:26379+redis://s2:26379)
+    export QUORUMLOCK_NODES=redis://redis-a:6379,redis://redis-b:6379,sentinel:locks-c@redis://s1:26379+redis://s2:26379
+  Rows and messages number the masters first, then the clusters, then the
+  Sentinel members, each in the order given; a status row names the shard
+  or the Sentinel master that answered (SHARD).
   Write a + or , inside a password as %2B or %2C. A cluster member down at
   the start is connected later, as a master is; --tls-ca applies to its
   rediss:// seeds and shards.

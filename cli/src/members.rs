@@ -1,12 +1,15 @@
 //! The quorum members named in `--nodes` (or `QUORUMLOCK_NODES`): a
 //! standalone master by its URL, a whole Redis Cluster as `cluster:` and its
-//! seed URLs joined by `+`:
+//! seed URLs joined by `+`, a master under Redis Sentinel as `sentinel:`,
+//! its master's name, `@` and its sentinels' URLs joined by `+`:
 //!
 //! ```text
-//! redis://10.0.0.1:6379,cluster:redis://10.0.1.1:7000+redis://10.0.1.2:7000
+//! redis://10.0.0.1:6379,cluster:redis://10.0.1.1:7000+redis://10.0.1.2:7000,sentinel:locks-b@redis://10.0.2.1:26379+redis://10.0.2.2:26379
 //! ```
 //!
-//! The entries are split on `,` (by clap) and a cluster's seeds on `+`, so
+//! A Sentinel member's master name may be a URL whose host is the name,
+//! carrying the master's credentials (`sentinel:redis://:pw@locks-b@redis://s1:26379`).
+//! The entries are split on `,` (by clap) and a member's URLs on `+`, so
 //! neither may appear raw in a password: write them `%2C` and `%2B`. Errors
 //! name an entry by its place in the list, never by its text (a URL may
 //! carry a password).
@@ -19,6 +22,12 @@ pub const CLUSTER_PREFIX: &str = "cluster:";
 /// How a cluster member is written, for error messages and help.
 pub const CLUSTER_EXAMPLE: &str = "cluster:redis://HOST:PORT+redis://HOST:PORT";
 
+/// What starts an entry that names a master under Redis Sentinel.
+pub const SENTINEL_PREFIX: &str = "sentinel:";
+
+/// How a Sentinel member is written, for error messages and help.
+pub const SENTINEL_EXAMPLE: &str = "sentinel:MASTER_NAME@redis://HOST:PORT+redis://HOST:PORT";
+
 /// One quorum member, as named in `--nodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Member {
@@ -26,6 +35,9 @@ pub enum Member {
     Master(String),
     /// A Redis Cluster: the URLs of one or more of its nodes.
     Cluster(Vec<String>),
+    /// A master under Redis Sentinel: its name (or a URL naming it), and
+    /// the URLs of one or more of its sentinels.
+    Sentinel { master: String, sentinels: Vec<String> },
 }
 
 /// A malformed `--nodes` entry; `entry` counts from 1 in the list as given.
@@ -40,6 +52,13 @@ pub enum MemberError {
     /// An entry that joins several URLs with `+` without `cluster:` before
     /// them: several seeds of a cluster written as one master.
     SeedsWithoutPrefix { entry: usize },
+    /// `sentinel:` without `NAME@` and a sentinel URL after it.
+    NoSentinels { entry: usize },
+    /// `sentinel:@...`: no master name before the `@`.
+    NoMasterName { entry: usize },
+    /// A sentinel's URL that is empty or not a `redis://` or `rediss://`
+    /// URL.
+    BadSentinel { entry: usize, sentinel: usize },
 }
 
 impl fmt::Display for MemberError {
@@ -60,6 +79,22 @@ impl fmt::Display for MemberError {
                 "--nodes entry {entry}: seed {seed} of the cluster is not a redis:// or \
                  rediss:// URL (write a cluster member as {CLUSTER_EXAMPLE}; a `+` in a password \
                  is written %2B)"
+            ),
+            Self::NoSentinels { entry } => write!(
+                f,
+                "--nodes entry {entry}: `sentinel:` names no master and sentinels; write a \
+                 Sentinel member as {SENTINEL_EXAMPLE}"
+            ),
+            Self::NoMasterName { entry } => write!(
+                f,
+                "--nodes entry {entry}: no master name before the `@` (write a Sentinel member \
+                 as {SENTINEL_EXAMPLE})"
+            ),
+            Self::BadSentinel { entry, sentinel } => write!(
+                f,
+                "--nodes entry {entry}: sentinel {sentinel} is empty or not a redis:// or \
+                 rediss:// URL (write a Sentinel member as {SENTINEL_EXAMPLE}; a `+` in a \
+                 password is written %2B)"
             ),
             Self::SeedsWithoutPrefix { entry } => write!(
                 f,
@@ -90,6 +125,9 @@ pub fn parse(entries: &[String]) -> Result<Vec<Member>, MemberError> {
 
 /// One entry, the `entry`-th of the list.
 fn parse_entry(entry: usize, text: &str) -> Result<Member, MemberError> {
+    if let Some(rest) = text.strip_prefix(SENTINEL_PREFIX) {
+        return parse_sentinel(entry, rest.trim());
+    }
     let Some(seeds) = text.strip_prefix(CLUSTER_PREFIX) else {
         if is_redis_url(text) && ["+redis://", "+rediss://"].iter().any(|s| text.contains(s)) {
             return Err(MemberError::SeedsWithoutPrefix { entry });
@@ -115,6 +153,40 @@ fn parse_entry(entry: usize, text: &str) -> Result<Member, MemberError> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Member::Cluster)
+}
+
+/// A Sentinel member after `sentinel:`: `NAME@URL+URL`, the name ending
+/// at the first `@` that a Redis URL follows (a name given as a URL may
+/// carry an `@` of its own).
+fn parse_sentinel(entry: usize, text: &str) -> Result<Member, MemberError> {
+    let at = ["@redis://", "@rediss://"]
+        .iter()
+        .filter_map(|s| text.find(s))
+        .min()
+        .ok_or(MemberError::NoSentinels { entry })?;
+    let master = text[..at].trim();
+    if master.is_empty() {
+        return Err(MemberError::NoMasterName { entry });
+    }
+    text[at + 1..]
+        .split('+')
+        .enumerate()
+        .map(|(i, s)| {
+            let s = s.trim();
+            if is_redis_url(s) {
+                Ok(s.to_owned())
+            } else {
+                Err(MemberError::BadSentinel {
+                    entry,
+                    sentinel: i + 1,
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(|sentinels| Member::Sentinel {
+            master: master.to_owned(),
+            sentinels,
+        })
 }
 
 /// Whether `s` starts with the scheme of a Redis URL.
@@ -145,6 +217,46 @@ mod tests {
                 Member::Cluster(vec!["redis://e:5".into()]),
             ]
         );
+    }
+
+    #[test]
+    fn sentinel_members_mix_with_the_others() {
+        let members = parse(&entries(
+            "redis://a:1,sentinel:locks-b@redis://:p%2Bw@s1:26379+redis://s2:26379,\
+             sentinel: redis://:m%40p@locks-c@rediss://s3:26379",
+        ))
+        .expect("valid");
+        assert_eq!(
+            members,
+            [
+                Member::Master("redis://a:1".into()),
+                Member::Sentinel {
+                    master: "locks-b".into(),
+                    sentinels: vec!["redis://:p%2Bw@s1:26379".into(), "redis://s2:26379".into()],
+                },
+                Member::Sentinel {
+                    master: "redis://:m%40p@locks-c".into(),
+                    sentinels: vec!["rediss://s3:26379".into()],
+                },
+            ]
+        );
+        let cases = [
+            ("sentinel:", MemberError::NoSentinels { entry: 1 }),
+            ("sentinel:locks", MemberError::NoSentinels { entry: 1 }),
+            ("sentinel:@redis://s:1", MemberError::NoMasterName { entry: 1 }),
+            (
+                "redis://a:1,sentinel:locks@redis://:s3cret@s:1++redis://t:2",
+                MemberError::BadSentinel {
+                    entry: 2,
+                    sentinel: 2,
+                },
+            ),
+        ];
+        for (list, expected) in cases {
+            let e = parse(&entries(list)).expect_err(list);
+            assert_eq!(e, expected, "{list}");
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+        }
     }
 
     #[test]

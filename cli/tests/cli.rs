@@ -1,6 +1,7 @@
 //! The `quorumlock` binary, run as a real process against local masters
-//! (and the shared local Redis Cluster, in `cli/cluster.rs`; TLS-only
-//! nodes, in `cli/tls.rs`, with the `tls-rustls` feature).
+//! (and the shared local Redis Cluster, in `cli/cluster.rs`; a Sentinel
+//! member, in `cli/sentinel.rs`; TLS-only nodes, in `cli/tls.rs`, with the
+//! `tls-rustls` feature).
 
 #[path = "cli/cluster.rs"]
 mod cluster;
@@ -10,6 +11,11 @@ mod elect;
 mod observe;
 #[path = "cli/redisson.rs"]
 mod redisson;
+// A member that is a master under Redis Sentinel, and its local group.
+#[path = "../../tests/support/sentinel.rs"]
+mod sentinel;
+#[path = "cli/sentinel.rs"]
+mod sentinel_member;
 // The library's integration test harness, one for both packages.
 #[path = "../../tests/support/mod.rs"]
 mod support;
