@@ -379,7 +379,8 @@ impl LockManagerBuilder {
     pub async fn build(self) -> Result<LockManager, Error> {
         let span = tracing::info_span!(
             "quorumlock.build",
-            nodes = self.urls.len() + self.clients.len() + self.clusters.len() + self.sentinels.len()
+            nodes =
+                self.urls.len() + self.clients.len() + self.clusters.len() + self.sentinels.len()
         );
         tracing::Instrument::instrument(self.connect(), span).await
     }
@@ -469,7 +470,11 @@ impl LockManagerBuilder {
         let first = specs.len() + self.clusters.len();
         let found = (&mut nodes, &mut failures);
         sentinel::connect(&self, first, &config, &admission, found).await?;
-        let reachable = members - failures.len();
+        // A Sentinel member that did not answer lists each of its sentinels.
+        let mut down: Vec<usize> = failures.iter().map(|f| f.node).collect();
+        down.sort_unstable();
+        down.dedup();
+        let reachable = members.saturating_sub(down.len());
         if !failures.is_empty() && (!self.allow_unreachable || reachable < config.required) {
             return Err(Error::Connect { failures });
         }

@@ -10,17 +10,21 @@
 //! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
 //! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
 //! | `a_frozen_master_is_followed_and_wakes_its_waiters` | the master SIGSTOPped and failed over, left frozen | the member alone, lease 10 s, the waiter polling every 5 s | a new lock within the bound; the held lock kept; a waiter woken by the release's message on the new master within 250 ms |
+//! | `a_sentinel_member_over_tls_trusts_a_ca_of_its_own` (feature `tls-rustls`) | none | a group of its own over TLS only, passwords | `sentinel_with_tls` locks; without the CA `build()` fails; plain URLs refused |
 //! | `a_failover_asked_mid_acquisition_keeps_the_history_clean` | `SENTINEL FAILOVER` while four clients contend | two masters and the member | history clean; locking resumes |
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-mod support;
 #[path = "support/clients.rs"]
 mod clients;
 #[path = "support/history.rs"]
 mod history;
 #[path = "support/sentinel.rs"]
 mod sentinel;
+mod support;
+#[cfg(feature = "tls-rustls")]
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,7 +79,10 @@ async fn a_sentinel_member_locks_reenters_fences_and_shows_its_master() {
     assert_eq!(member.addr, "sentinel:locks-s");
     let state = member.state.as_ref().unwrap();
     assert_eq!(state.hold_count, 2, "{status:?}");
-    assert_eq!(state.shard.as_deref(), Some(format!("127.0.0.1:{master}").as_str()));
+    assert_eq!(
+        state.shard.as_deref(),
+        Some(format!("127.0.0.1:{master}").as_str())
+    );
     let token = first.fencing_token();
     drop(again);
     first.release().await.unwrap();
@@ -88,8 +95,16 @@ async fn a_sentinel_member_locks_reenters_fences_and_shows_its_master() {
 #[tokio::test]
 async fn fair_lock_all_and_wake_ups_on_a_sentinel_member() {
     let _serial = serial().await;
-    let a = member_only().lease(Duration::from_secs(10)).build().await.unwrap();
-    let b = member_only().lease(Duration::from_secs(10)).build().await.unwrap();
+    let a = member_only()
+        .lease(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let b = member_only()
+        .lease(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
     let name = unique("sentinel-wake");
     let fair = a.request(&name).fair().acquire().await.unwrap();
     let waiter = {
@@ -124,7 +139,10 @@ async fn build_checks_a_sentinel_member() {
     let g = group();
     let config = |r: Result<LockManager, Error>| match r {
         Err(Error::Config(why)) => why,
-        other => panic!("expected Error::Config, got {:?}", other.map(|_| "a manager")),
+        other => panic!(
+            "expected Error::Config, got {:?}",
+            other.map(|_| "a manager")
+        ),
     };
     let unknown = LockManager::builder()
         .sentinel(g.sentinel_urls(), "no-such-group")
@@ -140,7 +158,10 @@ async fn build_checks_a_sentinel_member() {
     assert!(why.contains("is not a sentinel"), "{why}");
     let master = master_port().await;
     let twice = LockManager::builder()
-        .node(format!("redis://:{}@127.0.0.1:{master}", sentinel::MASTER_PASSWORD))
+        .node(format!(
+            "redis://:{}@127.0.0.1:{master}",
+            sentinel::MASTER_PASSWORD
+        ))
         .nodes(nodes().urls().into_iter().take(1))
         .sentinel(g.sentinel_urls(), g.master_name())
         .build()
@@ -155,6 +176,29 @@ async fn build_checks_a_sentinel_member() {
         .build()
         .await;
     assert!(matches!(unreachable, Err(Error::Connect { .. })));
+    // Every sentinel of the member down, beside one master: one member
+    // down (its three sentinels listed), not three.
+    let three = [
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ];
+    let one_down = LockManager::builder()
+        .nodes(nodes().urls().into_iter().take(1))
+        .sentinel(three, "locks-s")
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    match one_down {
+        Err(Error::Connect { failures }) => {
+            assert_eq!(failures.len(), 3, "{failures:?}");
+            assert!(failures.iter().all(|f| f.node == 1), "{failures:?}");
+        }
+        other => panic!(
+            "expected Error::Connect, got {:?}",
+            other.map(|_| "a manager")
+        ),
+    }
     let later = LockManager::builder()
         .nodes(nodes().urls().into_iter().take(2))
         .sentinel([dead], "locks-s")
@@ -163,7 +207,13 @@ async fn build_checks_a_sentinel_member() {
         .build()
         .await
         .unwrap();
-    later.lock(&unique("sentinel-later")).await.unwrap().release().await.unwrap();
+    later
+        .lock(&unique("sentinel-later"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     for (urls, name) in [
         (vec![], "locks-s"),
         (vec!["nope".to_owned()], "locks-s"),
@@ -266,7 +316,9 @@ async fn a_killed_master_under_contention_is_followed() {
     let contention = Contention::start(&name).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let old = master_port().await;
-    contention.history.note("fault", format!("kill master {old}"));
+    contention
+        .history
+        .note("fault", format!("kill master {old}"));
     g.servers.kill(g.server_of(old));
     let new = g.wait_promoted(old, Duration::from_secs(20)).await;
     let promoted = Instant::now();
@@ -288,7 +340,12 @@ async fn a_frozen_master_is_followed_and_wakes_its_waiters() {
     let a = member_only().lease(lease).build().await.unwrap();
     // A waiter that polls only every 5 s: woken sooner, it was by a message.
     let slow = Backoff::new(Duration::from_secs(5), Duration::from_secs(5)).unwrap();
-    let b = member_only().lease(lease).backoff(slow).build().await.unwrap();
+    let b = member_only()
+        .lease(lease)
+        .backoff(slow)
+        .build()
+        .await
+        .unwrap();
     let name = unique("sentinel-frozen");
     let held = a.lock(&name).await.unwrap();
     // Replicated before the fault (asynchronous replication).
@@ -313,7 +370,10 @@ async fn a_frozen_master_is_followed_and_wakes_its_waiters() {
         promoted.duration_since(frozen)
     );
     assert!(followed < FOLLOW_BOUND, "followed after {followed:?}");
-    assert!(held.is_held(), "the held lock was kept on the promoted replica");
+    assert!(
+        held.is_held(),
+        "the held lock was kept on the promoted replica"
+    );
     // The release on the new master wakes the waiter, whose feed followed.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let released = Instant::now();
@@ -341,4 +401,69 @@ async fn a_failover_asked_mid_acquisition_keeps_the_history_clean() {
     let healed = Instant::now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     contention.finish("asked failover", healed).await;
+}
+
+#[cfg(feature = "tls-rustls")]
+#[tokio::test]
+async fn a_sentinel_member_over_tls_trusts_a_ca_of_its_own() {
+    let dir = std::env::temp_dir().join(format!(
+        "quorumlock-sentinel-tls-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let (ca, args) = tls::certificates(&dir);
+    let g = tokio::task::spawn_blocking(move || sentinel::SentinelGroup::start_tls(args))
+        .await
+        .unwrap();
+    let with_ca = || {
+        LockManager::builder()
+            .sentinel_with_tls(g.sentinel_urls(), g.master_name(), tls::trusting(&ca))
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+    };
+    let since = Instant::now();
+    let m = loop {
+        match with_ca().await {
+            Ok(m) => break m,
+            Err(e) => assert!(
+                since.elapsed() < Duration::from_secs(30),
+                "no manager over the TLS group: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let name = unique("sentinel-tls");
+    let held = m.lock(&name).await.unwrap();
+    let status = m.status(&name).await.unwrap();
+    let shard = status.nodes[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .shard
+        .clone()
+        .unwrap();
+    assert!(shard.starts_with("tls://127.0.0.1:"), "{shard}");
+    held.release().await.unwrap();
+    // The public roots do not trust the test's CA.
+    let without = LockManager::builder()
+        .sentinel(g.sentinel_urls(), g.master_name())
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await;
+    assert!(
+        matches!(without, Err(Error::Connect { .. })),
+        "{:?}",
+        without.err()
+    );
+    let plain = LockManager::builder()
+        .sentinel_with_tls(
+            g.sentinel_urls()
+                .iter()
+                .map(|u| u.replace("rediss://", "redis://")),
+            g.master_name(),
+            tls::trusting(&ca),
+        )
+        .build()
+        .await;
+    assert!(matches!(plain, Err(Error::InvalidInput { .. })));
 }

@@ -106,9 +106,11 @@ impl Cluster {
             Ok(manager) => {
                 let down = manager.unreachable_at_build().to_vec();
                 let mut targets = targets(&urls, &seeds, ca.as_deref())?;
-                targets.extend(sentinels.into_iter().map(|(master, sentinels)| {
-                    Target::Sentinel { sentinels, master }
-                }));
+                targets.extend(
+                    sentinels
+                        .into_iter()
+                        .map(|(master, sentinels)| Target::Sentinel { sentinels, master }),
+                );
                 Ok(Self {
                     manager,
                     total,
@@ -123,7 +125,7 @@ impl Cluster {
                 UNAVAILABLE,
                 format!(
                     "reached {} of {total} node(s), {needed} needed: {}",
-                    total.saturating_sub(failures.len()),
+                    total.saturating_sub(members_down(&failures)),
                     join(&failures)
                 ),
             )),
@@ -170,6 +172,15 @@ impl Cluster {
     }
 }
 
+/// How many members `failures` name (a Sentinel member that did not
+/// answer lists each of its sentinels).
+fn members_down(failures: &[NodeFailure]) -> usize {
+    let mut down: Vec<usize> = failures.iter().map(|f| f.node).collect();
+    down.sort_unstable();
+    down.dedup();
+    down.len()
+}
+
 /// The members as the manager numbers them: masters' URLs, clusters'
 /// seeds, Sentinel members (master name, sentinel URLs), each in order.
 type Split = (Vec<String>, Vec<Vec<String>>, Vec<(String, Vec<String>)>);
@@ -181,7 +192,10 @@ fn split(members: Vec<Member>) -> Split {
         match m {
             Member::Master(url) => urls.push(url),
             Member::Cluster(s) => seeds.push(s),
-            Member::Sentinel { master, sentinels: s } => sentinels.push((master, s)),
+            Member::Sentinel {
+                master,
+                sentinels: s,
+            } => sentinels.push((master, s)),
         }
     }
     (urls, seeds, sentinels)

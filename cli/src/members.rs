@@ -37,7 +37,10 @@ pub enum Member {
     Cluster(Vec<String>),
     /// A master under Redis Sentinel: its name (or a URL naming it), and
     /// the URLs of one or more of its sentinels.
-    Sentinel { master: String, sentinels: Vec<String> },
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
 }
 
 /// A malformed `--nodes` entry; `entry` counts from 1 in the list as given.
@@ -243,7 +246,10 @@ mod tests {
         let cases = [
             ("sentinel:", MemberError::NoSentinels { entry: 1 }),
             ("sentinel:locks", MemberError::NoSentinels { entry: 1 }),
-            ("sentinel:@redis://s:1", MemberError::NoMasterName { entry: 1 }),
+            (
+                "sentinel:@redis://s:1",
+                MemberError::NoMasterName { entry: 1 },
+            ),
             (
                 "redis://a:1,sentinel:locks@redis://:s3cret@s:1++redis://t:2",
                 MemberError::BadSentinel {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::admission::Admission;
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
-use crate::node::{Member, NodeOps, SentinelNode, SentinelSpec};
+use crate::node::{Member, NodeOps, SentinelNode, SentinelSpec, SentinelTrust};
 
 use super::LockManagerBuilder;
 
@@ -21,8 +21,9 @@ impl LockManagerBuilder {
     /// `rediss://` for TLS). `master_name` is the name alone (`"locks-b"`),
     /// or a URL whose host is the name, carrying the master's scheme,
     /// credentials and database: `"redis://user:password@locks-b/2"`,
-    /// `"rediss://locks-b"` (TLS to the master; add `#insecure` to skip
-    /// verifying its certificate).
+    /// `"rediss://locks-b"` (TLS to the master, trusting the public roots;
+    /// add `#insecure` to skip verifying its certificate; for a CA of your
+    /// own, see `sentinel_with_tls`, feature `tls-rustls`).
     ///
     /// `build()` asks every sentinel where the master is; they must agree,
     /// and the server they name must be a master, not the same server as
@@ -41,6 +42,39 @@ impl LockManagerBuilder {
         self.sentinels.push(SentinelSpec {
             sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
             master: master_name.into(),
+            trust: SentinelTrust::default(),
+        });
+        self
+    }
+
+    /// Adds one member that is a master under Redis Sentinel reached over
+    /// TLS, as [`sentinel`](Self::sentinel) does, with `certs` for every
+    /// connection to it: its sentinels and its master. Give `root_cert`
+    /// (PEM) to trust a CA of your own instead of the public roots,
+    /// `client_tls` to show a client certificate (mutual TLS). The
+    /// sentinels are `rediss://` URLs and the master's name is written
+    /// `rediss://NAME` (with its credentials, if any); the master's address
+    /// comes from the sentinels, so its certificate must name the host
+    /// they announce.
+    ///
+    /// Needs the `tls-rustls` feature. `build()` refuses a sentinel or a
+    /// master name that is not `rediss://` with
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput).
+    #[cfg(feature = "tls-rustls")]
+    pub fn sentinel_with_tls<I, S>(
+        mut self,
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+        certs: redis::TlsCertificates,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sentinels.push(SentinelSpec {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+            trust: SentinelTrust(Some(certs)),
         });
         self
     }
@@ -61,9 +95,13 @@ pub(super) async fn connect(
         .iter()
         .map(SentinelSpec::parse)
         .collect::<Result<Vec<_>, _>>()?;
-    let results = futures::future::join_all(parsed.iter().cloned().enumerate().map(|(k, p)| {
-        SentinelNode::connect(first + k, p, config, Arc::clone(admission))
-    }))
+    let results = futures::future::join_all(
+        parsed
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(k, p)| SentinelNode::connect(first + k, p, config, Arc::clone(admission))),
+    )
     .await;
     for (k, r) in results.into_iter().enumerate() {
         let i = first + k;

@@ -6,7 +6,7 @@
 //! [`serial`] first. `tests/sentinel.rs` and the CLI's tests include it
 //! with `#[path]`.
 
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -30,6 +30,9 @@ pub struct SentinelGroup {
     pub servers: LocalNodes,
     sentinels: Vec<Mutex<Sentinel>>,
     dir: PathBuf,
+    /// The certificate files' settings when everything is over TLS only
+    /// (servers, replication, sentinels); empty otherwise.
+    tls: Vec<(String, String)>,
 }
 
 struct Sentinel {
@@ -61,14 +64,35 @@ impl SentinelGroup {
     /// the sentinels monitoring server 0 as [`NAME`], and waits until the
     /// sentinels know the replica and each other.
     pub fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    /// A group over TLS only, with the certificate files of `tls_args`
+    /// (`--tls-cert-file PATH ...`, as `support/tls.rs` writes them). Its
+    /// health is not checked here (the checks speak plain TCP): the test
+    /// retries its first `build()`.
+    pub fn start_tls(tls_args: Vec<String>) -> Self {
+        Self::start_with(tls_args)
+    }
+
+    fn start_with(tls_args: Vec<String>) -> Self {
+        let tls: Vec<(String, String)> = tls_args
+            .chunks(2)
+            .map(|kv| (kv[0].trim_start_matches('-').to_owned(), kv[1].clone()))
+            .collect();
+        let mut args: Vec<String> = vec![
+            "--requirepass".into(),
+            MASTER_PASSWORD.into(),
+            "--masterauth".into(),
+            MASTER_PASSWORD.into(),
+        ];
+        if !tls.is_empty() {
+            args.extend(tls_args);
+            args.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+        }
         let extra = Extra {
-            args: vec![
-                "--requirepass".into(),
-                MASTER_PASSWORD.into(),
-                "--masterauth".into(),
-                MASTER_PASSWORD.into(),
-            ],
-            tls: false,
+            args,
+            tls: !tls.is_empty(),
         };
         let servers = LocalNodes::start_with(2, extra).expect("start the group's servers");
         servers
@@ -86,6 +110,7 @@ impl SentinelGroup {
                 .collect(),
             servers,
             dir,
+            tls,
         };
         let master = this.servers.port(0);
         // On a thread of its own: the first caller may be inside a runtime.
@@ -97,11 +122,15 @@ impl SentinelGroup {
                         .build()
                         .unwrap();
                     rt.block_on(async {
-                        this.wait_replica_synced(master).await;
+                        if this.tls.is_empty() {
+                            this.wait_replica_synced(master).await;
+                        }
                         for k in 0..3 {
                             this.launch(k, master);
                         }
-                        this.wait_healthy(Duration::from_secs(30)).await;
+                        if this.tls.is_empty() {
+                            this.wait_healthy(Duration::from_secs(30)).await;
+                        }
                     });
                 })
                 .join()
@@ -113,8 +142,14 @@ impl SentinelGroup {
     fn launch(&self, k: usize, master: u16) {
         let mut s = self.sentinels[k].lock().unwrap();
         let conf = self.dir.join(format!("sentinel-{k}.conf"));
+        let listen = if self.tls.is_empty() {
+            format!("port {}\n", s.port)
+        } else {
+            let files: String = self.tls.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+            format!("port 0\ntls-port {}\ntls-replication yes\n{files}", s.port)
+        };
         let text = format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+            "{listen}bind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
              pidfile {dir}/sentinel-{k}.pid\nrequirepass {SENTINEL_PASSWORD}\n\
              sentinel sentinel-pass {SENTINEL_PASSWORD}\n\
              sentinel monitor {NAME} 127.0.0.1 {master} 2\n\
@@ -122,7 +157,6 @@ impl SentinelGroup {
              sentinel down-after-milliseconds {NAME} {down}\n\
              sentinel failover-timeout {NAME} 2000\n\
              sentinel parallel-syncs {NAME} 1\n",
-            port = s.port,
             dir = self.dir.display(),
             down = DOWN_AFTER.as_millis(),
         );
@@ -141,14 +175,22 @@ impl SentinelGroup {
             .iter()
             .map(|s| {
                 let port = s.lock().unwrap().port;
-                format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{port}")
+                format!("{}://:{SENTINEL_PASSWORD}@127.0.0.1:{port}", self.scheme())
             })
             .collect()
     }
 
     /// The master's name as a URL carrying the servers' password.
     pub fn master_name(&self) -> String {
-        format!("redis://:{MASTER_PASSWORD}@{NAME}")
+        format!("{}://:{MASTER_PASSWORD}@{NAME}", self.scheme())
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_empty() {
+            "redis"
+        } else {
+            "rediss"
+        }
     }
 
     /// The port of sentinel `k`.
@@ -307,31 +349,40 @@ impl Drop for SentinelGroup {
 /// Whether the server on `port` asks for a password (it is up).
 fn noauth(port: u16) -> bool {
     use std::io::{Read, Write};
-    let Ok(mut s) =
-        std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
-    else {
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], port).into(),
+        Duration::from_millis(300),
+    ) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
     let mut buf = [0u8; 7];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && buf.starts_with(b"-NOAUTH")
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read_exact(&mut buf).is_ok()
+        && buf.starts_with(b"-NOAUTH")
 }
 
 /// A connection to the group's server on `port`.
 pub async fn server_conn(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let url = format!("redis://:{MASTER_PASSWORD}@127.0.0.1:{port}");
     let client = redis::Client::open(url)?;
-    tokio::time::timeout(Duration::from_millis(500), client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+    tokio::time::timeout(
+        Duration::from_millis(500),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
 }
 
 async fn sentinel_conn(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let url = format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{port}");
     let client = redis::Client::open(url)?;
-    tokio::time::timeout(Duration::from_millis(500), client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+    tokio::time::timeout(
+        Duration::from_millis(500),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
 }
 
 /// `ROLE`'s first word of the server on `port`.

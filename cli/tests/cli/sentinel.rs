@@ -69,7 +69,10 @@ async fn exec_and_status_follow_a_sentinel_members_failover() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!("status names the promoted master {new} {:?} after the promotion", since.elapsed());
+    eprintln!(
+        "status names the promoted master {new} {:?} after the promotion",
+        since.elapsed()
+    );
     let out = tokio::task::spawn_blocking(move || finish(holder, Duration::from_secs(20)))
         .await
         .unwrap();

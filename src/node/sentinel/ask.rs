@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{Client, ConnectionInfo};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{ConnectionAddr, ConnectionInfo, TlsMode};
 
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 
@@ -22,7 +22,10 @@ pub(crate) type Told = Result<Option<(String, u16)>, NodeError>;
 pub(crate) async fn ask_all(parsed: &Parsed, timeout: Duration) -> Vec<Told> {
     futures::future::join_all(parsed.sentinels.iter().map(|(info, _)| async move {
         let ask = async {
-            let client = Client::open(info.clone()).map_err(|e| NodeError::from_redis(&e))?;
+            let client = parsed
+                .trust
+                .client(info.clone())
+                .map_err(|e| NodeError::from_redis(&e))?;
             let mut conn = client
                 .get_multiplexed_async_connection()
                 .await
@@ -98,13 +101,12 @@ pub(crate) fn agreed(index: usize, parsed: &Parsed, told: &[Told]) -> Result<(St
 }
 
 /// Finds the master through redis-rs's Sentinel support: each sentinel a
-/// [`Sentinel`] of its own, asked in a race; the first master found (named
-/// by a sentinel that does not flag it down, and answering `ROLE` as a
-/// master) wins.
+/// [`SentinelClient`] of its own (its own credentials; the master's
+/// scheme, credentials, database and certificates), asked in a race; the
+/// first master found (named by a sentinel that does not flag it down, and
+/// answering `ROLE` as a master) wins.
 pub(crate) struct Finder {
-    name: String,
-    info: SentinelNodeConnectionInfo,
-    sentinels: Vec<tokio::sync::Mutex<Sentinel>>,
+    sentinels: Vec<tokio::sync::Mutex<SentinelClient>>,
 }
 
 impl Finder {
@@ -113,16 +115,12 @@ impl Finder {
             .sentinels
             .iter()
             .map(|(info, label)| {
-                Sentinel::build(vec![info.clone()])
+                client(parsed, info)
                     .map(tokio::sync::Mutex::new)
                     .map_err(|e| Error::invalid("sentinel URL", format!("{label}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            name: parsed.name.clone(),
-            info: parsed.master_info(),
-            sentinels,
-        })
+        Ok(Self { sentinels })
     }
 
     /// The master's connection, as the first sentinel to find it tells,
@@ -130,10 +128,7 @@ impl Finder {
     pub(crate) async fn find(&self, timeout: Duration) -> Result<ConnectionInfo, NodeError> {
         let asks = self.sentinels.iter().map(|s| {
             Box::pin(async move {
-                let found = async {
-                    let mut s = s.lock().await;
-                    s.async_master_for(&self.name, Some(&self.info)).await
-                };
+                let found = async { s.lock().await.async_get_client().await };
                 match tokio::time::timeout(timeout, found).await {
                     Ok(Ok(client)) => Ok(client.get_connection_info().clone()),
                     Ok(Err(e)) => Err(NodeError::from_redis(&e)),
@@ -143,6 +138,47 @@ impl Finder {
         });
         futures::future::select_ok(asks).await.map(|(info, _)| info)
     }
+}
+
+/// A Sentinel client of the sentinel at `sentinel` alone, reaching the
+/// master as `parsed` says.
+fn client(parsed: &Parsed, sentinel: &ConnectionInfo) -> redis::RedisResult<SentinelClient> {
+    let (to_sentinel, to_master) = (sentinel.redis_settings(), parsed.master.redis_settings());
+    let mut b = SentinelClientBuilder::new(
+        [sentinel.addr().clone()],
+        &parsed.name,
+        SentinelServerType::Master,
+    )?
+    .set_client_to_sentinel_tcp_settings(sentinel.tcp_settings().clone())
+    .set_client_to_redis_tcp_settings(parsed.master.tcp_settings().clone())
+    .set_client_to_redis_db(to_master.db());
+    if let Some(user) = to_sentinel.username() {
+        b = b.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = to_sentinel.password() {
+        b = b.set_client_to_sentinel_password(password);
+    }
+    if let Some(user) = to_master.username() {
+        b = b.set_client_to_redis_username(user);
+    }
+    if let Some(password) = to_master.password() {
+        b = b.set_client_to_redis_password(password);
+    }
+    if let ConnectionAddr::TcpTls { insecure, .. } = parsed.master.addr() {
+        let mode = if *insecure {
+            TlsMode::Insecure
+        } else {
+            TlsMode::Secure
+        };
+        b = b.set_client_to_redis_tls_mode(mode);
+    }
+    #[cfg(feature = "tls-rustls")]
+    if let Some(certs) = &parsed.trust.0 {
+        b = b
+            .set_client_to_sentinel_certificates(certs.clone())
+            .set_client_to_redis_certificates(certs.clone());
+    }
+    b.build()
 }
 
 /// Where `info` reaches, for comparing masters.
@@ -159,6 +195,7 @@ mod tests {
         SentinelSpec {
             sentinels: (0..n).map(|i| format!("redis://s{i}:26379")).collect(),
             master: "locks".into(),
+            trust: crate::node::sentinel::spec::Trust::default(),
         }
         .parse()
         .expect("valid")
@@ -183,7 +220,10 @@ mod tests {
         let e = agreed(1, &p, &[Ok(None), Ok(None), down()]).expect_err("unknown");
         assert!(e.to_string().contains("knows a master named"), "{e}");
         let e = agreed(1, &p, &[down(), down(), down()]).expect_err("unreachable");
-        assert!(matches!(&e, Error::Connect { failures } if failures.len() == 3), "{e}");
+        assert!(
+            matches!(&e, Error::Connect { failures } if failures.len() == 3),
+            "{e}"
+        );
         let server = Err(NodeError::new(NodeErrorKind::Server, "ERR unknown command"));
         let e = agreed(1, &p, &[at(7000), server, at(7000)]).expect_err("not a sentinel");
         assert!(e.to_string().contains("is not a sentinel"), "{e}");

@@ -17,4 +17,4 @@ mod node;
 mod spec;
 
 pub(crate) use self::node::SentinelNode;
-pub(crate) use self::spec::SentinelSpec;
+pub(crate) use self::spec::{SentinelSpec, Trust};

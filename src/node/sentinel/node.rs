@@ -101,8 +101,10 @@ impl SentinelNode {
         let (host, port) = super::ask::agreed(index, &parsed, &told)?;
         let info = parsed.master_at(host, port);
         let at = where_(&info);
-        let client =
-            Client::open(info).map_err(|e| Error::invalid("sentinel master", e.to_string()))?;
+        let client = parsed
+            .trust
+            .client(info)
+            .map_err(|e| Error::invalid("sentinel master", e.to_string()))?;
         let spec = NodeSpec::from_client(&client)?;
         let named = format!("{} at {at}", parsed.label);
         let master = RedisNode::connect(index, spec, timeout)
@@ -125,7 +127,13 @@ impl SentinelNode {
             node: Arc::new(master),
             at,
         };
-        Ok(Self::start(index, parsed, (finder, timeout), admission, Ok(current)))
+        Ok(Self::start(
+            index,
+            parsed,
+            (finder, timeout),
+            admission,
+            Ok(current),
+        ))
     }
 
     /// A member whose sentinels did not answer at `build()`: the watch
@@ -141,7 +149,13 @@ impl SentinelNode {
             NodeErrorKind::Connection,
             "no master found through the sentinels yet",
         ));
-        Ok(Self::start(index, parsed, (finder, timeout), admission, none))
+        Ok(Self::start(
+            index,
+            parsed,
+            (finder, timeout),
+            admission,
+            none,
+        ))
     }
 
     fn start(
@@ -161,7 +175,8 @@ impl SentinelNode {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             for (info, _) in &parsed.sentinels {
                 let weak = Arc::downgrade(&shared);
-                let listen = listen(info.clone(), parsed.name.clone(), weak, timeout);
+                let client = parsed.trust.client(info.clone());
+                let listen = listen(client, parsed.name.clone(), weak, timeout);
                 drop(handle.spawn(listen));
             }
             let watch = Watch {
@@ -229,18 +244,18 @@ impl Drop for Alarm {
 /// on those naming this member's master; reconnects while the member
 /// lives.
 async fn listen(
-    info: redis::ConnectionInfo,
+    client: redis::RedisResult<Client>,
     name: String,
     shared: Weak<Shared>,
     timeout: Duration,
 ) {
+    let Ok(client) = client else { return };
     let prefix = format!("{name} ");
     loop {
         if shared.strong_count() == 0 {
             return;
         }
         let subscribed = async {
-            let client = Client::open(info.clone())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -248,7 +263,9 @@ async fn listen(
         if let Ok(Ok(mut pubsub)) = tokio::time::timeout(timeout, subscribed).await {
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
-                let Some(shared) = shared.upgrade() else { return };
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
                 if msg.get_payload_bytes().starts_with(prefix.as_bytes()) {
                     tracing::info!(member = shared.index, sentinel_member = %shared.label, "a sentinel announced a failover");
                     shared.suspect.notify_one();
@@ -275,7 +292,9 @@ impl Watch {
             // master yet.
             self.look().await;
             tokio::time::sleep(MIN_GAP).await;
-            let Some(shared) = self.shared.upgrade() else { return };
+            let Some(shared) = self.shared.upgrade() else {
+                return;
+            };
             let rung = async { shared.suspect.notified().await };
             let _ = tokio::time::timeout(RECHECK, rung).await;
         }
@@ -287,7 +306,9 @@ impl Watch {
             return;
         };
         let at = where_(&info);
-        let Some(shared) = self.shared.upgrade() else { return };
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
         if shared.get().is_ok_and(|c| c.at == at) {
             return;
         }
@@ -295,9 +316,8 @@ impl Watch {
         drop(shared);
         let moved = async {
             let client = Client::open(info).map_err(|e| NodeError::from_redis(&e))?;
-            let spec = NodeSpec::from_client(&client).map_err(|e| {
-                NodeError::new(NodeErrorKind::Connection, e.to_string())
-            })?;
+            let spec = NodeSpec::from_client(&client)
+                .map_err(|e| NodeError::new(NodeErrorKind::Connection, e.to_string()))?;
             let node = RedisNode::connect(index, spec, self.timeout)
                 .await
                 .map_err(|e| NodeError::new(NodeErrorKind::Connection, e.to_string()))?;
@@ -310,7 +330,9 @@ impl Watch {
                 return;
             }
         };
-        let Some(shared) = self.shared.upgrade() else { return };
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
         let admitted = self
             .admission
             .admit(index, &format!("{label} at {at}"), &node.info());
@@ -338,7 +360,8 @@ impl Feed for SentinelFeed {
     fn open(&self) -> futures::future::BoxFuture<'static, Result<FeedConn, NodeError>> {
         let shared = self.0.upgrade();
         Box::pin(async move {
-            let shared = shared.ok_or_else(|| NodeError::new(NodeErrorKind::Connection, "closed"))?;
+            let shared =
+                shared.ok_or_else(|| NodeError::new(NodeErrorKind::Connection, "closed"))?;
             let mut moved = shared.generation.subscribe();
             let feed = shared.get()?.node.feed().ok_or_else(|| {
                 NodeError::new(NodeErrorKind::Connection, "the master has no feed")
@@ -421,4 +444,3 @@ impl Server for SentinelNode {
         }
     }
 }
-

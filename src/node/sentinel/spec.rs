@@ -6,8 +6,7 @@
 //! credentials and database are the master's, as the sentinels' own URLs
 //! carry theirs. The sentinels tell only where the master is.
 
-use redis::sentinel::SentinelNodeConnectionInfo;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsMode};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use crate::error::Error;
 use crate::node::spec::redact;
@@ -23,6 +22,33 @@ pub(crate) struct SentinelSpec {
     pub(crate) sentinels: Vec<String>,
     /// The master's name, or a URL whose host is the name.
     pub(crate) master: String,
+    /// What its TLS connections trust (`sentinel_with_tls`).
+    pub(crate) trust: Trust,
+}
+
+/// The TLS certificates of a Sentinel member's connections (to its
+/// sentinels and to its master), when given; else the defaults of
+/// `rediss://` (the public roots).
+#[derive(Clone, Default)]
+pub(crate) struct Trust(#[cfg(feature = "tls-rustls")] pub(crate) Option<redis::TlsCertificates>);
+
+impl Trust {
+    /// Whether certificates were given.
+    pub(crate) fn is_some(&self) -> bool {
+        #[cfg(feature = "tls-rustls")]
+        return self.0.is_some();
+        #[cfg(not(feature = "tls-rustls"))]
+        false
+    }
+
+    /// A client of `info` that trusts these certificates.
+    pub(crate) fn client(&self, info: ConnectionInfo) -> RedisResult<Client> {
+        #[cfg(feature = "tls-rustls")]
+        if let Some(certs) = &self.0 {
+            return Client::build_with_tls(info, certs.clone());
+        }
+        Client::open(info)
+    }
 }
 
 impl std::fmt::Debug for SentinelSpec {
@@ -31,6 +57,7 @@ impl std::fmt::Debug for SentinelSpec {
         f.debug_struct("SentinelSpec")
             .field("sentinels", &sentinels)
             .field("master", &redact(&self.master))
+            .field("certs", &self.trust.is_some())
             .finish()
     }
 }
@@ -48,6 +75,8 @@ pub(crate) struct Parsed {
     /// How the master is reached once found: scheme, credentials and
     /// database of the name's URL, at the address the sentinels tell.
     pub(crate) master: ConnectionInfo,
+    /// What the TLS connections trust.
+    pub(crate) trust: Trust,
 }
 
 impl SentinelSpec {
@@ -65,33 +94,44 @@ impl SentinelSpec {
                 "a sentinel member needs at least one sentinel URL",
             ));
         }
-        let sentinels = self
-            .sentinels
-            .iter()
-            .map(|url| {
-                let info = url.as_str().into_connection_info().map_err(|e| {
-                    Error::invalid("sentinel URL", format!("{}: {e}", redact(url)))
-                })?;
-                if info.redis_settings().db() != 0 {
-                    return Err(Error::invalid(
-                        "sentinel URL",
-                        format!(
-                            "{}: a sentinel has no databases; give the master's database in \
+        let sentinels =
+            self.sentinels
+                .iter()
+                .map(|url| {
+                    let info = url.as_str().into_connection_info().map_err(|e| {
+                        Error::invalid("sentinel URL", format!("{}: {e}", redact(url)))
+                    })?;
+                    if info.redis_settings().db() != 0 {
+                        return Err(Error::invalid(
+                            "sentinel URL",
+                            format!(
+                                "{}: a sentinel has no databases; give the master's database in \
                              the master name's URL (redis://locks-b/2)",
-                            redact(url)
-                        ),
-                    ));
-                }
-                let label = address(info.addr());
-                Ok((nodelay(info), label))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+                                redact(url)
+                            ),
+                        ));
+                    }
+                    let label = address(info.addr());
+                    Ok((nodelay(info), label))
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
         let (name, master) = master(&self.master)?;
+        let tls = |a: &ConnectionAddr| matches!(a, ConnectionAddr::TcpTls { .. });
+        if self.trust.is_some()
+            && !(tls(master.addr()) && sentinels.iter().all(|(i, _)| tls(i.addr())))
+        {
+            return Err(Error::invalid(
+                "sentinel URLs",
+                "sentinel_with_tls takes rediss:// sentinels and a rediss:// master name \
+                 (rediss://NAME), all over TLS",
+            ));
+        }
         Ok(Parsed {
             label: format!("sentinel:{name}"),
             name,
             sentinels,
             master,
+            trust: self.trust.clone(),
         })
     }
 }
@@ -113,19 +153,6 @@ impl Parsed {
             _ => ConnectionAddr::Tcp(host, port),
         };
         self.master.clone().set_addr(addr)
-    }
-
-    /// What redis-rs's Sentinel support needs to reach the master it
-    /// finds: the same scheme, credentials and database.
-    pub(crate) fn master_info(&self) -> SentinelNodeConnectionInfo {
-        let info = SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(self.master.redis_settings().clone())
-            .set_tcp_settings(self.master.tcp_settings().clone());
-        match self.master.addr() {
-            ConnectionAddr::TcpTls { insecure: true, .. } => info.set_tls_mode(TlsMode::Insecure),
-            ConnectionAddr::TcpTls { .. } => info.set_tls_mode(TlsMode::Secure),
-            _ => info,
-        }
     }
 }
 
@@ -188,6 +215,7 @@ mod tests {
         SentinelSpec {
             sentinels: sentinels.iter().map(|s| (*s).to_owned()).collect(),
             master: master.to_owned(),
+            trust: Trust::default(),
         }
     }
 
@@ -196,7 +224,10 @@ mod tests {
         let p = spec(&["redis://:pw@s1:26379", "redis://s2:26379"], "locks-b")
             .parse()
             .expect("valid");
-        assert_eq!((p.name.as_str(), p.label.as_str()), ("locks-b", "sentinel:locks-b"));
+        assert_eq!(
+            (p.name.as_str(), p.label.as_str()),
+            ("locks-b", "sentinel:locks-b")
+        );
         assert_eq!(p.sentinels[0].1, "s1:26379");
         let at = p.master_at("10.0.0.1".into(), 7000);
         assert_eq!(address(at.addr()), "10.0.0.1:7000");
@@ -218,7 +249,11 @@ mod tests {
         let at = p.master_at("127.0.0.1".into(), 7000);
         assert!(matches!(
             at.addr(),
-            ConnectionAddr::TcpTls { insecure: true, port: 7000, .. }
+            ConnectionAddr::TcpTls {
+                insecure: true,
+                port: 7000,
+                ..
+            }
         ));
     }
 
