@@ -392,10 +392,11 @@ impl LockManagerBuilder {
         let specs = self.specs()?;
         let members = specs.len() + self.clusters.len() + self.sentinels.len();
         let config = self.config(members)?;
-        if config.replica_wait.is_some() && self.clusters.is_empty() {
+        if config.replica_wait.is_some() && self.clusters.is_empty() && self.sentinels.is_empty() {
             return Err(Error::Config(
-                "replica_wait applies to cluster members, and none was given: add one with \
-                 `cluster(seed_urls)`, or drop replica_wait"
+                "replica_wait applies to cluster and Sentinel members, and none was given: add \
+                 one with `cluster(seed_urls)` or `sentinel(sentinel_urls, master_name)`, or \
+                 drop replica_wait"
                     .into(),
             ));
         }

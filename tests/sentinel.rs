@@ -8,6 +8,7 @@
 //! | `a_sentinel_member_locks_reenters_fences_and_shows_its_master` | none | two masters and the member, `Quorum::All` | grants on the member, re-entry, tokens increase, `status` names the master that answered |
 //! | `fair_lock_all_and_wake_ups_on_a_sentinel_member` | none | the member alone | a fair lock, `lock_all`, a waiter woken by the release (lease 10 s) |
 //! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
+//! | `replica_wait_counts_a_grant_only_once_the_replica_has_it` | the replica stopped | the member alone, `replica_wait(1, 100 ms)` | grants count while the replica answers; with it stopped the grant fails (`NotReplicated`) and is rolled back; 2 replicas asked of a master with 1 is `Error::Config` |
 //! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
 //! | `a_frozen_master_is_followed_and_wakes_its_waiters` | the master SIGSTOPped and failed over, left frozen | the member alone, lease 10 s, the waiter polling every 5 s | a new lock within the bound; the held lock kept; a waiter woken by the release's message on the new master within 250 ms |
 //! | `a_sentinel_member_over_tls_trusts_a_ca_of_its_own` (feature `tls-rustls`) | none | a group of its own over TLS only, passwords | `sentinel_with_tls` locks; without the CA `build()` fails; plain URLs refused |
@@ -228,6 +229,48 @@ async fn build_checks_a_sentinel_member() {
         .build()
         .await;
     assert!(wrong.is_err());
+}
+
+#[tokio::test]
+async fn replica_wait_counts_a_grant_only_once_the_replica_has_it() {
+    let _serial = serial().await;
+    let g = group();
+    let wait = Duration::from_millis(100);
+    let too_many = member_only().replica_wait(2, wait).build().await;
+    match too_many {
+        Err(Error::Config(why)) => assert!(why.contains("has 1 connected"), "{why}"),
+        other => panic!(
+            "expected Error::Config, got {:?}",
+            other.map(|_| "a manager")
+        ),
+    }
+    let m = member_only().replica_wait(1, wait).build().await.unwrap();
+    let name = unique("sentinel-wait");
+    let held = m.lock(&name).await.unwrap();
+    held.release().await.unwrap();
+    let master = master_port().await;
+    let replica = g.servers.port(1 - g.server_of(master));
+    g.servers.stop(g.server_of(replica));
+    let refused = m.try_lock(&name, Duration::ZERO).await;
+    g.servers.resume(g.server_of(replica));
+    match refused {
+        Err(Error::Unavailable { failures, .. }) => assert!(
+            failures
+                .iter()
+                .any(|f| f.kind == quorumlock::NodeErrorKind::NotReplicated),
+            "{failures:?}"
+        ),
+        other => panic!("expected Unavailable (not replicated), got {other:?}"),
+    }
+    // The grant the master made was rolled back with the attempt.
+    let since = Instant::now();
+    while sentinel::has_lock(master, &name).await {
+        assert!(
+            since.elapsed() < Duration::from_secs(2),
+            "the grant was not rolled back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Four clients over managers of two masters and the member (lease 2 s),

@@ -109,12 +109,7 @@ pub(super) async fn connect(
             Ok(node) => nodes.push(Arc::new(Member::new(node))),
             Err(Error::Connect { failures: f }) if builder.allow_unreachable => {
                 tracing::warn!(node = i, member = %parsed[k].label, "no sentinel answered at build; finding the master in the background");
-                let lazy = SentinelNode::lazy(
-                    i,
-                    parsed[k].clone(),
-                    config.connect_timeout,
-                    Arc::clone(admission),
-                )?;
+                let lazy = SentinelNode::lazy(i, parsed[k].clone(), config, Arc::clone(admission))?;
                 nodes.push(Arc::new(Member::new(lazy)));
                 failures.extend(f);
             }

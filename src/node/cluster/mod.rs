@@ -37,6 +37,7 @@ pub(crate) use self::lazy::LazyCluster;
 pub(crate) use self::node::ClusterNode;
 #[cfg(test)]
 pub(crate) use self::retry::{Redirect, Retry, Step};
+pub(crate) use self::route::confirmed;
 #[cfg(test)]
 pub(crate) use self::route::{failure, slot_groups};
 pub(crate) use self::seed::refuse_cross_slot_set;

@@ -109,7 +109,7 @@ fn add_wait(pipe: &mut redis::Pipeline, wait: Option<ReplicaWait>) {
 
 /// Whether `WAIT`'s answer `acks` confirms the write for `wait`: `Ok`, or
 /// the error of a write that does not count.
-pub(super) fn confirmed(wait: Option<ReplicaWait>, acks: Option<Value>) -> Result<(), NodeError> {
+pub(crate) fn confirmed(wait: Option<ReplicaWait>, acks: Option<Value>) -> Result<(), NodeError> {
     let Some(w) = wait else {
         return Ok(());
     };

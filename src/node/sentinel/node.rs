@@ -31,12 +31,12 @@ use redis::Client;
 use tokio::sync::{watch, Notify};
 
 use crate::admission::Admission;
-use crate::config::Config;
+use crate::config::{Config, ReplicaWait};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::node::batch::RenewBatch;
 use crate::node::feed::{Feed, FeedConn};
-use crate::node::member::{Call, Server};
+use crate::node::member::{Call, Confirm, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::redis_node::RedisNode;
 use crate::node::spec::NodeSpec;
@@ -65,6 +65,8 @@ struct Shared {
     /// The master calls go to; `None` until one is found (a member
     /// connected later), or while the one found is refused.
     current: Mutex<Result<Current, NodeError>>,
+    /// `WAIT` after each write a quorum counts (`replica_wait`).
+    wait: Option<ReplicaWait>,
     /// Counts the masters followed; a feed connection ends when it moves.
     generation: watch::Sender<u64>,
     /// Rung when a call failed or went unanswered: find the master now.
@@ -123,17 +125,29 @@ impl SentinelNode {
         admission
             .admit(index, &named, &master.info())
             .map_err(Error::Config)?;
+        if let Some(w) = config.replica_wait {
+            let replicas =
+                master
+                    .connected_replicas(timeout)
+                    .await
+                    .map_err(|e| Error::Connect {
+                        failures: vec![e.at(index, &named)],
+                    })?;
+            if replicas < w.replicas {
+                return Err(Error::Config(format!(
+                    "replica_wait asks for {} replica(s), but {named} has {replicas} connected: \
+                     its grants could never count (WAIT would time out on each); add replicas \
+                     or lower replica_wait",
+                    w.replicas
+                )));
+            }
+        }
         let current = Current {
             node: Arc::new(master),
             at,
         };
-        Ok(Self::start(
-            index,
-            parsed,
-            (finder, timeout),
-            admission,
-            Ok(current),
-        ))
+        let watching = (finder, timeout, config.replica_wait);
+        Ok(Self::start(index, parsed, watching, admission, Ok(current)))
     }
 
     /// A member whose sentinels did not answer at `build()`: the watch
@@ -141,7 +155,7 @@ impl SentinelNode {
     pub(crate) fn lazy(
         index: usize,
         parsed: Parsed,
-        timeout: Duration,
+        config: &Config,
         admission: Arc<Admission>,
     ) -> Result<Self, Error> {
         let finder = Finder::new(&parsed)?;
@@ -149,19 +163,14 @@ impl SentinelNode {
             NodeErrorKind::Connection,
             "no master found through the sentinels yet",
         ));
-        Ok(Self::start(
-            index,
-            parsed,
-            (finder, timeout),
-            admission,
-            none,
-        ))
+        let watching = (finder, config.connect_timeout, config.replica_wait);
+        Ok(Self::start(index, parsed, watching, admission, none))
     }
 
     fn start(
         index: usize,
         parsed: Parsed,
-        (finder, timeout): (Finder, Duration),
+        (finder, timeout, wait): (Finder, Duration, Option<ReplicaWait>),
         admission: Arc<Admission>,
         current: Result<Current, NodeError>,
     ) -> Self {
@@ -169,6 +178,7 @@ impl SentinelNode {
             index,
             label: parsed.label.clone(),
             current: Mutex::new(current),
+            wait,
             generation: watch::Sender::new(0),
             suspect: Notify::new(),
         });
@@ -415,7 +425,18 @@ impl Server for SentinelNode {
         call: Call<T, R>,
     ) -> Answer<R> {
         match self.current() {
-            Ok(c) => self.watched(c.node.eval(call)),
+            Ok(c) => match self.shared.wait {
+                Some(wait) if call.confirm == Confirm::Replicas => {
+                    let confirm = c.node.wait_replicas(Some(call.stamp.lane()), wait);
+                    let answer = c.node.eval(call);
+                    self.watched(Box::pin(async move {
+                        let reply = answer.await?;
+                        confirm.await?;
+                        Ok(reply)
+                    }))
+                }
+                _ => self.watched(c.node.eval(call)),
+            },
             Err(e) => {
                 call.stamp.ended(false);
                 Box::pin(async move { Err(e) })
@@ -425,7 +446,18 @@ impl Server for SentinelNode {
 
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         match self.current() {
-            Ok(c) => self.watched(c.node.batch(batch)),
+            Ok(c) => match self.shared.wait {
+                Some(wait) => {
+                    let confirm = c.node.wait_replicas(None, wait);
+                    let answer = c.node.batch(batch);
+                    self.watched(Box::pin(async move {
+                        let renewed = answer.await?;
+                        confirm.await?;
+                        Ok(renewed)
+                    }))
+                }
+                None => self.watched(c.node.batch(batch)),
+            },
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
