@@ -124,6 +124,9 @@ mod readme {}
 #[doc = include_str!("../docs/CLUSTER.md")]
 mod cluster_guide {}
 #[cfg(doctest)]
+#[doc = include_str!("../docs/SENTINEL.md")]
+mod sentinel_guide {}
+#[cfg(doctest)]
 #[doc = include_str!("../docs/ELECTION.md")]
 mod election_guide {}
 #[cfg(doctest)]
