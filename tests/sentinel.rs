@@ -7,8 +7,9 @@
 //! | --- | --- | --- | --- |
 //! | `a_sentinel_member_locks_reenters_fences_and_shows_its_master` | none | two masters and the member, `Quorum::All` | grants on the member, re-entry, tokens increase, `status` names the master that answered |
 //! | `fair_lock_all_and_wake_ups_on_a_sentinel_member` | none | the member alone | a fair lock, `lock_all`, a waiter woken by the release (lease 10 s) |
-//! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
+//! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, sentinels that disagree, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
 //! | `replica_wait_counts_a_grant_only_once_the_replica_has_it` | the replica stopped | the member alone, `replica_wait(1, 100 ms)` | grants count while the replica answers; with it stopped the grant fails (`NotReplicated`) and is rolled back; 2 replicas asked of a master with 1 is `Error::Config` |
+//! | `a_sentinel_member_unreachable_at_build_is_connected_later` | the sentinels stopped at build, then resumed | two masters and the member, `allow_unreachable` | built (one failure per sentinel); the member answers within the bound once they do, and holds grants |
 //! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
 //! | `a_frozen_master_is_followed_and_wakes_its_waiters` | the master SIGSTOPped and failed over, left frozen | the member alone, lease 10 s, the waiter polling every 5 s | a new lock within the bound; the held lock kept; a waiter woken by the release's message on the new master within 250 ms |
 //! | `a_sentinel_member_over_tls_trusts_a_ca_of_its_own` (feature `tls-rustls`) | none | a group of its own over TLS only, passwords | `sentinel_with_tls` locks; without the CA `build()` fails; plain URLs refused |
@@ -157,6 +158,17 @@ async fn build_checks_a_sentinel_member() {
         .await;
     let why = config(not_sentinel);
     assert!(why.contains("is not a sentinel"), "{why}");
+    // A sentinel that names another master under the same name.
+    let lone = sentinel::LoneSentinel::start(g.servers.dir(), nodes().port(4));
+    let mut urls = g.sentinel_urls();
+    urls.push(format!("redis://127.0.0.1:{}", lone.port));
+    let disagree = LockManager::builder()
+        .sentinel(urls, g.master_name())
+        .build()
+        .await;
+    let why = config(disagree);
+    assert!(why.contains("disagree"), "{why}");
+    drop(lone);
     let master = master_port().await;
     let twice = LockManager::builder()
         .node(format!(
@@ -271,6 +283,57 @@ async fn replica_wait_counts_a_grant_only_once_the_replica_has_it() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_sentinel_member_unreachable_at_build_is_connected_later() {
+    let _serial = serial().await;
+    let g = group();
+    g.signal_sentinels("-STOP");
+    let built = beside_masters()
+        .connect_timeout(Duration::from_millis(300))
+        .allow_unreachable(true)
+        .build()
+        .await;
+    g.signal_sentinels("-CONT");
+    let m = built.unwrap();
+    assert!(m.unreachable_at_build().iter().all(|f| f.node == 2));
+    assert_eq!(
+        m.unreachable_at_build().len(),
+        3,
+        "one failure per sentinel"
+    );
+    let since = Instant::now();
+    let name = unique("sentinel-later");
+    let master = format!("127.0.0.1:{}", master_port().await);
+    loop {
+        let status = m.status(&name).await.unwrap();
+        if status.nodes[2]
+            .state
+            .as_ref()
+            .is_ok_and(|s| s.shard.as_ref() == Some(&master))
+        {
+            break;
+        }
+        assert!(since.elapsed() < FOLLOW_BOUND, "not connected: {status:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "the member answered {:?} after its sentinels resumed",
+        since.elapsed()
+    );
+    let held = m.lock(&name).await.unwrap();
+    // The member's grant may land just after the quorum's.
+    let port = master_port().await;
+    let since = Instant::now();
+    while !sentinel::has_lock(port, &name).await {
+        assert!(
+            since.elapsed() < Duration::from_secs(1),
+            "no grant on the member"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
 }
 
 /// Four clients over managers of two masters and the member (lease 2 s),

@@ -169,6 +169,20 @@ impl SentinelGroup {
         s.child = Some(child);
     }
 
+    /// Stops (SIGSTOP) or resumes (SIGCONT) every sentinel.
+    pub fn signal_sentinels(&self, signal: &str) {
+        for s in &self.sentinels {
+            if let Some(c) = s.lock().unwrap().child.as_ref() {
+                let ok = Command::new("kill")
+                    .arg(signal)
+                    .arg(c.id().to_string())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "kill {signal} of a sentinel");
+            }
+        }
+    }
+
     /// The sentinels' URLs, with their password.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
@@ -332,6 +346,46 @@ impl SentinelGroup {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("the replica on {replica} did not sync");
+    }
+}
+
+/// One more sentinel, without a password, monitoring the master on
+/// `master_port` as [`NAME`]: one that disagrees with the group's.
+pub struct LoneSentinel {
+    pub port: u16,
+    child: Child,
+}
+
+impl LoneSentinel {
+    pub fn start(dir: &std::path::Path, master_port: u16) -> Self {
+        let port = free_port().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let conf = dir.join(format!("lone-sentinel-{port}.conf"));
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+             sentinel monitor {NAME} 127.0.0.1 {master_port} 1\n",
+            dir.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+        let child = sentinel_command(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if crate::support::local::ping(port, Duration::from_millis(100)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { port, child }
+    }
+}
+
+impl Drop for LoneSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
