@@ -7,7 +7,8 @@
 //! these happens, and at least every [`RECHECK`]:
 //!
 //! - a sentinel publishes `+switch-master` for the name (every sentinel's
-//!   channel is listened to);
+//!   channel is listened to); a search in progress is dropped and started
+//!   again, since it may be waiting on the old, frozen master;
 //! - a call to the master fails, or is dropped unanswered (a per-node
 //!   timeout: a frozen master answers nothing and breaks nothing).
 //!
@@ -71,6 +72,9 @@ struct Shared {
     generation: watch::Sender<u64>,
     /// Rung when a call failed or went unanswered: find the master now.
     suspect: Notify,
+    /// Rung on a sentinel's `+switch-master` for the name: find the master
+    /// now, dropping a search in progress.
+    switched: Notify,
 }
 
 #[derive(Clone)]
@@ -181,6 +185,7 @@ impl SentinelNode {
             wait,
             generation: watch::Sender::new(0),
             suspect: Notify::new(),
+            switched: Notify::new(),
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             for (info, _) in &parsed.sentinels {
@@ -278,7 +283,7 @@ async fn listen(
                 };
                 if msg.get_payload_bytes().starts_with(prefix.as_bytes()) {
                     tracing::info!(member = shared.index, sentinel_member = %shared.label, "a sentinel announced a failover");
-                    shared.suspect.notify_one();
+                    shared.switched.notify_one();
                 }
             }
         }
@@ -298,14 +303,27 @@ struct Watch {
 impl Watch {
     async fn run(self) {
         loop {
-            // The first look is at once: a member connected later has no
-            // master yet.
-            self.look().await;
-            tokio::time::sleep(MIN_GAP).await;
             let Some(shared) = self.shared.upgrade() else {
                 return;
             };
-            let rung = async { shared.suspect.notified().await };
+            // The first look is at once: a member connected later has no
+            // master yet. A sentinel's `+switch-master` drops a look in
+            // progress (it may wait on a frozen master's `ROLE` until its
+            // timeout) and starts another: the new master is asked at once.
+            let switched = tokio::select! {
+                () = self.look() => false,
+                () = shared.switched.notified() => true,
+            };
+            if switched {
+                continue;
+            }
+            tokio::time::sleep(MIN_GAP).await;
+            let rung = async {
+                tokio::select! {
+                    () = shared.suspect.notified() => {}
+                    () = shared.switched.notified() => {}
+                }
+            };
             let _ = tokio::time::timeout(RECHECK, rung).await;
         }
     }
