@@ -55,11 +55,45 @@ fn member_only() -> LockManagerBuilder {
 
 /// Shared masters 0 and 1, then the member (member 2).
 fn beside_masters() -> LockManagerBuilder {
-    let g = group();
+    beside_masters_with(group().sentinel_urls())
+}
+
+/// [`beside_masters`], the member's sentinels at `sentinels`.
+fn beside_masters_with(sentinels: Vec<String>) -> LockManagerBuilder {
     LockManager::builder()
         .nodes(nodes().urls().into_iter().take(2))
-        .sentinel(g.sentinel_urls(), g.master_name())
+        .sentinel(sentinels, group().master_name())
         .node_timeout(NODE_TIMEOUT)
+}
+
+/// Waits until member 2 of `m` answers from the group's master, then
+/// holds a lock there: how long it took.
+async fn member_connects(m: &LockManager) -> Duration {
+    let since = Instant::now();
+    let name = unique("sentinel-later");
+    let master = format!("127.0.0.1:{}", master_port().await);
+    loop {
+        let status = m.status(&name).await.unwrap();
+        if status.nodes[2]
+            .state
+            .as_ref()
+            .is_ok_and(|s| s.shard.as_ref() == Some(&master))
+        {
+            break;
+        }
+        assert!(since.elapsed() < FOLLOW_BOUND, "not connected: {status:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = since.elapsed();
+    let held = m.lock(&name).await.unwrap();
+    // The member's grant may land just after the quorum's.
+    let port = master_port().await;
+    while !sentinel::has_lock(port, &name).await {
+        assert!(since.elapsed() < FOLLOW_BOUND, "no grant on the member");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    took
 }
 
 async fn master_port() -> u16 {
@@ -168,6 +202,22 @@ async fn build_checks_a_sentinel_member() {
         .await;
     let why = config(disagree);
     assert!(why.contains("disagree"), "{why}");
+    // With allow_unreachable, the member is connected once it resolves
+    // (the lone sentinel's master refuses the group's password).
+    let mut urls = g.sentinel_urls();
+    urls.push(format!("redis://127.0.0.1:{}", lone.port));
+    let later = beside_masters_with(urls)
+        .allow_unreachable(true)
+        .build()
+        .await
+        .unwrap();
+    let down = later.unreachable_at_build();
+    assert!(
+        down.len() == 1 && down[0].node == 2 && down[0].kind == quorumlock::NodeErrorKind::Refused,
+        "{down:?}"
+    );
+    assert!(down[0].message.contains("disagree"), "{down:?}");
+    member_connects(&later).await;
     drop(lone);
     let master = master_port().await;
     let twice = LockManager::builder()
@@ -303,37 +353,8 @@ async fn a_sentinel_member_unreachable_at_build_is_connected_later() {
         3,
         "one failure per sentinel"
     );
-    let since = Instant::now();
-    let name = unique("sentinel-later");
-    let master = format!("127.0.0.1:{}", master_port().await);
-    loop {
-        let status = m.status(&name).await.unwrap();
-        if status.nodes[2]
-            .state
-            .as_ref()
-            .is_ok_and(|s| s.shard.as_ref() == Some(&master))
-        {
-            break;
-        }
-        assert!(since.elapsed() < FOLLOW_BOUND, "not connected: {status:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    eprintln!(
-        "the member answered {:?} after its sentinels resumed",
-        since.elapsed()
-    );
-    let held = m.lock(&name).await.unwrap();
-    // The member's grant may land just after the quorum's.
-    let port = master_port().await;
-    let since = Instant::now();
-    while !sentinel::has_lock(port, &name).await {
-        assert!(
-            since.elapsed() < Duration::from_secs(1),
-            "no grant on the member"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    held.release().await.unwrap();
+    let took = member_connects(&m).await;
+    eprintln!("the member answered {took:?} after its sentinels resumed");
 }
 
 /// Four clients over managers of two masters and the member (lease 2 s),

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::admission::Admission;
 use crate::config::Config;
 use crate::error::{Error, NodeFailure};
-use crate::node::{Member, NodeOps, SentinelNode, SentinelSpec, SentinelTrust};
+use crate::error::{NodeError, NodeErrorKind};
+use crate::node::{Member, NodeOps, SentinelNode, SentinelRefused, SentinelSpec, SentinelTrust};
 
 use super::LockManagerBuilder;
 
@@ -81,8 +82,10 @@ impl LockManagerBuilder {
 }
 
 /// Connects the Sentinel members, the first numbered `first`: each joins
-/// `nodes`, or (with `allow_unreachable`, when no sentinel answered) is
-/// connected when they do; the unreachable ones' failures join `failures`.
+/// `nodes`, or, with `allow_unreachable`, when what its sentinels said may
+/// resolve by itself (none answered; they disagree, do not know the name,
+/// or name a replica), is connected when it does; the failures of the
+/// members not connected join `failures`.
 pub(super) async fn connect(
     builder: &LockManagerBuilder,
     first: usize,
@@ -105,17 +108,33 @@ pub(super) async fn connect(
     .await;
     for (k, r) in results.into_iter().enumerate() {
         let i = first + k;
+        let label = &parsed[k].label;
         match r {
             Ok(node) => nodes.push(Arc::new(Member::new(node))),
-            Err(Error::Connect { failures: f }) if builder.allow_unreachable => {
-                tracing::warn!(node = i, member = %parsed[k].label, "no sentinel answered at build; finding the master in the background");
+            Err(SentinelRefused { error, later: true }) if builder.allow_unreachable => {
+                tracing::warn!(node = i, member = %label, reason = %error, "sentinel member not connected at build; finding its master in the background");
                 let lazy = SentinelNode::lazy(i, parsed[k].clone(), config, Arc::clone(admission))?;
                 nodes.push(Arc::new(Member::new(lazy)));
-                failures.extend(f);
+                failures.extend(as_failures(i, label, error));
             }
-            Err(Error::Connect { failures: f }) => failures.extend(f),
-            Err(e) => return Err(e),
+            Err(SentinelRefused {
+                error: Error::Connect { failures: f },
+                ..
+            }) => failures.extend(f),
+            Err(SentinelRefused { error, .. }) => return Err(error),
         }
     }
     Ok(())
+}
+
+/// What `unreachable_at_build` lists for a member connected later: its
+/// sentinels' failures, or why what they said could not be used yet.
+fn as_failures(index: usize, label: &str, error: Error) -> Vec<NodeFailure> {
+    match error {
+        Error::Connect { failures } => failures,
+        Error::NotMaster { .. } => {
+            vec![NodeError::new(NodeErrorKind::NotMaster, error.to_string()).at(index, label)]
+        }
+        other => vec![NodeError::new(NodeErrorKind::Refused, other.to_string()).at(index, label)],
+    }
 }

@@ -55,7 +55,11 @@ pub(crate) async fn ask_all(parsed: &Parsed, timeout: Duration) -> Vec<Told> {
 ///   (it is not a sentinel), no sentinel that answered knows the name, or
 ///   the sentinels that answered name different masters (or some know the
 ///   name and some do not).
-pub(crate) fn agreed(index: usize, parsed: &Parsed, told: &[Told]) -> Result<(String, u16), Error> {
+pub(crate) fn agreed(
+    index: usize,
+    parsed: &Parsed,
+    told: &[Told],
+) -> Result<(String, u16), Refused> {
     let via = |k: usize| format!("{} via {}", parsed.label, parsed.sentinels[k].1);
     let mut failures: Vec<NodeFailure> = Vec::new();
     let mut answers = Vec::new();
@@ -63,22 +67,22 @@ pub(crate) fn agreed(index: usize, parsed: &Parsed, told: &[Told]) -> Result<(St
         match t {
             Ok(answer) => answers.push((k, answer.clone())),
             Err(e) if e.kind == NodeErrorKind::Server => {
-                return Err(Error::Config(format!(
+                return Err(Refused::now(Error::Config(format!(
                     "member {index} ({}): {} is not a sentinel (it answered SENTINEL with: {})",
                     parsed.label, parsed.sentinels[k].1, e.message
-                )))
+                ))))
             }
             Err(e) => failures.push(e.clone().at(index, &via(k))),
         }
     }
     let Some((_, first)) = answers.first().cloned() else {
-        return Err(Error::Connect { failures });
+        return Err(Refused::later(Error::Connect { failures }));
     };
     if answers.iter().all(|(_, a)| a.is_none()) {
-        return Err(Error::Config(format!(
+        return Err(Refused::later(Error::Config(format!(
             "member {index} ({}): no sentinel that answered knows a master named {:?}",
             parsed.label, parsed.name
-        )));
+        ))));
     }
     if answers.iter().any(|(_, a)| *a != first) {
         let said: Vec<String> = answers
@@ -90,14 +94,43 @@ pub(crate) fn agreed(index: usize, parsed: &Parsed, told: &[Told]) -> Result<(St
                 format!("{} says {at}", parsed.sentinels[*k].1)
             })
             .collect();
-        return Err(Error::Config(format!(
+        return Err(Refused::later(Error::Config(format!(
             "member {index} ({}): the sentinels disagree on the master ({}); build again once \
              they agree (a failover may be under way)",
             parsed.label,
             said.join(", ")
-        )));
+        ))));
     }
-    first.ok_or_else(|| Error::Config(format!("member {index}: no master")))
+    first.ok_or_else(|| Refused::later(Error::Config(format!("member {index}: no master"))))
+}
+
+/// Why a Sentinel member was not connected at `build()`, and whether it
+/// may resolve by itself (no sentinel answered, they disagree or do not
+/// know the name, or they name a replica: a failover may be under way),
+/// so that `allow_unreachable` connects it later.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) error: Error,
+    pub(crate) later: bool,
+}
+
+impl Refused {
+    pub(crate) fn now(error: Error) -> Self {
+        Self {
+            error,
+            later: false,
+        }
+    }
+
+    pub(crate) fn later(error: Error) -> Self {
+        Self { error, later: true }
+    }
+}
+
+impl From<Error> for Refused {
+    fn from(error: Error) -> Self {
+        Self::now(error)
+    }
 }
 
 /// Finds the master through redis-rs's Sentinel support: each sentinel a
@@ -214,18 +247,28 @@ mod tests {
             ("10.0.0.1".into(), 7000)
         );
         let e = agreed(1, &p, &[at(7000), at(7001), down()]).expect_err("disagree");
+        assert!(e.later);
+        let e = e.error;
         assert!(e.to_string().contains("disagree"), "{e}");
-        let e = agreed(1, &p, &[at(7000), Ok(None), at(7000)]).expect_err("one does not know");
+        let e = agreed(1, &p, &[at(7000), Ok(None), at(7000)])
+            .expect_err("one does not know")
+            .error;
         assert!(e.to_string().contains("no such master"), "{e}");
-        let e = agreed(1, &p, &[Ok(None), Ok(None), down()]).expect_err("unknown");
+        let e = agreed(1, &p, &[Ok(None), Ok(None), down()])
+            .expect_err("unknown")
+            .error;
         assert!(e.to_string().contains("knows a master named"), "{e}");
-        let e = agreed(1, &p, &[down(), down(), down()]).expect_err("unreachable");
+        let e = agreed(1, &p, &[down(), down(), down()])
+            .expect_err("unreachable")
+            .error;
         assert!(
             matches!(&e, Error::Connect { failures } if failures.len() == 3),
             "{e}"
         );
         let server = Err(NodeError::new(NodeErrorKind::Server, "ERR unknown command"));
         let e = agreed(1, &p, &[at(7000), server, at(7000)]).expect_err("not a sentinel");
+        assert!(!e.later);
+        let e = e.error;
         assert!(e.to_string().contains("is not a sentinel"), "{e}");
     }
 }

@@ -16,5 +16,6 @@ mod ask;
 mod node;
 mod spec;
 
+pub(crate) use self::ask::Refused as SentinelRefused;
 pub(crate) use self::node::SentinelNode;
 pub(crate) use self::spec::{SentinelSpec, Trust};

@@ -42,7 +42,7 @@ use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::redis_node::RedisNode;
 use crate::node::spec::NodeSpec;
 
-use super::ask::{where_, Finder};
+use super::ask::{where_, Finder, Refused};
 use super::spec::Parsed;
 
 /// How often the watch asks the sentinels where the master is when
@@ -93,14 +93,15 @@ impl SentinelNode {
     /// # Errors
     ///
     /// As [`super::ask::agreed`]; then as [`RedisNode::connect`]
-    /// ([`Error::NotMaster`] when the sentinels name a replica), and
-    /// [`Error::Config`] when the admission refuses the master.
+    /// ([`Error::NotMaster`] when the sentinels name a replica, which may
+    /// resolve: [`Refused::later`]), and [`Error::Config`] when the
+    /// admission refuses the master.
     pub(crate) async fn connect(
         index: usize,
         parsed: Parsed,
         config: &Config,
         admission: Arc<Admission>,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, Refused> {
         let timeout = config.connect_timeout;
         let finder = Finder::new(&parsed)?;
         let told = super::ask::ask_all(&parsed, timeout).await;
@@ -116,12 +117,13 @@ impl SentinelNode {
         let master = RedisNode::connect(index, spec, timeout)
             .await
             .map_err(|e| match e {
-                Error::NotMaster { node, role, .. } => Error::NotMaster {
+                Error::NotMaster { node, role, .. } => Refused::later(Error::NotMaster {
                     node,
                     addr: named.clone(),
                     role,
-                },
-                other => other,
+                }),
+                Error::Connect { failures } => Refused::later(Error::Connect { failures }),
+                other => Refused::now(other),
             })?;
         master
             .adopt_legacy_fence(index, (config.layout, &config.key_prefix), timeout)
@@ -138,12 +140,12 @@ impl SentinelNode {
                         failures: vec![e.at(index, &named)],
                     })?;
             if replicas < w.replicas {
-                return Err(Error::Config(format!(
+                return Err(Refused::now(Error::Config(format!(
                     "replica_wait asks for {} replica(s), but {named} has {replicas} connected: \
                      its grants could never count (WAIT would time out on each); add replicas \
                      or lower replica_wait",
                     w.replicas
-                )));
+                ))));
             }
         }
         let current = Current {
