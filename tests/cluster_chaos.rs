@@ -211,12 +211,12 @@ async fn replica_wait_is_checked_at_build() {
     assert!(why.contains("asks for 2 replica(s)"), "{why}");
     let why = config(only(ms(900)).replica_wait(u32::MAX, ms(50))).await;
     assert!(why.contains("replica_wait"), "{why}");
-    // No cluster member to apply it to.
+    // No cluster or Sentinel member to apply it to.
     let masters = LockManager::builder()
         .node(replica_cluster().urls()[0].clone())
         .replica_wait(1, ms(50));
     let why = config(masters).await;
-    assert!(why.contains("cluster members"), "{why}");
+    assert!(why.contains("cluster and Sentinel members"), "{why}");
     // And the manager it builds says what it waits for.
     let m = build(waiting(ms(900))).await;
     let wait = m.config().replica_wait.expect("set");
