@@ -76,7 +76,8 @@ pub struct Row {
     /// Address, without credentials.
     pub addr: String,
     /// For a member that is a Redis Cluster, the shard that answered (its
-    /// master's `host:port`); null for a standalone master.
+    /// master's `host:port`); for a member under Redis Sentinel, the master
+    /// that answered; null for a standalone master.
     pub shard: Option<String>,
     /// Whether the node answered.
     pub reachable: bool,

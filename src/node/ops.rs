@@ -139,7 +139,8 @@ pub struct NodeLockState {
     /// token it issued for a name of that slot, or raised it to).
     pub fence: u64,
     /// For a member that is a Redis Cluster, the shard that answered (its
-    /// master's `host:port`); `None` for a standalone master.
+    /// master's `host:port`); for a member under Redis Sentinel, the
+    /// master that answered; `None` for a standalone master.
     pub shard: Option<String>,
 }
 
