@@ -37,7 +37,21 @@ pub(crate) struct Members {
     ///
     /// [`WatchdogStats::losses`]: crate::WatchdogStats::losses
     pub(crate) lost_holds: AtomicU64,
+    /// The places of acquisition attempts in flight
+    /// ([`MAX_ATTEMPTS_IN_FLIGHT`]).
+    attempts: tokio::sync::Semaphore,
 }
+
+/// The most acquisition attempts of one manager in flight at once (from
+/// their send to their quorum's answer); more wait for a place before they
+/// send anything. A crowd of attempts (thousands of waiters or `try_lock`s
+/// at once) otherwise puts thousands of replies per node ahead of a
+/// release's in the client's runtime, and on a small machine the release's
+/// answers are read after its per-node timeout (issue 35,
+/// `tests/crowd.rs`). Releases, queue exits, renewals and reads take no
+/// place. 512 attempts in flight keep every node's connection busy (the
+/// throughput benchmark's 512 tasks ran at the limit).
+pub(crate) const MAX_ATTEMPTS_IN_FLIGHT: usize = 512;
 
 impl Members {
     pub(crate) fn new(
@@ -54,6 +68,23 @@ impl Members {
             resume: Resume::new(),
             metrics,
             lost_holds: AtomicU64::new(0),
+            attempts: tokio::sync::Semaphore::new(MAX_ATTEMPTS_IN_FLIGHT),
+        }
+    }
+
+    /// A place among this manager's acquisition attempts in flight, taken
+    /// before an attempt sends anything and given back when its quorum is
+    /// decided; waits while [`MAX_ATTEMPTS_IN_FLIGHT`] are out. Taken at
+    /// once, without yielding, while places are free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it while it waits gives up the wait; nothing was sent.
+    pub(crate) async fn attempt_place(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match self.attempts.try_acquire() {
+            Ok(place) => Some(place),
+            // Never closed: `None` would only let the attempt go unbounded.
+            Err(_) => self.attempts.acquire().await.ok(),
         }
     }
 

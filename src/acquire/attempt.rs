@@ -103,6 +103,9 @@ pub(crate) async fn attempt(ask: Ask<'_>, spot: Option<&mut Spot>) -> Result<Won
 async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     let (nodes, target, lease) = (ask.nodes, ask.target, ask.claim.lease);
     let required = nodes.required_for(target.first());
+    // A place among the manager's attempts in flight, before anything is
+    // sent (and before the lease's clock starts).
+    let in_flight = nodes.attempt_place().await;
     let start = clock::now();
     // Armed from the start: dropped with this future, it sends the release
     // of every name to every node in the background.
@@ -116,6 +119,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     let mut fan = nodes.fan_out(nodes.call_timeout(lease), |i| ask.call(i, place.as_ref()));
     fan.until_quorum(required, |g| matches!(g, Grant::Granted(_)))
         .await;
+    drop(in_flight);
     let elapsed = clock::now().saturating_duration_since(start);
     let tally = Tally::of(fan.replies());
     trace_replies(fan.replies(), tally, elapsed);

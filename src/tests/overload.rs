@@ -115,3 +115,43 @@ async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(m.lock("after-releases").await.unwrap());
 }
+
+/// A crowd of attempts larger than [`MAX_ATTEMPTS_IN_FLIGHT`] sends that
+/// many at once; the others wait for a place, then attempt (issue 35: a
+/// release behind thousands of attempts in flight timed out, its answers
+/// read behind theirs).
+#[tokio::test(start_paused = true)]
+async fn a_crowd_of_attempts_sends_at_most_the_bound_at_once() {
+    use crate::members::MAX_ATTEMPTS_IN_FLIGHT;
+    use crate::tests::fake::{nodes, Mode};
+    use std::sync::atomic::Ordering;
+
+    let fakes = fakes(3);
+    for f in &fakes {
+        f.set_mode(Mode::Stall);
+    }
+    let m = LockManager::builder()
+        .node_timeout(Duration::from_secs(1))
+        .build_with(nodes(&fakes))
+        .expect("valid settings");
+    let crowd = MAX_ATTEMPTS_IN_FLIGHT + 100;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..crowd {
+        let m = m.clone();
+        tasks.spawn(async move { m.try_lock(&format!("crowd-{i}"), Duration::ZERO).await });
+    }
+    let sent = || -> u64 { fakes.iter().map(|f| f.calls.load(Ordering::Relaxed)).sum() };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let bound = 3 * MAX_ATTEMPTS_IN_FLIGHT as u64;
+    assert_eq!(sent(), bound, "one call per node per attempt in flight");
+    for f in &fakes {
+        f.set_mode(Mode::Normal);
+    }
+    let mut won = 0;
+    while let Some(r) = tasks.join_next().await {
+        won += usize::from(r.expect("an attempt task").is_ok());
+    }
+    // Those in flight timed out on the stalled nodes; the rest got places
+    // as they freed, and took their locks.
+    assert_eq!(won, 100);
+}
