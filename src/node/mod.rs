@@ -51,7 +51,7 @@ pub(crate) use self::ops::{
 };
 pub(crate) use self::redis_node::RedisNode;
 #[cfg(test)]
-pub(crate) use self::script_call::Resend;
+pub(crate) use self::script_call::{Again, Resend};
 pub(crate) use self::spec::{redact, NodeSpec};
 
 /// The keys (`KEYS`) each script call names, for the tests' nodes, which

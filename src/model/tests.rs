@@ -1,0 +1,147 @@
+//! The bounded runs: every property holds on the protocol's worlds, and
+//! each mutation (and each unsafe case the README names) is caught by the
+//! property it breaks, its counterexample printed.
+//!
+//! `QUORUMLOCK_MODEL_DEEP=1` widens the lock world (a longer horizon, more
+//! losses and restarts) for the deeper run docs/MODEL.md reports.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+use super::trace;
+use super::world::{Design, Mutation, Params, Restart};
+
+/// The lock world every safety property is checked on: 3 nodes, 2
+/// clients of 2 attempts each, one name, a lease of 3 ticks (drift 1),
+/// clocks up to the allowance ahead, a lost message, a restart with data,
+/// renewals.
+fn lock_world() -> Params {
+    let mut p = Params::lock(2);
+    p.lead = 1;
+    p.losses = 1;
+    p.restarts = 1;
+    p.renew = true;
+    if std::env::var_os("QUORUMLOCK_MODEL_DEEP").is_some() {
+        p.horizon = 6;
+        p.losses = 2;
+    }
+    p
+}
+
+/// Checks `p` exhaustively; every property holds.
+fn holds(what: &str, p: Params) {
+    let started = Instant::now();
+    let c = p.checker().spawn_bfs().join();
+    println!(
+        "{what}: {} states ({} unique), depth {}, {:?}",
+        c.state_count(),
+        c.unique_state_count(),
+        c.max_depth(),
+        started.elapsed()
+    );
+    c.assert_properties();
+}
+
+/// Checks `p` until `property` fails; prints the counterexample and
+/// returns its length in steps.
+fn finds(what: &str, p: Params, property: &'static str) -> usize {
+    let started = Instant::now();
+    let c = p
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = c
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{what}: \"{property}\" should fail"));
+    let steps = path.clone().into_actions().len();
+    println!(
+        "{what}: \"{property}\" fails in {steps} steps ({} states, {:?}):\n{}",
+        c.unique_state_count(),
+        started.elapsed(),
+        trace::show(&path)
+    );
+    steps
+}
+
+#[test]
+fn the_lock_protocol_keeps_every_property() {
+    holds("lock", lock_world());
+}
+
+#[test]
+fn a_quorum_of_half_the_nodes_breaks_mutual_exclusion() {
+    let p = Params::lock(2).with(Mutation::HalfQuorum);
+    finds("quorum N/2", p, "mutual exclusion");
+}
+
+#[test]
+fn no_drift_subtracted_breaks_mutual_exclusion() {
+    let mut p = Params::lock(2).with(Mutation::NoDrift);
+    p.lead = 1;
+    finds("no drift", p, "mutual exclusion");
+}
+
+#[test]
+fn a_one_try_fence_raise_breaks_fencing() {
+    let mut p = Params::lock(2).with(Mutation::OneTryFence);
+    p.losses = 1;
+    finds("one-try fence", p, "fencing tokens increase");
+}
+
+#[test]
+fn an_acquire_sent_again_after_a_lost_reply_outlives_its_release() {
+    let mut p = Params::lock(1).with(Mutation::ResendAcquire);
+    p.losses = 1;
+    finds(
+        "acquire re-sent",
+        p,
+        "no grant after its release was acknowledged",
+    );
+}
+
+#[test]
+fn an_empty_restart_at_once_lets_two_clients_hold() {
+    let mut p = Params::lock(2);
+    p.restarts = 2;
+    p.restart = Restart::EmptyAtOnce;
+    finds("restart without fsync", p, "mutual exclusion");
+}
+
+#[test]
+fn a_clock_jump_past_the_allowance_lets_two_clients_hold() {
+    let mut p = Params::lock(2);
+    p.lead = 2;
+    finds("clock jump", p, "mutual exclusion");
+}
+
+/// The semaphore's two designs, 2 permits, 3 nodes, 3 clients.
+fn semaphore(design: Design) -> Params {
+    let mut p = Params::lock(3);
+    p.permits = Some(2);
+    p.design = design;
+    p.attempts = 1;
+    p.horizon = 2;
+    p.names = match design {
+        Design::Locks => 2,
+        Design::Counter => 1,
+    };
+    p.quorums();
+    p
+}
+
+#[test]
+fn a_semaphore_of_slot_locks_never_exceeds_its_permits() {
+    holds("semaphore, slot locks", semaphore(Design::Locks));
+}
+
+#[test]
+fn a_counter_semaphore_exceeds_its_permits() {
+    finds(
+        "semaphore, counter",
+        semaphore(Design::Counter),
+        "at most P permits",
+    );
+}
