@@ -5,6 +5,8 @@
 
 use stateright::{Model, Property};
 
+use crate::node::Again;
+
 use super::world::{Ans, Body, Client, Design, Msg, Node, Params, Phase, Ren, Restart, State};
 
 /// One step of the world.
@@ -13,12 +15,16 @@ pub(crate) enum Action {
     /// Global time advances one tick (clients that take no step meanwhile
     /// are paused).
     Tick,
-    /// Node `n`'s clock runs one tick ahead.
+    /// Node `n`'s clock steps ahead, as far as the world lets it.
     Lead(u8),
     /// Node `n` restarts; its connections break (their messages are lost).
     Restart(u8),
-    /// The first message of a link arrives.
+    /// The first message of a link arrives: the node runs it, and its
+    /// answer reaches the client.
     Deliver(Msg),
+    /// The same, but the answer is lost (the connection broke after the
+    /// call ran).
+    DeliverLost(Msg),
     /// A message is lost.
     Lose(Msg),
     /// Client `c` starts an attempt on name `name`.
@@ -59,14 +65,15 @@ impl Model for Params {
         let names = usize::from(self.names);
         vec![State {
             now: 0,
-            nodes: vec![
-                Node {
+            nodes: self
+                .counters
+                .iter()
+                .map(|c| Node {
                     keys: vec![Vec::new(); names],
-                    fence: vec![0; names],
+                    fence: vec![*c; names],
                     lead: 0,
-                };
-                self.nodes
-            ],
+                })
+                .collect(),
             clients: vec![
                 Client {
                     attempt: 0,
@@ -90,8 +97,9 @@ impl Model for Params {
         if s.now < self.horizon {
             actions.push(Action::Tick);
         }
+        let skewed = s.nodes.iter().filter(|n| n.lead > 0).count();
         for n in 0..self.nodes {
-            if s.nodes[n].lead < self.lead {
+            if s.nodes[n].lead < self.lead && skewed < usize::from(self.skewed) {
                 actions.push(Action::Lead(idx(n)));
             }
             if s.restarts < self.restarts {
@@ -101,6 +109,9 @@ impl Model for Params {
         for (i, m) in s.net.iter().enumerate() {
             if s.head(i) {
                 actions.push(Action::Deliver(*m));
+                if s.losses < self.losses {
+                    actions.push(Action::DeliverLost(*m));
+                }
             }
             if s.losses < self.losses && (i == 0 || s.net[i - 1] != *m) {
                 actions.push(Action::Lose(*m));
@@ -123,11 +134,15 @@ impl Model for Params {
                 Phase::Renewing { answers, .. } if answers.contains(&Ren::Pending) => {
                     actions.push(Action::Timeout(c8));
                 }
-                Phase::Held { valid_until, .. } => {
-                    if self.renew && s.now < *valid_until {
+                Phase::Held {
+                    valid_until, wave, ..
+                } => {
+                    if self.renew && *wave < s.now && s.now < *valid_until {
                         actions.push(Action::Renew(c8));
                     }
-                    actions.push(Action::Release(c8));
+                    if self.release {
+                        actions.push(Action::Release(c8));
+                    }
                 }
                 _ => {}
             }
@@ -147,7 +162,7 @@ impl Model for Params {
                 s.expire();
             }
             Action::Lead(n) => {
-                s.nodes[usize::from(n)].lead += 1;
+                s.nodes[usize::from(n)].lead = self.lead;
                 s.expire();
             }
             Action::Restart(n) => {
@@ -159,13 +174,15 @@ impl Model for Params {
                     node.fence.iter_mut().for_each(|f| *f = 0);
                 }
             }
-            Action::Deliver(m) => {
+            Action::Deliver(m) | Action::DeliverLost(m) => {
                 let i = s.net.iter().position(|o| *o == m)?;
                 s.net.remove(i);
-                if m.to_node {
-                    self.node_runs(&mut s, m);
-                } else {
-                    self.client_reads(&mut s, m);
+                let reply = self.node_runs(&mut s, m);
+                if let (Some(r), Action::Deliver(_)) = (reply, &action) {
+                    self.client_reads(&mut s, r);
+                }
+                if matches!(action, Action::DeliverLost(_)) {
+                    s.losses += 1;
                 }
             }
             Action::Lose(m) => {
@@ -204,6 +221,7 @@ impl Model for Params {
                     name,
                     token,
                     valid_until,
+                    ..
                 } = s.clients[c].phase
                 else {
                     return None;
@@ -244,16 +262,21 @@ impl Model for Params {
                         holds.count() <= 1
                     })
             }),
-            Property::always("fencing tokens increase", |_: &Params, s: &State| !s.stale_token),
-            Property::always("no grant after its release was acknowledged", |_: &Params, s: &State| {
-                s.acked.iter().all(|(n, h)| {
-                    s.nodes[usize::from(*n)]
-                        .keys
-                        .iter()
-                        .flatten()
-                        .all(|l| l.holder != *h)
-                })
+            Property::always("fencing tokens increase", |_: &Params, s: &State| {
+                !s.stale_token
             }),
+            Property::always(
+                "no grant after its release was acknowledged",
+                |_: &Params, s: &State| {
+                    s.acked.iter().all(|(n, h)| {
+                        s.nodes[usize::from(*n)]
+                            .keys
+                            .iter()
+                            .flatten()
+                            .all(|l| l.holder != *h)
+                    })
+                },
+            ),
             Property::always("at most P permits", |p: &Params, s: &State| {
                 p.permits.is_none_or(|permits| {
                     (0..s.clients.len())
@@ -284,7 +307,8 @@ impl Params {
                 for (n, a) in replies.iter_mut().enumerate() {
                     if *a == Ans::Pending {
                         *a = Ans::Failed;
-                        cl.lost[n] = true;
+                        // Kept only where the re-send rule may send it.
+                        cl.lost[n] = self.resend(false) != Again::Stop;
                     }
                 }
                 self.decide(s, c);

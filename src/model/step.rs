@@ -12,8 +12,8 @@ use super::world::{
 };
 
 impl Params {
-    /// Node `m.node` runs the call `m` and answers on its link.
-    pub(super) fn node_runs(&self, s: &mut State, m: Msg) {
+    /// Node `m.node` runs the call `m`; its answer, if it makes one.
+    pub(super) fn node_runs(&self, s: &mut State, m: Msg) -> Option<Msg> {
         let n = usize::from(m.node);
         let clock = s.clock(n);
         let me = Holder {
@@ -87,9 +87,7 @@ impl Params {
             }
             Body::Grant(_) | Body::Raised(_) | Body::Renewal(_) | Body::Released => None,
         };
-        if let Some(body) = reply {
-            s.send(answer(body));
-        }
+        reply.map(answer)
     }
 
     /// Whether a node grants `me` beside `leases` (its grants alive).
@@ -125,14 +123,19 @@ impl Params {
                 replies[n] = g.map_or(Ans::Taken, Ans::Granted);
                 self.decide(s, c);
             }
-            (Phase::Fencing {
-                raised, pending, ..
-            }, Body::Raised(v)) if pending[n] => {
+            (
+                Phase::Fencing {
+                    raised, pending, ..
+                },
+                Body::Raised(v),
+            ) if pending[n] => {
                 raised[n] = Some(v);
                 pending[n] = false;
                 self.fence_step(s, c);
             }
-            (Phase::Renewing { answers, .. }, Body::Renewal(code)) if answers[n] == Ren::Pending => {
+            (Phase::Renewing { answers, .. }, Body::Renewal(code))
+                if answers[n] == Ren::Pending =>
+            {
                 answers[n] = match code {
                     RenewCode::Extended => Ren::Extended,
                     RenewCode::Missing => Ren::Missing,
@@ -287,6 +290,8 @@ impl Params {
             name,
             token,
             valid_until: self.tick_of(until),
+            // Only a world that renews tells waves apart.
+            wave: if self.renew { s.now } else { 0 },
         };
     }
 
@@ -304,7 +309,9 @@ impl Params {
     /// Client `c` makes a call of its current hold to node `i`.
     pub(super) fn call(&self, s: &mut State, c: usize, i: usize, body: Body) {
         let cl = &mut s.clients[c];
-        cl.later[i] = true;
+        // A later call of the hold, after the loss was seen (the only
+        // calls the re-send rule is asked about).
+        cl.later[i] |= cl.lost[i] && matches!(body, Body::Acquire { .. } | Body::Release { .. });
         let m = Msg {
             client: u8::try_from(c).unwrap_or(u8::MAX),
             node: u8::try_from(i).unwrap_or(u8::MAX),
@@ -315,19 +322,23 @@ impl Params {
         s.send(m);
     }
 
-    /// The re-send rule for client `c`'s acquire to node `i` whose reply
-    /// was lost (the connection broke: it may have run).
-    pub(super) fn may_resend(&self, s: &State, c: usize, i: usize) -> bool {
-        let cl = &s.clients[c];
-        if !cl.lost[i] {
-            return false;
-        }
-        let again = if self.mutated(Mutation::ResendAcquire) {
+    /// The re-send rule for an acquire whose reply was lost (the
+    /// connection broke: it may have run), `superseded` when a later call
+    /// of its hold was made to the node. An acquire is `Resend::Never`;
+    /// under [`Mutation::ResendAcquire`], one that may be sent again, with
+    /// no order of the hold's calls.
+    pub(super) fn resend(&self, superseded: bool) -> Again {
+        if self.mutated(Mutation::ResendAcquire) {
             Resend::AfterBrokenConnection.again(false, true, true, || false)
         } else {
-            Resend::Never.again(false, true, true, || cl.later[i])
-        };
-        again == Again::Send
+            Resend::Never.again(false, true, true, || superseded)
+        }
+    }
+
+    /// Whether client `c` may send its acquire to node `i` again now.
+    pub(super) fn may_resend(&self, s: &State, c: usize, i: usize) -> bool {
+        let cl = &s.clients[c];
+        cl.lost[i] && self.resend(cl.later[i]) == Again::Send
     }
 
     /// The end of a renewal wave: the real verdict (`RenewalTally`), the
@@ -360,6 +371,7 @@ impl Params {
             name,
             token,
             valid_until,
+            wave,
         };
         s.clients[c].phase = match tally.verdict(self.quorum(self.readers[c]), &times) {
             Verdict::Renewed(until) => {

@@ -24,9 +24,10 @@ pub(crate) fn show(path: &Path<State, Action>) -> String {
 fn act(a: &Action) -> String {
     match a {
         Action::Tick => "tick".into(),
-        Action::Lead(n) => format!("node {n}'s clock runs a tick ahead"),
+        Action::Lead(n) => format!("node {n}'s clock steps ahead"),
         Action::Restart(n) => format!("node {n} restarts"),
-        Action::Deliver(m) => format!("deliver {}", msg(m)),
+        Action::Deliver(m) => format!("deliver {} (and its answer)", msg(m)),
+        Action::DeliverLost(m) => format!("deliver {}, its answer lost", msg(m)),
         Action::Lose(m) => format!("lose {}", msg(m)),
         Action::Start(c, name) => format!("client {c} starts an attempt on name {name}"),
         Action::Timeout(c) => format!("client {c} stops waiting"),
@@ -108,6 +109,7 @@ fn phase(p: &Phase) -> String {
             name,
             token,
             valid_until,
+            ..
         } => format!("HOLDS {name} token {token} until {valid_until}"),
         Phase::Renewing {
             name,

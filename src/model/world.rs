@@ -74,8 +74,14 @@ pub(crate) struct Params {
     pub(crate) lease: Tick,
     /// Time stops at this tick.
     pub(crate) horizon: Tick,
-    /// How far a node's clock may run ahead of the global one, in ticks.
+    /// How far a node's clock may step ahead of the global one, in ticks
+    /// (in one step).
     pub(crate) lead: Tick,
+    /// Each node's fence counter at the start (an earlier history of the
+    /// name, e.g. a rolled-back grant on one node).
+    pub(crate) counters: Vec<u64>,
+    /// Nodes whose clock may step ahead.
+    pub(crate) skewed: u8,
     /// Messages that may be lost.
     pub(crate) losses: u8,
     /// Node restarts, and what they keep.
@@ -83,6 +89,8 @@ pub(crate) struct Params {
     pub(crate) restart: Restart,
     /// Whether holds are renewed (the watchdog).
     pub(crate) renew: bool,
+    /// Whether clients release their holds (else holds lapse).
+    pub(crate) release: bool,
     /// The semaphore's permits, checked (`None`: not a semaphore).
     pub(crate) permits: Option<usize>,
     pub(crate) design: Design,
@@ -107,14 +115,17 @@ impl Params {
             nodes,
             readers: vec![false; clients],
             names: 1,
-            attempts: 2,
+            attempts: 1,
             lease: 3,
             horizon: 5,
             lead: 0,
+            counters: vec![0; nodes],
+            skewed: 1,
             losses: 0,
             restarts: 0,
             restart: Restart::WithData,
             renew: false,
+            release: true,
             permits: None,
             design: Design::Locks,
             mutation: None,
@@ -168,8 +179,8 @@ impl Params {
     /// An instant as the last tick not after it (a validity is never
     /// rounded up).
     pub(super) fn tick_of(&self, i: Instant) -> Tick {
-        let ms = u64::try_from(i.saturating_duration_since(self.base).as_millis())
-            .unwrap_or(u64::MAX);
+        let ms =
+            u64::try_from(i.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
         Tick::try_from(ms / MS_PER_TICK).unwrap_or(Tick::MAX)
     }
 
@@ -260,11 +271,13 @@ pub(crate) enum Phase {
         pending: Vec<bool>,
         round: u8,
     },
-    /// Held, believed valid until `valid_until`.
+    /// Held, believed valid until `valid_until`; `wave`: the tick of its
+    /// grant or last renewal wave (the watchdog renews once a tick).
     Held {
         name: u8,
         token: u64,
         valid_until: Tick,
+        wave: Tick,
     },
     /// Held, a renewal wave out since `wave`.
     Renewing {
@@ -279,16 +292,30 @@ pub(crate) enum Phase {
 /// A message's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Body {
-    Acquire { name: u8, reader: bool },
+    Acquire {
+        name: u8,
+        reader: bool,
+    },
     /// Granted with the node's counter, or taken (`None`).
     Grant(Option<u64>),
-    Raise { name: u8, token: u64 },
+    Raise {
+        name: u8,
+        token: u64,
+    },
     Raised(u64),
-    Renew { name: u8 },
+    Renew {
+        name: u8,
+    },
     Renewal(RenewCode),
-    Repair { name: u8, token: u64 },
+    Repair {
+        name: u8,
+        token: u64,
+    },
     /// Release (token 0: a rollback).
-    Release { name: u8, token: u64 },
+    Release {
+        name: u8,
+        token: u64,
+    },
     Released,
 }
 

@@ -182,9 +182,8 @@ impl ScriptCall {
                     let again_as_eval = no_script(&e) && !send_body && !no_script_resent;
                     // Never again behind a later call of the same hold (see
                     // `order`).
-                    match resend.again(again_as_eval, broken(&e), tries > 0, || {
-                        stamp.superseded()
-                    }) {
+                    match resend.again(again_as_eval, broken(&e), tries > 0, || stamp.superseded())
+                    {
                         Again::Superseded => {
                             let mut superseded = super::order::superseded_error();
                             if may_have_run {
@@ -254,7 +253,10 @@ mod tests {
             asked.set(true);
             true
         });
-        assert!(!asked.get(), "the order is asked only of a call to send again");
+        assert!(
+            !asked.get(),
+            "the order is asked only of a call to send again"
+        );
     }
 
     #[tokio::test(start_paused = true)]

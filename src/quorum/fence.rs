@@ -87,11 +87,17 @@ mod tests {
         assert!(t.at(0) && !t.at(1) && !t.at(2));
         assert!(!t.shown(2));
         assert_eq!(t.targets(&replies, true), [false, true, true, false, false]);
-        assert_eq!(t.targets(&replies, false), [false, false, false, true, true]);
+        assert_eq!(
+            t.targets(&replies, false),
+            [false, false, false, true, true]
+        );
         t.raised(1, 6);
         assert!(!t.shown(2), "raised below the token");
         t.raised(3, 9);
         assert!(t.shown(2));
-        assert_eq!(t.targets(&replies, false), [false, false, false, false, true]);
+        assert_eq!(
+            t.targets(&replies, false),
+            [false, false, false, false, true]
+        );
     }
 }

@@ -12,8 +12,8 @@ mod verdict;
 mod fan_out;
 
 pub(crate) use self::agreement::{agree, Agreement};
-pub(crate) use self::fence::FenceTally;
 pub(crate) use self::fan_out::{deadline_after, FanOut, Leg, Stragglers};
+pub(crate) use self::fence::FenceTally;
 pub(crate) use self::permits::{view as slots_view, SlotsView};
 pub(crate) use self::verdict::{
     valid_until, validity, Decision, Loss, ReleaseTally, RenewalTally, Tally, Times, Verdict,
