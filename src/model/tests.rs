@@ -182,3 +182,32 @@ fn a_counter_semaphore_exceeds_its_permits() {
         "at most P permits",
     );
 }
+
+/// A read-write lock: a reader and a writer, 3 nodes, the quorums of
+/// `Keys::required` (`q_w` a majority, `q_r = N - q_w + 1`).
+fn read_write() -> Params {
+    let mut p = Params::lock(2);
+    p.readers = vec![true, false];
+    p.lead = 1;
+    p.horizon = 3;
+    p.quorums();
+    p
+}
+
+#[test]
+fn a_reader_never_holds_beside_a_writer() {
+    holds("read-write", read_write(), 10);
+}
+
+#[test]
+fn a_reader_quorum_of_one_holds_beside_a_writer() {
+    let mut p = read_write();
+    {
+        // The simulator's switch, read by the real `Keys::required`.
+        let _one =
+            crate::hooks::mutation::enable(crate::hooks::mutation::Mutation::ReaderQuorumOne);
+        p.quorums();
+    }
+    assert_eq!(p.reader_required, 1);
+    finds("reader quorum 1", p, "no reader beside a writer");
+}
