@@ -24,13 +24,9 @@ fn deep() -> bool {
 fn two_clients() -> Params {
     let mut p = Params::lock(2);
     p.lead = 1;
+    p.horizon = 3;
     if deep() {
-        p.attempts = 2;
-        p.horizon = 5;
-        p.losses = 1;
         p.renew = true;
-    } else {
-        p.horizon = 3;
     }
     p
 }
@@ -45,11 +41,7 @@ fn one_client_faults() -> Params {
     p.restarts = 1;
     p.renew = true;
     p.horizon = 5;
-    if deep() {
-        p.attempts = 3;
-        p.losses = 2;
-        p.horizon = 7;
-    }
+
     p
 }
 
