@@ -63,8 +63,10 @@ fn holds(what: &str, p: Params, depth: usize) {
 }
 
 /// Checks `p` breadth first until `property` fails; prints the
-/// counterexample (the shortest) and returns its length in steps.
+/// counterexample (the shortest) and returns its length in steps. In the
+/// deeper run, also checks the same world made safe ([`control`]).
 fn finds(what: &str, p: Params, property: &'static str) -> usize {
+    let p_safe = p.clone();
     let started = Instant::now();
     let c = p
         .checker()
@@ -81,7 +83,31 @@ fn finds(what: &str, p: Params, property: &'static str) -> usize {
         started.elapsed(),
         trace::show(&path)
     );
+    if deep() {
+        control(what, p_safe, steps);
+    }
     steps
+}
+
+/// The same world made safe (no mutation, restarts with data, clocks
+/// within the allowance, a semaphore of slot locks, the real quorums)
+/// keeps every property on every path as long as the counterexample.
+fn control(what: &str, mut p: Params, steps: usize) {
+    p.mutation = None;
+    p.restart = Restart::WithData;
+    p.lead = p.lead.min(1);
+    if p.design == Design::Counter {
+        p.design = Design::Locks;
+        p.names = u8::try_from(p.permits.unwrap_or(1)).expect("a few permits");
+    }
+    p.quorums();
+    let c = p.checker().target_max_depth(steps).spawn_bfs().join();
+    println!(
+        "{what}, made safe: {} states ({} unique) to depth {steps}",
+        c.state_count(),
+        c.unique_state_count()
+    );
+    c.assert_properties();
 }
 
 #[test]
