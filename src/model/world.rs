@@ -356,7 +356,8 @@ pub(crate) struct Client {
     /// Per node: the current attempt's acquire whose reply was lost (a
     /// candidate for the re-send rule).
     pub(crate) lost: Vec<bool>,
-    /// Per node: a later call of the current hold was made there.
+    /// Per node: a later call of the current hold (an acquire, a release)
+    /// was made there after the loss was seen.
     pub(crate) later: Vec<bool>,
 }
 
