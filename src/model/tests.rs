@@ -133,7 +133,7 @@ fn control(what: &str, mut p: Params, steps: usize) {
 
 #[test]
 fn two_lock_clients_keep_every_property() {
-    holds("lock, two clients", two_clients(), 9, None);
+    holds("lock, two clients", two_clients(), 9, Some(12));
 }
 
 #[test]
@@ -210,7 +210,12 @@ fn semaphore(design: Design) -> Params {
 
 #[test]
 fn a_semaphore_of_slot_locks_never_exceeds_its_permits() {
-    holds("semaphore, slot locks", semaphore(Design::Locks), 8, None);
+    holds(
+        "semaphore, slot locks",
+        semaphore(Design::Locks),
+        8,
+        Some(11),
+    );
 }
 
 #[test]
