@@ -202,6 +202,9 @@ mod tests;
 #[cfg(test)]
 mod sim;
 
+#[cfg(test)]
+mod model;
+
 pub use crate::builder::LockManagerBuilder;
 pub use crate::config::{
     Backoff, Config, Quorum, ReplicaWait, MAX_EVENTS_BUFFER, MAX_LEASE, MAX_TIMEOUT,

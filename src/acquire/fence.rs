@@ -12,7 +12,7 @@ use crate::error::{NodeError, NodeFailure};
 use crate::keys::Target;
 use crate::members::Members;
 use crate::node::Grant;
-use crate::quorum::{self, Leg};
+use crate::quorum::{self, FenceTally, Leg};
 
 /// Hands out `token` (of one lock, or of a set, whose names share one
 /// counter per node) only once a quorum of nodes is known to have a fence
@@ -33,11 +33,8 @@ pub(crate) async fn fence_quorum(
     lease: Duration,
 ) -> Result<(), Vec<NodeFailure>> {
     let required = nodes.required_for(target.first());
-    let at_token: Vec<bool> = replies
-        .iter()
-        .map(|r| matches!(r, Some(Ok(Grant::Granted(t))) if *t >= token))
-        .collect();
-    if at_token.iter().filter(|b| **b).count() >= required {
+    let mut at = FenceTally::of(replies, token);
+    if at.shown(required) {
         return Ok(());
     }
     #[cfg(test)]
@@ -73,15 +70,9 @@ pub(crate) async fn fence_quorum(
         .saturating_sub(elapsed)
         .min(valid_for);
     let deadline = quorum::deadline_after(Instant::now(), timeout);
-    let mut at = at_token;
     let mut failures = Vec::new();
     for first_round in [true, false] {
-        let targets: Vec<bool> = (0..nodes.len())
-            .map(|i| {
-                let first = matches!(replies[i], None | Some(Ok(Grant::Granted(_))));
-                !at[i] && first == first_round
-            })
-            .collect();
+        let targets = at.targets(replies, first_round);
         if !targets.contains(&true) {
             continue;
         }
@@ -91,7 +82,7 @@ pub(crate) async fn fence_quorum(
             .metrics
             .fence_raised(targets.iter().filter(|t| **t).count());
         let mut fan = nodes.fan_out(round, |i| {
-            if at[i] {
+            if at.at(i) {
                 Leg::Known(Ok(token))
             } else if targets[i] {
                 Leg::Call(nodes.node(i).raise_fence(&target.keys, token))
@@ -110,7 +101,7 @@ pub(crate) async fn fence_quorum(
         }
         for (i, r) in raised_replies.iter().enumerate() {
             match r {
-                Some(Ok(c)) if *c >= token => at[i] = true,
+                Some(Ok(c)) => at.raised(i, *c),
                 Some(Err(e)) => failures.push(nodes.failure(i, e)),
                 _ => {}
             }

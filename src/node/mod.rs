@@ -54,7 +54,7 @@ pub(crate) use self::ops::{
 };
 pub(crate) use self::redis_node::RedisNode;
 #[cfg(test)]
-pub(crate) use self::script_call::Resend;
+pub(crate) use self::script_call::{Again, Resend};
 pub(crate) use self::sentinel::{
     SentinelNode, SentinelRefused, SentinelSpec, Trust as SentinelTrust,
 };

@@ -405,14 +405,20 @@ impl Stamp {
     /// a later call of its hold was made meanwhile.
     pub(crate) fn may_resend(&self) -> Result<(), NodeError> {
         if self.superseded() {
-            return Err(NodeError::new(
-                NodeErrorKind::Superseded,
-                "not sent again: a later call of the same hold was made to this member \
-                 meanwhile (this one had not run)",
-            ));
+            return Err(superseded_error());
         }
         Ok(())
     }
+}
+
+/// The error of a call not sent again because a later call of its hold
+/// was made to the member meanwhile.
+pub(crate) fn superseded_error() -> NodeError {
+    NodeError::new(
+        NodeErrorKind::Superseded,
+        "not sent again: a later call of the same hold was made to this member \
+         meanwhile (this one had not run)",
+    )
 }
 
 impl Drop for Stamp {

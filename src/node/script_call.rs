@@ -96,6 +96,45 @@ pub(crate) enum Resend {
     AfterBrokenConnection,
 }
 
+/// What the re-send rule ([`Resend::again`]) says of a call whose try
+/// failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Again {
+    /// Send it again.
+    Send,
+    /// It may be sent again by its kind, but a later call of its hold has
+    /// been made to the member meanwhile: it fails instead (see `order`).
+    Superseded,
+    /// Not again: the try's error is the call's.
+    Stop,
+}
+
+impl Resend {
+    /// The re-send rule, with no I/O: whether a call of this kind whose try
+    /// failed may be sent again. One proven not run (`proven_not_run`:
+    /// `NOSCRIPT`, sent again as `EVAL`) may; one that may have run (the
+    /// connection `broken`) only when its kind allows it and its one second
+    /// try is left (`try_left`). Neither once a later call of its hold has
+    /// been made to the member (`superseded`, asked only then): sent again,
+    /// it could land behind that call (an acquire behind its own release).
+    pub(crate) fn again(
+        self,
+        proven_not_run: bool,
+        broken: bool,
+        try_left: bool,
+        superseded: impl FnOnce() -> bool,
+    ) -> Again {
+        let allowed = broken && try_left && self == Self::AfterBrokenConnection;
+        if !(proven_not_run || allowed) {
+            Again::Stop
+        } else if superseded() {
+            Again::Superseded
+        } else {
+            Again::Send
+        }
+    }
+}
+
 impl ScriptCall {
     pub(super) async fn run<T: redis::FromRedisValue>(
         mut self,
@@ -141,28 +180,30 @@ impl ScriptCall {
                     // script. The node restarted or its scripts were flushed
                     // without this connection seeing it.
                     let again_as_eval = no_script(&e) && !send_body && !no_script_resent;
-                    if again_as_eval || (broken(&e) && tries > 0) {
-                        // Never again behind a later call of the same hold
-                        // (see `order`).
-                        if let Err(mut superseded) = stamp.may_resend() {
+                    // Never again behind a later call of the same hold (see
+                    // `order`).
+                    match resend.again(again_as_eval, broken(&e), tries > 0, || stamp.superseded())
+                    {
+                        Again::Superseded => {
+                            let mut superseded = super::order::superseded_error();
                             if may_have_run {
                                 superseded.kind = NodeErrorKind::Connection;
                                 superseded.message = e.to_string();
                             }
                             return Err(superseded);
                         }
-                    }
-                    if again_as_eval {
-                        no_script_resent = true;
-                        tries += 1;
-                        continue;
-                    }
-                    if !(broken(&e) && tries > 0) {
-                        let mut err = map_err(&e);
-                        if !may_have_run {
-                            err.unsent_until = unsent_until;
+                        Again::Send if again_as_eval => {
+                            no_script_resent = true;
+                            tries += 1;
                         }
-                        return Err(err);
+                        Again::Send => {}
+                        Again::Stop => {
+                            let mut err = map_err(&e);
+                            if !may_have_run {
+                                err.unsent_until = unsent_until;
+                            }
+                            return Err(err);
+                        }
                     }
                 }
             }
@@ -193,6 +234,30 @@ pub(super) fn forget_scripts(loaded: &[AtomicBool; scripts::ONE_SHOT], e: &redis
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The re-send rule: proven not run, again; may have run, only a kind
+    /// that allows it, once; never once superseded (asked only then).
+    #[test]
+    fn a_call_is_sent_again_only_as_its_kind_and_order_allow() {
+        let (never, once) = (Resend::Never, Resend::AfterBrokenConnection);
+        let no = || false;
+        assert_eq!(never.again(true, false, false, no), Again::Send);
+        assert_eq!(never.again(false, true, true, no), Again::Stop);
+        assert_eq!(once.again(false, true, true, no), Again::Send);
+        assert_eq!(once.again(false, true, false, no), Again::Stop);
+        assert_eq!(once.again(false, false, true, no), Again::Stop);
+        assert_eq!(once.again(false, true, true, || true), Again::Superseded);
+        assert_eq!(never.again(true, false, false, || true), Again::Superseded);
+        let asked = std::cell::Cell::new(false);
+        let _ = never.again(false, true, true, || {
+            asked.set(true);
+            true
+        });
+        assert!(
+            !asked.get(),
+            "the order is asked only of a call to send again"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_refusing_node_is_dialled_again_only_after_a_doubling_pause() {

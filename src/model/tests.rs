@@ -1,0 +1,257 @@
+//! The bounded runs: every property holds on the protocol's worlds, and
+//! each mutation (and each unsafe case the README names) is caught by the
+//! property it breaks, its counterexample printed.
+//!
+//! `QUORUMLOCK_MODEL_DEEP=1` widens the worlds that must keep every
+//! property (more attempts, a longer horizon, more faults) for the deeper
+//! run docs/MODEL.md reports.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+use super::trace;
+use super::world::{Design, Mutation, Params, Restart};
+
+/// Whether the deeper run is asked for.
+fn deep() -> bool {
+    std::env::var_os("QUORUMLOCK_MODEL_DEEP").is_some()
+}
+
+/// Two lock clients of one attempt each on 3 nodes, one name, a lease of
+/// 3 ticks (drift 1), a node's clock up to the allowance ahead.
+fn two_clients() -> Params {
+    let mut p = Params::lock(2);
+    p.lead = 1;
+    p.horizon = 3;
+    if deep() {
+        p.renew = true;
+    }
+    p
+}
+
+/// One lock client of two attempts with every fault: a lost message, a
+/// restart with data, a node's clock ahead, renewals and repairs.
+fn one_client_faults() -> Params {
+    let mut p = Params::lock(1);
+    p.attempts = 2;
+    p.lead = 1;
+    p.losses = 1;
+    p.restarts = 1;
+    p.renew = true;
+    p.horizon = 5;
+
+    p
+}
+
+/// The checker's depth bound that checks every state reached in at most
+/// `steps` steps: the initial state is at depth 1, and states at the
+/// bound are neither checked nor expanded.
+fn bound(steps: usize) -> usize {
+    steps + 2
+}
+
+/// Checks `p` breadth first, every state reached in at most `steps` steps
+/// (`deeper` in the deeper run: `None`, every state); every property
+/// holds.
+fn holds(what: &str, p: Params, steps: usize, deeper: Option<usize>) {
+    let started = Instant::now();
+    let b = p.checker();
+    let b = match (deep(), deeper) {
+        (false, _) => b.target_max_depth(bound(steps)),
+        (true, Some(d)) => b.target_max_depth(bound(d)),
+        (true, None) => b,
+    };
+    let c = b.spawn_bfs().join();
+    println!(
+        "{what}: {} states ({} unique), {} steps deep, {:?}",
+        c.state_count(),
+        c.unique_state_count(),
+        c.max_depth().saturating_sub(1).min(match (deep(), deeper) {
+            (true, None) => usize::MAX,
+            (true, Some(d)) => d,
+            (false, _) => steps,
+        }),
+        started.elapsed()
+    );
+    c.assert_properties();
+}
+
+/// Checks `p` breadth first until `property` fails; prints the
+/// counterexample (the shortest) and returns its length in steps. In the
+/// deeper run, also checks the same world made safe ([`control`]).
+fn finds(what: &str, p: Params, property: &'static str) -> usize {
+    let p_safe = p.clone();
+    let started = Instant::now();
+    let c = p
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = c
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{what}: \"{property}\" should fail"));
+    let steps = path.clone().into_actions().len();
+    println!(
+        "{what}: \"{property}\" fails in {steps} steps ({} states, {:?}):\n{}",
+        c.unique_state_count(),
+        started.elapsed(),
+        trace::show(&path)
+    );
+    if deep() {
+        control(what, p_safe, steps);
+    }
+    steps
+}
+
+/// The same world made safe (no mutation, restarts with data, clocks
+/// within the allowance, a semaphore of slot locks, the real quorums)
+/// keeps every property in every state reached in as many steps as the
+/// counterexample took.
+fn control(what: &str, mut p: Params, steps: usize) {
+    p.mutation = None;
+    p.restart = Restart::WithData;
+    p.lead = p.lead.min(1);
+    if p.design == Design::Counter {
+        p.design = Design::Locks;
+        p.names = u8::try_from(p.permits.unwrap_or(1)).expect("a few permits");
+    }
+    p.quorums();
+    let c = p
+        .checker()
+        .target_max_depth(bound(steps))
+        .spawn_bfs()
+        .join();
+    println!(
+        "{what}, made safe: {} states ({} unique) to depth {steps}",
+        c.state_count(),
+        c.unique_state_count()
+    );
+    c.assert_properties();
+}
+
+#[test]
+fn two_lock_clients_keep_every_property() {
+    holds("lock, two clients", two_clients(), 9, Some(12));
+}
+
+#[test]
+fn one_lock_client_keeps_every_property_under_faults() {
+    holds("lock, one client, faults", one_client_faults(), 8, Some(11));
+}
+
+#[test]
+fn a_quorum_of_half_the_nodes_breaks_mutual_exclusion() {
+    let p = Params::lock(2).with(Mutation::HalfQuorum);
+    finds("quorum N/2", p, "mutual exclusion");
+}
+
+#[test]
+fn no_drift_subtracted_breaks_mutual_exclusion() {
+    let mut p = Params::lock(2).with(Mutation::NoDrift);
+    p.lease = 2;
+    p.lead = 1;
+    finds("no drift", p, "mutual exclusion");
+}
+
+#[test]
+fn a_one_try_fence_raise_breaks_fencing() {
+    let mut p = Params::lock(2).with(Mutation::OneTryFence);
+    p.lease = 2;
+    p.losses = 1;
+    // Counters apart, as an attempt rolled back after a grant on node 0
+    // leaves them.
+    p.counters = vec![2, 1, 1];
+    finds("one-try fence", p, "fencing tokens increase");
+}
+
+#[test]
+fn an_acquire_sent_again_after_a_lost_reply_outlives_its_release() {
+    let mut p = Params::lock(1).with(Mutation::ResendAcquire);
+    p.losses = 1;
+    finds(
+        "acquire re-sent",
+        p,
+        "no grant after its release was acknowledged",
+    );
+}
+
+#[test]
+fn an_empty_restart_at_once_lets_two_clients_hold() {
+    let mut p = Params::lock(2);
+    p.restarts = 2;
+    p.restart = Restart::EmptyAtOnce;
+    finds("restart without fsync", p, "mutual exclusion");
+}
+
+#[test]
+fn a_clock_jump_past_the_allowance_lets_two_clients_hold() {
+    let mut p = Params::lock(2);
+    p.lease = 2;
+    p.lead = 2;
+    finds("clock jump", p, "mutual exclusion");
+}
+
+/// The semaphore's two designs, 2 permits, 3 nodes, 3 clients.
+fn semaphore(design: Design) -> Params {
+    let mut p = Params::lock(3);
+    p.permits = Some(2);
+    p.design = design;
+    p.horizon = 0;
+    p.release = false;
+    p.names = match design {
+        Design::Locks => 2,
+        Design::Counter => 1,
+    };
+    p.quorums();
+    p
+}
+
+#[test]
+fn a_semaphore_of_slot_locks_never_exceeds_its_permits() {
+    holds(
+        "semaphore, slot locks",
+        semaphore(Design::Locks),
+        8,
+        Some(11),
+    );
+}
+
+#[test]
+fn a_counter_semaphore_exceeds_its_permits() {
+    finds(
+        "semaphore, counter",
+        semaphore(Design::Counter),
+        "at most P permits",
+    );
+}
+
+/// A read-write lock: a reader and a writer, 3 nodes, the quorums of
+/// `Keys::required` (`q_w` a majority, `q_r = N - q_w + 1`).
+fn read_write() -> Params {
+    let mut p = Params::lock(2);
+    p.readers = vec![true, false];
+    p.lead = 1;
+    p.horizon = 3;
+    p.quorums();
+    p
+}
+
+#[test]
+fn a_reader_never_holds_beside_a_writer() {
+    holds("read-write", read_write(), 8, None);
+}
+
+#[test]
+fn a_reader_quorum_of_one_holds_beside_a_writer() {
+    let mut p = read_write();
+    {
+        // The simulator's switch, read by the real `Keys::required`.
+        let _one =
+            crate::hooks::mutation::enable(crate::hooks::mutation::Mutation::ReaderQuorumOne);
+        p.quorums();
+    }
+    assert_eq!(p.reader_required, 1);
+    finds("reader quorum 1", p, "no reader beside a writer");
+}

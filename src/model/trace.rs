@@ -1,0 +1,121 @@
+//! A path of the model as lines a person reads: each step's action, then
+//! the world after it (time, each node's grants and counters, each
+//! client's phase, how many messages are in flight).
+
+use std::fmt::Write as _;
+
+use stateright::Path;
+
+use super::check::Action;
+use super::world::{Ans, Body, Msg, Phase, State};
+
+/// The path, one line per step.
+pub(crate) fn show(path: &Path<State, Action>) -> String {
+    let mut out = String::new();
+    for (i, (state, action)) in path.clone().into_vec().into_iter().enumerate() {
+        let _ = writeln!(out, "{i:>3}. {}", world(&state));
+        if let Some(a) = action {
+            let _ = writeln!(out, "     -> {}", act(&a));
+        }
+    }
+    out
+}
+
+fn act(a: &Action) -> String {
+    match a {
+        Action::Tick => "tick".into(),
+        Action::Lead(n) => format!("node {n}'s clock steps ahead"),
+        Action::Restart(n) => format!("node {n} restarts"),
+        Action::Deliver(m) => format!("deliver {} (and its answer)", msg(m)),
+        Action::DeliverLost(m) => format!("deliver {}, its answer lost", msg(m)),
+        Action::Lose(m) => format!("lose {}", msg(m)),
+        Action::Start(c, name) => format!("client {c} starts an attempt on name {name}"),
+        Action::Timeout(c) => format!("client {c} stops waiting"),
+        Action::Resend(c, n) => format!("client {c} sends its acquire to node {n} again"),
+        Action::Renew(c) => format!("client {c} renews"),
+        Action::Release(c) => format!("client {c} releases"),
+    }
+}
+
+fn msg(m: &Msg) -> String {
+    let who = format!("c{}#{}", m.client, m.attempt);
+    let body = match m.body {
+        Body::Acquire { name, reader } => {
+            format!("acquire{} {name}", if reader { "(read)" } else { "" })
+        }
+        Body::Grant(Some(t)) => format!("granted, counter {t}"),
+        Body::Grant(None) => "taken".into(),
+        Body::Raise { name, token } => format!("raise fence {name} to {token}"),
+        Body::Raised(v) => format!("raised, counter {v}"),
+        Body::Renew { name } => format!("renew {name}"),
+        Body::Renewal(code) => format!("renewal {code:?}"),
+        Body::Repair { name, token } => format!("repair {name} (token {token})"),
+        Body::Release { name, token } => format!("release {name} (token {token})"),
+        Body::Released => "released".into(),
+    };
+    if m.to_node {
+        format!("{who} -> node {}: {body}", m.node)
+    } else {
+        format!("node {} -> {who}: {body}", m.node)
+    }
+}
+
+fn world(s: &State) -> String {
+    let mut out = format!("t={}", s.now);
+    for (n, node) in s.nodes.iter().enumerate() {
+        let _ = write!(out, " | n{n}");
+        if node.lead > 0 {
+            let _ = write!(out, "(+{})", node.lead);
+        }
+        let _ = write!(out, " fence {:?} [", node.fence);
+        for (name, leases) in node.keys.iter().enumerate() {
+            for l in leases {
+                let r = if l.reader { "r" } else { "" };
+                let h = l.holder;
+                let _ = write!(out, " {name}:c{}#{}{r}<{}", h.client, h.attempt, l.expiry);
+            }
+        }
+        out.push_str(" ]");
+    }
+    for (c, cl) in s.clients.iter().enumerate() {
+        let _ = write!(out, " | c{c}#{} {}", cl.attempt, phase(&cl.phase));
+    }
+    let _ = write!(out, " | {} in flight", s.net.len());
+    out
+}
+
+fn phase(p: &Phase) -> String {
+    let ans = |r: &[Ans]| {
+        r.iter()
+            .map(|a| match a {
+                Ans::Pending => "?".to_string(),
+                Ans::Granted(t) => format!("g{t}"),
+                Ans::Taken => "x".into(),
+                Ans::Failed => "!".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match p {
+        Phase::Idle => "idle".into(),
+        Phase::Acquiring {
+            name,
+            start,
+            replies,
+            ..
+        } => format!("acquiring {name} since {start} [{}]", ans(replies)),
+        Phase::Fencing { token, round, .. } => format!("fencing {token} (round {round})"),
+        Phase::Held {
+            name,
+            token,
+            valid_until,
+            ..
+        } => format!("HOLDS {name} token {token} until {valid_until}"),
+        Phase::Renewing {
+            name,
+            token,
+            valid_until,
+            ..
+        } => format!("HOLDS {name} token {token} until {valid_until}, renewing"),
+    }
+}
