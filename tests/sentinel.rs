@@ -23,82 +23,23 @@ mod clients;
 mod history;
 #[path = "support/sentinel.rs"]
 mod sentinel;
+// The managers over the group and the contending clients.
+#[path = "support/sentinel_clients.rs"]
+mod sentinel_clients;
 mod support;
 #[cfg(feature = "tls-rustls")]
 #[path = "support/tls.rs"]
 mod tls;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clients::{critical_section, ClientStats};
-use history::History;
-use quorumlock::{Backoff, Error, LockManager, LockManagerBuilder, Quorum};
+use quorumlock::{Backoff, Error, LockManager, Quorum};
 use sentinel::{group, serial};
+use sentinel_clients::{
+    beside_masters, beside_masters_with, master_port, member_answers, member_connects, member_only,
+    Contention, FOLLOW_BOUND,
+};
 use support::{nodes, unique};
-
-const NODE_TIMEOUT: Duration = Duration::from_millis(300);
-
-/// How soon after the sentinels name a new master the member must answer
-/// there: its watch looks at least every second, at once on a sentinel's
-/// `+switch-master` or a failed call; one connect on top.
-const FOLLOW_BOUND: Duration = Duration::from_secs(3);
-
-/// The member alone.
-fn member_only() -> LockManagerBuilder {
-    let g = group();
-    LockManager::builder()
-        .sentinel(g.sentinel_urls(), g.master_name())
-        .node_timeout(NODE_TIMEOUT)
-}
-
-/// Shared masters 0 and 1, then the member (member 2).
-fn beside_masters() -> LockManagerBuilder {
-    beside_masters_with(group().sentinel_urls())
-}
-
-/// [`beside_masters`], the member's sentinels at `sentinels`.
-fn beside_masters_with(sentinels: Vec<String>) -> LockManagerBuilder {
-    LockManager::builder()
-        .nodes(nodes().urls().into_iter().take(2))
-        .sentinel(sentinels, group().master_name())
-        .node_timeout(NODE_TIMEOUT)
-}
-
-/// Waits until member 2 of `m` answers from the group's master, then
-/// holds a lock there: how long it took.
-async fn member_connects(m: &LockManager) -> Duration {
-    let since = Instant::now();
-    let name = unique("sentinel-later");
-    let master = format!("127.0.0.1:{}", master_port().await);
-    loop {
-        let status = m.status(&name).await.unwrap();
-        if status.nodes[2]
-            .state
-            .as_ref()
-            .is_ok_and(|s| s.shard.as_ref() == Some(&master))
-        {
-            break;
-        }
-        assert!(since.elapsed() < FOLLOW_BOUND, "not connected: {status:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let took = since.elapsed();
-    let held = m.lock(&name).await.unwrap();
-    // The member's grant may land just after the quorum's.
-    let port = master_port().await;
-    while !sentinel::has_lock(port, &name).await {
-        assert!(since.elapsed() < FOLLOW_BOUND, "no grant on the member");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    held.release().await.unwrap();
-    took
-}
-
-async fn master_port() -> u16 {
-    group().master_told(0).await.unwrap()
-}
 
 #[tokio::test]
 async fn a_sentinel_member_locks_reenters_fences_and_shows_its_master() {
@@ -355,83 +296,6 @@ async fn a_sentinel_member_unreachable_at_build_is_connected_later() {
     );
     let took = member_connects(&m).await;
     eprintln!("the member answered {took:?} after its sentinels resumed");
-}
-
-/// Four clients over managers of two masters and the member (lease 2 s),
-/// taking one lock again and again, recorded in one history.
-struct Contention {
-    history: Arc<History>,
-    stop: Arc<AtomicBool>,
-    clients: Vec<tokio::task::JoinHandle<ClientStats>>,
-}
-
-impl Contention {
-    async fn start(name: &str) -> Self {
-        let history = History::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut clients = Vec::new();
-        for i in 0..4u64 {
-            let m = beside_masters()
-                .lease(Duration::from_secs(2))
-                .build()
-                .await
-                .unwrap();
-            let name = name.to_owned();
-            let (history, stop) = (Arc::clone(&history), Arc::clone(&stop));
-            clients.push(tokio::spawn(async move {
-                let mut stats = ClientStats::default();
-                let client = format!("c{i}");
-                let mut k = 0u64;
-                while !stop.load(Ordering::SeqCst) {
-                    k += 1;
-                    let work = Duration::from_millis(20 + (k * 37 + i * 11) % 80);
-                    let wait = Duration::from_secs(1);
-                    critical_section(&m, &name, &client, &history, wait, work, &mut stats).await;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                stats
-            }));
-        }
-        Self {
-            history,
-            stop,
-            clients,
-        }
-    }
-
-    async fn finish(self, label: &str, since: Instant) {
-        self.stop.store(true, Ordering::SeqCst);
-        let mut stats = ClientStats::default();
-        for c in self.clients {
-            stats.add(&c.await.expect("a client panicked"));
-        }
-        let v = self.history.check();
-        v.assert_clean(label);
-        eprintln!("{label}: {stats:?}");
-        assert!(stats.acquisitions >= 5, "{stats:?}");
-        let since = self.history.at(since);
-        assert!(
-            self.history.intervals().iter().any(|i| i.entered > since),
-            "locking went on after the fault: {v}"
-        );
-    }
-}
-
-/// Waits until a lock over every member, the sentinel member included,
-/// succeeds: how long after `since`.
-async fn member_answers(m: &LockManager, since: Instant) -> Duration {
-    loop {
-        if let Ok(g) = m.try_lock(&unique("sentinel-probe"), Duration::ZERO).await {
-            let took = since.elapsed();
-            g.release().await.unwrap();
-            return took;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(20),
-            "the member did not answer within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]

@@ -22,7 +22,11 @@
 //! - `failover.rs`: the tests that fault the local replica cluster, one at a
 //!   time (`tests/cluster_chaos.rs`, `cli/tests/cluster_chaos.rs`);
 //! - `tls.rs`: TLS-only masters and a TLS-only cluster node with a CA of our
-//!   own (`tests/security.rs`, `cli/tests/cli.rs`).
+//!   own (`tests/security.rs`, `cli/tests/cli.rs`);
+//! - `sentinel.rs`: a local master group under three sentinels, passwords
+//!   on both, and a TLS-only one (`tests/sentinel.rs`, `cli/tests/cli.rs`);
+//! - `sentinel_clients.rs`: managers over that group and contending
+//!   clients (`tests/sentinel.rs`).
 //!
 //! The command line's tests (`cli/tests/`, the `quorumlock-cli` package)
 //! include this harness by path, so both packages share the one harness.
