@@ -8,6 +8,7 @@
 //! | `a_sentinel_member_locks_reenters_fences_and_shows_its_master` | none | two masters and the member, `Quorum::All` | grants on the member, re-entry, tokens increase, `status` names the master that answered |
 //! | `fair_lock_all_and_wake_ups_on_a_sentinel_member` | none | the member alone | a fair lock, `lock_all`, a waiter woken by the release (lease 10 s) |
 //! | `build_checks_a_sentinel_member` | none | bad members | typed errors: unknown name, sentinels that disagree, not a sentinel, the master also given as a node, no sentinel reachable (and `allow_unreachable`), bad input |
+//! | `a_dropped_manager_stops_listening_to_the_sentinels` | none | the member alone, dropped | its `+switch-master` subscription on a sentinel closes |
 //! | `replica_wait_counts_a_grant_only_once_the_replica_has_it` | the replica stopped | the member alone, `replica_wait(1, 100 ms)` | grants count while the replica answers; with it stopped the grant fails (`NotReplicated`) and is rolled back; 2 replicas asked of a master with 1 is `Error::Config` |
 //! | `a_sentinel_member_unreachable_at_build_is_connected_later` | the sentinels stopped at build, then resumed | two masters and the member, `allow_unreachable` | built (one failure per sentinel); the member answers within the bound once they do, and holds grants |
 //! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
@@ -232,6 +233,30 @@ async fn build_checks_a_sentinel_member() {
         .build()
         .await;
     assert!(wrong.is_err());
+}
+
+/// A member listens to every sentinel's `+switch-master`; a manager
+/// dropped closes those connections.
+#[tokio::test]
+async fn a_dropped_manager_stops_listening_to_the_sentinels() {
+    let _serial = serial().await;
+    let before = sentinel::sentinel_subscribers(0).await;
+    let m = member_only().build().await.unwrap();
+    let since = Instant::now();
+    while sentinel::sentinel_subscribers(0).await == before {
+        assert!(since.elapsed() < Duration::from_secs(5), "never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(m);
+    let since = Instant::now();
+    while sentinel::sentinel_subscribers(0).await > before {
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "the dropped manager's listener is still subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("unsubscribed {:?} after the drop", since.elapsed());
 }
 
 #[tokio::test]

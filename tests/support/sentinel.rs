@@ -496,3 +496,17 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     group().wait_healthy(Duration::from_secs(40)).await;
     guard
 }
+
+/// How many subscribed clients (`sub=` or `psub=` above 0 in `CLIENT
+/// LIST`) sentinel `k` of the group has.
+pub async fn sentinel_subscribers(k: usize) -> usize {
+    let mut c = sentinel_conn(group().sentinel_port(k)).await.unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f.starts_with("sub=") && f != "sub=0"))
+        .count()
+}

@@ -6,8 +6,10 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, ConnectionInfo, TlsMode};
+use redis::{Client, ConnectionAddr, ConnectionInfo, TlsMode};
+use tokio::sync::watch;
 
 use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 
@@ -212,6 +214,48 @@ fn client(parsed: &Parsed, sentinel: &ConnectionInfo) -> redis::RedisResult<Sent
             .set_client_to_redis_certificates(certs.clone());
     }
     b.build()
+}
+
+/// Listens to one sentinel's `+switch-master` messages and calls `ring`
+/// for those naming the master `name`; reconnects (each try within
+/// `timeout`) while the member is `alive`, and ends, closing its
+/// connection, when the member is gone (its sender dropped, or `ring`
+/// says so).
+pub(crate) async fn listen(
+    client: redis::RedisResult<Client>,
+    (name, timeout): (String, Duration),
+    mut alive: watch::Receiver<u64>,
+    ring: impl Fn() -> bool + Send + 'static,
+) {
+    let Ok(client) = client else { return };
+    let prefix = format!("{name} ");
+    loop {
+        if alive.has_changed().is_err() {
+            return;
+        }
+        let subscribed = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        if let Ok(Ok(mut pubsub)) = tokio::time::timeout(timeout, subscribed).await {
+            let mut messages = pubsub.on_message();
+            loop {
+                let msg = tokio::select! {
+                    msg = messages.next() => msg,
+                    gone = alive.changed() => match gone {
+                        Ok(()) => continue,
+                        Err(_) => return,
+                    },
+                };
+                let Some(msg) = msg else { break };
+                if msg.get_payload_bytes().starts_with(prefix.as_bytes()) && !ring() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Where `info` reaches, for comparing masters.

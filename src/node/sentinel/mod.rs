@@ -8,8 +8,9 @@
 //! - `spec`: the member as given to the builder (the sentinels' URLs, the
 //!   master's name or a URL naming it), checked (no I/O);
 //! - `ask`: what the sentinels say: every one asked at `build()` and their
-//!   answers checked against each other, and the master found afterwards
-//!   through redis-rs's Sentinel support;
+//!   answers checked against each other, the master found afterwards
+//!   through redis-rs's Sentinel support, and their `+switch-master`
+//!   messages listened to;
 //! - `node`: the member itself (`SentinelNode`), its watch and its feed.
 
 mod ask;

@@ -42,7 +42,7 @@ use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::redis_node::RedisNode;
 use crate::node::spec::NodeSpec;
 
-use super::ask::{where_, Finder, Refused};
+use super::ask::{listen, where_, Finder, Refused};
 use super::spec::Parsed;
 
 /// How often the watch asks the sentinels where the master is when
@@ -156,8 +156,9 @@ impl SentinelNode {
         Ok(Self::start(index, parsed, watching, admission, Ok(current)))
     }
 
-    /// A member whose sentinels did not answer at `build()`: the watch
-    /// finds its master when they do, and checks it then.
+    /// A member not connected at `build()` (no sentinel answered, or what
+    /// they said may resolve by itself): the watch finds its master when
+    /// it can, and checks it then.
     pub(crate) fn lazy(
         index: usize,
         parsed: Parsed,
@@ -192,8 +193,17 @@ impl SentinelNode {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             for (info, _) in &parsed.sentinels {
                 let weak = Arc::downgrade(&shared);
+                let ring = move || {
+                    let Some(shared) = weak.upgrade() else {
+                        return false;
+                    };
+                    tracing::info!(member = shared.index, sentinel_member = %shared.label, "a sentinel announced a failover");
+                    shared.switched.notify_one();
+                    true
+                };
                 let client = parsed.trust.client(info.clone());
-                let listen = listen(client, parsed.name.clone(), weak, timeout);
+                let alive = shared.generation.subscribe();
+                let listen = listen(client, (parsed.name.clone(), timeout), alive, ring);
                 drop(handle.spawn(listen));
             }
             let watch = Watch {
@@ -254,42 +264,6 @@ impl Drop for Alarm {
         if let Some(shared) = self.0.take().and_then(|w| w.upgrade()) {
             shared.suspect.notify_one();
         }
-    }
-}
-
-/// Listens to one sentinel's `+switch-master` messages and rings the watch
-/// on those naming this member's master; reconnects while the member
-/// lives.
-async fn listen(
-    client: redis::RedisResult<Client>,
-    name: String,
-    shared: Weak<Shared>,
-    timeout: Duration,
-) {
-    let Ok(client) = client else { return };
-    let prefix = format!("{name} ");
-    loop {
-        if shared.strong_count() == 0 {
-            return;
-        }
-        let subscribed = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        if let Ok(Ok(mut pubsub)) = tokio::time::timeout(timeout, subscribed).await {
-            let mut messages = pubsub.on_message();
-            while let Some(msg) = messages.next().await {
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                if msg.get_payload_bytes().starts_with(prefix.as_bytes()) {
-                    tracing::info!(member = shared.index, sentinel_member = %shared.label, "a sentinel announced a failover");
-                    shared.switched.notify_one();
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
