@@ -142,11 +142,11 @@ impl Cluster {
     /// One line naming the nodes that are down, if any.
     pub fn down_summary(&self) -> Option<String> {
         (!self.down.is_empty()).then(|| {
+            let down = members_down(&self.down);
             format!(
-                "{} of {} node(s) unreachable, going on with the other {}: {}",
-                self.down.len(),
+                "{down} of {} node(s) unreachable, going on with the other {}: {}",
                 self.total,
-                self.total - self.down.len(),
+                self.total.saturating_sub(down),
                 join(&self.down)
             )
         })

@@ -89,3 +89,28 @@ fn a_malformed_sentinel_member_is_one_line_and_status_2() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("sentinel:MASTER_NAME@"), "{err}");
 }
+
+/// A Sentinel member none of whose three sentinels answers is one member
+/// down, not three: `exec` says so and goes on (it counted each sentinel,
+/// and with a master down too subtracted past zero: a panic in a debug
+/// build).
+#[test]
+fn a_sentinel_member_whose_sentinels_are_down_counts_as_one_member() {
+    let dead = "sentinel:locks-s@redis://127.0.0.1:1+redis://127.0.0.1:2+redis://127.0.0.1:3";
+    let members = [
+        nodes().url(0),
+        "redis://127.0.0.1:4".to_owned(),
+        dead.to_owned(),
+    ];
+    let name = unique("cli-sentinel-down");
+    let args = [
+        "--quorum", "1", "exec", "--lease", "2s", &name, "--", "true",
+    ];
+    let out = run(ql_on(&members).args(args));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "exec: {err}");
+    assert!(
+        err.contains("2 of 3 node(s) unreachable, going on with the other 1"),
+        "{err}"
+    );
+}
