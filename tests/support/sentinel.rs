@@ -418,19 +418,16 @@ fn noauth(port: u16) -> bool {
 
 /// A connection to the group's server on `port`.
 pub async fn server_conn(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-    let url = format!("redis://:{MASTER_PASSWORD}@127.0.0.1:{port}");
-    let client = redis::Client::open(url)?;
-    tokio::time::timeout(
-        Duration::from_millis(500),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+    conn(MASTER_PASSWORD, port).await
 }
 
 async fn sentinel_conn(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-    let url = format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{port}");
-    let client = redis::Client::open(url)?;
+    conn(SENTINEL_PASSWORD, port).await
+}
+
+/// A connection to 127.0.0.1:`port` with `password`, made within 500 ms.
+async fn conn(password: &str, port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}"))?;
     tokio::time::timeout(
         Duration::from_millis(500),
         client.get_multiplexed_async_connection(),
