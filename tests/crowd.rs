@@ -34,8 +34,49 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::{LockManager, Quorum};
+use quorumlock::{lock_slot, LockManager, LockManagerBuilder, Quorum};
+use support::local_cluster::cluster;
 use support::{nodes, unique};
+
+/// A manager over the five local masters, a majority quorum.
+fn masters() -> LockManagerBuilder {
+    LockManager::builder()
+        .nodes(nodes().urls())
+        .quorum(Quorum::Majority)
+}
+
+/// A manager whose one member is the local three-master cluster: every
+/// call of a lock goes on the one cluster connection to its shard.
+fn cluster_member() -> LockManagerBuilder {
+    LockManager::builder().cluster(cluster().urls())
+}
+
+/// Whether two locks' calls go to one shard of the local cluster (always
+/// true of the masters, which are not sharded).
+fn same_shard(a: &str, b: &str) -> bool {
+    let port = |n: &str| cluster().port_of_slot(lock_slot(n).expect("a valid name"));
+    port(a) == port(b)
+}
+
+/// One crowd at a time in this binary: two at once on a small machine
+/// measure its cores, not a release's way through its own crowd.
+async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
+}
+
+/// The size of the crowd: `QUORUMLOCK_CROWD_ATTEMPTS`, or 3,000 in a debug
+/// build and 10,000 in a release build.
+fn crowd_size() -> usize {
+    std::env::var("QUORUMLOCK_CROWD_ATTEMPTS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(if cfg!(debug_assertions) {
+            3_000
+        } else {
+            10_000
+        })
+}
 
 /// Counts of one crowd's run: errors and the first of each kind.
 #[derive(Default)]
@@ -60,25 +101,15 @@ impl Errors {
 /// releases, and each waiter takes the lock once and releases it at once.
 /// Panics, naming the counts and the first errors, unless every `lock()`
 /// and `release()` succeeded.
-async fn crowd(waiters: usize) {
+async fn crowd(members: fn() -> LockManagerBuilder, waiters: usize) {
     // The builder's defaults (a node timeout of 200 ms), as an application
     // would have them.
-    let m = LockManager::builder()
-        .nodes(nodes().urls())
-        .quorum(Quorum::Majority)
-        .build()
-        .await
-        .expect("build a manager over the local nodes");
+    let m = members().build().await.expect("build a manager");
     let name = unique("crowd");
     // Held by another manager (another process, as far as `m` knows), so
     // that every waiter attempts at once instead of waiting for a local
     // holder's release.
-    let other = LockManager::builder()
-        .nodes(nodes().urls())
-        .quorum(Quorum::Majority)
-        .build()
-        .await
-        .expect("build a second manager");
+    let other = members().build().await.expect("build a second manager");
     let holder = other.lock(&name).await.expect("the first holder");
     let errors = Arc::new(Errors::default());
     let (started, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -147,25 +178,29 @@ async fn crowd(waiters: usize) {
 /// on a lock another manager holds), and `m` releases its lock right
 /// behind them. Returns the errors of `lock()` and `release()` on `m`'s
 /// own locks, and the first of them.
-async fn releases_behind_a_crowd(attempts: usize, rounds: usize) -> (usize, usize, Vec<String>) {
-    let m = LockManager::builder()
-        .nodes(nodes().urls())
-        .quorum(Quorum::Majority)
+async fn releases_behind_a_crowd(
+    members: fn() -> LockManagerBuilder,
+    attempts: usize,
+    rounds: usize,
+) -> (usize, usize, Vec<String>) {
+    let m = members()
         .build()
         .await
         .expect("build a manager over the local nodes");
-    let other = LockManager::builder()
-        .nodes(nodes().urls())
-        .quorum(Quorum::Majority)
-        .build()
-        .await
-        .expect("build a second manager");
+    let other = members().build().await.expect("build a second manager");
     let busy = unique("busy");
     let _held = other.lock(&busy).await.expect("the crowd's lock, held");
     let errors = Errors::default();
     let mut slowest = Duration::ZERO;
     for round in 0..rounds {
-        let own = unique(&format!("own-{round}"));
+        // On a cluster member, a lock of the crowd's shard: its calls share
+        // the crowd's connection.
+        let own = loop {
+            let own = unique(&format!("own-{round}"));
+            if same_shard(&own, &busy) {
+                break own;
+            }
+        };
         let g = match m.lock(&own).await {
             Ok(g) => g,
             Err(e) => {
@@ -221,15 +256,9 @@ async fn releases_behind_a_crowd(attempts: usize, rounds: usize) -> (usize, usiz
 /// (`Unavailable`, issue 35).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_gets_through_a_crowd_of_attempts() {
-    let attempts = std::env::var("QUORUMLOCK_CROWD_ATTEMPTS")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(if cfg!(debug_assertions) {
-            3_000
-        } else {
-            10_000
-        });
-    let (lock, release, first) = releases_behind_a_crowd(attempts, 5).await;
+    let _alone = alone().await;
+    let attempts = crowd_size();
+    let (lock, release, first) = releases_behind_a_crowd(masters, attempts, 5).await;
     assert_eq!(
         (lock, release),
         (0, 0),
@@ -238,9 +267,29 @@ async fn a_release_gets_through_a_crowd_of_attempts() {
     );
 }
 
+/// The same on a cluster member, whose calls of one shard share one
+/// connection: a release waits behind at most the manager's bound of
+/// attempts in flight on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_gets_through_a_crowd_of_attempts_on_a_cluster_member() {
+    let _alone = alone().await;
+    let attempts = crowd_size();
+    let (lock, release, first) = releases_behind_a_crowd(cluster_member, attempts, 5).await;
+    assert_eq!(
+        (lock, release),
+        (0, 0),
+        "behind {attempts} attempts on a cluster member: {lock} lock() and {release} release() \
+         calls failed ({})",
+        first.join("; ")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "20,000 and 100,000 waiters: minutes in a debug build; run with --release"]
 async fn every_lock_and_release_of_100_000_waiters_succeeds() {
-    crowd(20_000).await;
-    crowd(100_000).await;
+    let _alone = alone().await;
+    crowd(masters, 20_000).await;
+    crowd(masters, 100_000).await;
+    crowd(cluster_member, 20_000).await;
+    crowd(cluster_member, 100_000).await;
 }

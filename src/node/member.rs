@@ -136,14 +136,15 @@ fn holder(keys: &Keys, holder: &str) -> u64 {
 
 impl<S: Server> Member<S> {
     pub(crate) fn new(server: S) -> Self {
-        let order = Order::new(server.frees_apart());
+        let order = Order::new(server.frees_apart(), server.is_cluster());
         Self(server, Arc::new(order))
     }
 
-    /// Stamps a call about these (lock, party) pairs, made now, that
-    /// goes on `prefer` unless its pairs' order says otherwise.
-    fn stamp(&self, pairs: &[u64], prefer: Lane) -> Stamp {
-        self.1.stamp(pairs, prefer)
+    /// Stamps a call about these (lock, party) pairs, routed by `slot`
+    /// (its first key's), made now, that goes on `prefer` unless its
+    /// pairs' order says otherwise.
+    fn stamp(&self, slot: u16, pairs: &[u64], prefer: Lane) -> Stamp {
+        self.1.stamp(pairs, prefer, slot)
     }
 
     /// The last argument of every script that publishes (`release`,
@@ -201,7 +202,7 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
-            let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
+            let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Calls);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count);
             };
@@ -209,6 +210,7 @@ impl<S: Server> NodeOps for Member<S> {
             return self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read);
         };
         let stamp = self.stamp(
+            keys.slot(),
             &[holder(keys, &owner), holder(keys, &p.waiter)],
             Lane::Calls,
         );
@@ -234,7 +236,7 @@ impl<S: Server> NodeOps for Member<S> {
         }
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire(keys);
-        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
+        let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Calls);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(1);
         };
@@ -243,7 +245,7 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn leave(&self, keys: &Arc<Keys>, waiter: &Arc<str>) -> Answer<bool> {
-        let stamp = self.stamp(&[holder(keys, waiter)], Lane::Frees);
+        let stamp = self.stamp(keys.slot(), &[holder(keys, waiter)], Lane::Frees);
         let waiter = Arc::clone(waiter);
         let names = script_keys::leave(keys);
         let sharded = self.sharded();
@@ -259,7 +261,8 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::acquire_all(keys);
         let pairs: Vec<u64> = keys.iter().map(|k| holder(k, &owner)).collect();
-        let stamp = self.stamp(&pairs, Lane::Calls);
+        let slot = keys.first().map_or(0, |k| k.slot());
+        let stamp = self.stamp(slot, &pairs, Lane::Calls);
         let n = keys.len();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(n);
@@ -271,7 +274,7 @@ impl<S: Server> NodeOps for Member<S> {
     fn release(&self, keys: &Arc<Keys>, claim: &Claim, token: u64) -> Answer<Released> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
-        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Frees);
+        let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Frees);
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
@@ -316,7 +319,7 @@ impl<S: Server> NodeOps for Member<S> {
 
     fn proclaim(&self, keys: &Arc<Keys>, record: &Record) -> Answer<Proclaimed> {
         let names = script_keys::proclaim(keys);
-        let stamp = self.stamp(&[holder(keys, &record.holder)], Lane::Calls);
+        let stamp = self.stamp(keys.slot(), &[holder(keys, &record.holder)], Lane::Calls);
         let record = record.clone();
         let sharded = self.sharded();
         let args = move |c: &mut redis::Cmd| {
@@ -375,7 +378,11 @@ impl<S: Server> Member<S> {
             // attempt is: its exit from the waiting writers (`leave`) then
             // never overtakes an attempt still out, which would put it back
             // among them, holding readers back for nobody.
-            let stamp = self.stamp(&[holder(keys, &owner), holder(keys, waiter)], Lane::Calls);
+            let stamp = self.stamp(
+                keys.slot(),
+                &[holder(keys, &owner), holder(keys, waiter)],
+                Lane::Calls,
+            );
             let (waiter, hold_back) = (Arc::clone(waiter), *hold_back);
             let args = move |c: &mut redis::Cmd| {
                 c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
@@ -384,7 +391,7 @@ impl<S: Server> Member<S> {
             let names = script_keys::write(keys);
             return self.run(&scripts::WRITE, names, grant_call(stamp), args, read);
         }
-        let stamp = self.stamp(&[holder(keys, &owner)], Lane::Calls);
+        let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Calls);
         let args = move |c: &mut redis::Cmd| {
             c.arg(&*owner).arg(ms(lease)).arg(count).arg(flag);
         };

@@ -25,8 +25,10 @@
 //! flight), and a fence raise only ever raises a counter.
 //!
 //! **Lanes.** A member whose server has a connection of its own for the
-//! calls that free (a master, [`Lane::Frees`]: releases and queue exits)
-//! sends them there, so that they never queue on the client side behind
+//! calls that free ([`Lane::Frees`]: releases and queue exits; every
+//! member: a master's, a Sentinel member's, a cluster member's own cluster
+//! connection) sends them there, so that they never queue on the client
+//! side behind
 //! a crowd of attempts on the connection of every other call
 //! ([`Lane::Calls`]; issue 35: a release behind 20,000 waiters' attempts
 //! timed out). Two connections are not one queue: a call on one may
@@ -57,9 +59,21 @@
 //!   everything sent there before it ran.
 //!
 //! So no call of a (lock, party) pair runs before a call of that pair made
-//! earlier, as on one connection. A member whose server has one connection
-//! for all its calls (a Redis Cluster member) sends every call on
-//! [`Lane::Calls`] and keeps no lane state.
+//! earlier, as on one connection.
+//!
+//! **Per slot.** On a Redis Cluster member each lane is a cluster
+//! connection, one connection per shard: an answer proves only that what
+//! was sent earlier to the same shard has run. There the proof is kept per
+//! hash slot (the lock's; a set's first name's): a call dropped in a slot
+//! is settled by a later answer in that slot or a barrier's `PING` routed
+//! to that slot's master, never by an answer from another slot. A slot
+//! that moves mid-flight does not break this: the source runs a call only
+//! while it still holds the call's keys, and answers `MOVED` or `ASK`
+//! (nothing run) once they have left, so a call answered by the target
+//! came after every earlier call of the slot that the source ran. A member
+//! whose server has one connection for all its calls sends every call on
+//! [`Lane::Calls`] and keeps no lane state (the simulator's and the unit
+//! tests' fakes).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -98,6 +112,11 @@ impl Hasher for Identity {
 
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
+    }
+
+    /// A hash slot, spread over the whole word.
+    fn write_u16(&mut self, n: u16) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 
@@ -143,17 +162,17 @@ impl Entry {
 
 type PairMap = HashMap<u64, Entry, BuildHasherDefault<Identity>>;
 
+/// Per route (see [`Order::new`]): the calls dropped unanswered, in the
+/// order dropped, each with the last stamp made before it was dropped.
+type Dropped = HashMap<u16, VecDeque<(u64, Pairs)>, BuildHasherDefault<Identity>>;
+
 #[derive(Default)]
 struct State {
     pairs: PairMap,
     /// The last stamp made.
     next: u64,
-    /// Per lane: the latest stamp of a call answered there. Every call
-    /// sent there before that stamp was made has run.
-    answered: [u64; 2],
-    /// Per lane: the calls dropped unanswered there, in the order dropped,
-    /// each with the last stamp made before it was dropped.
-    dropped: [VecDeque<(u64, Pairs)>; 2],
+    /// Per lane, per route: the calls dropped unanswered there.
+    dropped: [Dropped; 2],
 }
 
 impl State {
@@ -175,29 +194,31 @@ impl State {
         }
     }
 
-    /// A call of `pairs` may no longer run on `lane`.
-    fn settle(&mut self, lane: Lane, pairs: &[u64]) {
-        for p in pairs {
-            if let Some(e) = self.pairs.get_mut(p) {
-                e.unsettled[lane.index()] = e.unsettled[lane.index()].saturating_sub(1);
-                if e.idle() {
-                    self.pairs.remove(p);
-                }
+    /// Everything sent on `lane` by `route` before stamp `seq` was made has
+    /// run: the calls dropped there before it are settled.
+    fn ran_before(&mut self, lane: Lane, route: u16, seq: u64) {
+        let i = lane.index();
+        let Some(queue) = self.dropped[i].get_mut(&route) else {
+            return;
+        };
+        while queue.front().is_some_and(|(at, _)| *at < seq) {
+            if let Some((_, pairs)) = queue.pop_front() {
+                settle(&mut self.pairs, lane, pairs.as_slice());
             }
         }
+        if queue.is_empty() {
+            self.dropped[i].remove(&route);
+        }
     }
+}
 
-    /// Everything sent on `lane` before stamp `seq` was made has run: the
-    /// calls dropped before it are settled.
-    fn ran_before(&mut self, lane: Lane, seq: u64) {
-        let i = lane.index();
-        self.answered[i] = self.answered[i].max(seq);
-        while self.dropped[i]
-            .front()
-            .is_some_and(|(at, _)| *at < self.answered[i])
-        {
-            if let Some((_, pairs)) = self.dropped[i].pop_front() {
-                self.settle(lane, pairs.as_slice());
+/// A call of `pairs` may no longer run on `lane`.
+fn settle(map: &mut PairMap, lane: Lane, pairs: &[u64]) {
+    for p in pairs {
+        if let Some(e) = map.get_mut(p) {
+            e.unsettled[lane.index()] = e.unsettled[lane.index()].saturating_sub(1);
+            if e.idle() {
+                map.remove(p);
             }
         }
     }
@@ -211,26 +232,35 @@ pub(crate) struct Order {
     state: Mutex<State>,
     /// Whether the member's server sends [`Lane::Frees`] calls apart.
     lanes: bool,
+    /// Whether each lane is one connection per shard (a cluster member):
+    /// an answer then proves only what was sent before it by the same
+    /// route, the lock's hash slot.
+    per_slot: bool,
 }
 
 impl Order {
     /// The order of a member whose server sends the calls that free on a
-    /// connection of their own (`lanes`), or all on one.
-    pub(crate) fn new(lanes: bool) -> Self {
+    /// connection of their own (`lanes`), or all on one; `per_slot` when
+    /// a lane is a connection per shard (a cluster member), so that what a
+    /// call's answer proves is kept per hash slot.
+    pub(crate) fn new(lanes: bool, per_slot: bool) -> Self {
         Self {
             lanes,
+            per_slot,
             ..Self::default()
         }
     }
 
-    /// Stamps a call about `pairs` (see [`pair`]), made now: it is the
-    /// latest of each. It goes on the lane `prefer` unless the order of its
-    /// pairs' calls says otherwise ([`Stamp::lane`]).
-    pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64], prefer: Lane) -> Stamp {
+    /// Stamps a call about `pairs` (see [`pair`]) of the lock in hash slot
+    /// `slot`, made now: it is the latest of each. It goes on the lane
+    /// `prefer` unless the order of its pairs' calls says otherwise
+    /// ([`Stamp::lane`]).
+    pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64], prefer: Lane, slot: u16) -> Stamp {
         let pairs = Pairs::of(pairs);
         let mut stamp = Stamp {
             order: Some(Arc::clone(self)),
             seq: 0,
+            route: if self.per_slot { slot } else { 0 },
             pairs,
             lane: if self.lanes { prefer } else { Lane::Calls },
             barrier: None,
@@ -328,6 +358,9 @@ impl Pairs {
 pub(crate) struct Stamp {
     order: Option<Arc<Order>>,
     seq: u64,
+    /// What an answer of this call proves something about: its hash slot
+    /// on a member whose lanes are per shard, else the whole lane (0).
+    route: u16,
     pairs: Pairs,
     lane: Lane,
     /// A lane to pass a barrier on before sending (see the module doc).
@@ -344,6 +377,7 @@ impl Stamp {
         Self {
             order: None,
             seq: 0,
+            route: 0,
             pairs: Pairs::none(),
             lane: Lane::Calls,
             barrier: None,
@@ -363,11 +397,12 @@ impl Stamp {
         self.barrier
     }
 
-    /// The barrier's `PING` was answered on `lane`: everything sent there
-    /// before it, so everything made before this call, has run.
+    /// The barrier's `PING` was answered on `lane` (on a cluster member,
+    /// by the master of the call's slot): everything sent there before
+    /// it, so everything made before this call, has run.
     pub(crate) fn passed(&self, lane: Lane) {
         if let (Some(order), true) = (&self.order, self.tracked) {
-            locked(&order.state).ran_before(lane, self.seq);
+            locked(&order.state).ran_before(lane, self.route, self.seq);
         }
     }
 
@@ -380,9 +415,9 @@ impl Stamp {
             return;
         }
         let mut state = locked(&order.state);
-        state.settle(self.lane, self.pairs.as_slice());
+        settle(&mut state.pairs, self.lane, self.pairs.as_slice());
         if answered {
-            state.ran_before(self.lane, self.seq);
+            state.ran_before(self.lane, self.route, self.seq);
         }
     }
 
@@ -442,7 +477,10 @@ impl Drop for Stamp {
         if self.tracked && !*self.done.get_mut() {
             let at = state.next;
             let pairs = self.pairs.take();
-            state.dropped[self.lane.index()].push_back((at, pairs));
+            state.dropped[self.lane.index()]
+                .entry(self.route)
+                .or_default()
+                .push_back((at, pairs));
         }
     }
 }

@@ -163,6 +163,12 @@ impl Server for LazyCluster {
         true
     }
 
+    /// As the connected member's ([`ClusterNode`]): fixed at build, when
+    /// the member's order is made.
+    fn frees_apart(&self) -> bool {
+        true
+    }
+
     fn shard_breaks(&self) -> Vec<u16> {
         self.node().map(|n| n.shard_breaks()).unwrap_or_default()
     }

@@ -8,9 +8,12 @@
 //! call of a per-shard script, `allow-cross-slot-keys`, per 100 locks of
 //! the shard, whatever their slots), one pipeline per shard: one round
 //! trip per shard per wave; a lock the shard no longer serves goes by its
-//! slot (`batch`). The batches go over a second cluster connection
-//! of their own, as a master's renewals do, so that acquisitions never
-//! queue behind them on the client side.
+//! slot (`batch`). The batches go over a cluster connection of their
+//! own, as a master's renewals do, so that acquisitions never queue behind
+//! them on the client side; releases and queue exits over a third
+//! ([`Lane::Frees`]), so that they never queue behind a crowd of
+//! attempts, in the order the member's `order` keeps per hash slot (a
+//! barrier there is a `PING` routed to the slot's master).
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran
@@ -63,7 +66,7 @@ use crate::sync::locked;
 use super::batch::{batch_cost, send_batch};
 use super::feed::{check_version, ClusterFeed};
 use super::map::{check_replicas, check_seeds, SlotMap};
-use super::retry::{Retry, Step};
+use super::retry::{Redirect, Retry, Step};
 use super::route::{confirmed, failure, send, status_values, Next, Shards};
 use super::seed::read_seed;
 use super::spec::ClusterSpec;
@@ -72,6 +75,7 @@ use crate::node::batch::RenewBatch;
 use crate::node::feed::Feed;
 use crate::node::member::{Call, Confirm, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
+use crate::node::order::Lane;
 use crate::node::reply;
 use crate::node::script_call::map_err;
 use crate::node::script_keys;
@@ -267,7 +271,7 @@ impl ClusterNode {
         };
         dial.client(answered.clone())
             .map_err(|e| lasting(Error::invalid("cluster seeds", format!("{addr}: {e}"))))?;
-        let (conn, renew_conn) = dial
+        let conns = dial
             .connect(answered)
             .await
             .map_err(|e| failure(NodeError::from_redis(&e)))?;
@@ -284,7 +288,7 @@ impl ClusterNode {
             policy,
         };
         let map = Arc::new(Mutex::new(map));
-        let link = Arc::new(Link::new(conn, renew_conn));
+        let link = Arc::new(Link::new(conns));
         let watch = Arc::new(Watch::new(
             addr.clone(),
             dial,
@@ -309,7 +313,7 @@ impl ClusterNode {
     /// The way to the shards for one call: the connection of the moment.
     fn shards(&self) -> Shards {
         Shards {
-            conn: self.link.calls(),
+            conn: self.link.lane(Lane::Calls),
             map: Arc::clone(&self.map),
             seed_host: self.seed_host.clone(),
             patience: self.patience,
@@ -341,6 +345,10 @@ impl Server for ClusterNode {
     }
 
     fn is_cluster(&self) -> bool {
+        true
+    }
+
+    fn frees_apart(&self) -> bool {
         true
     }
 
@@ -382,8 +390,11 @@ impl Server for ClusterNode {
         Some(Arc::clone(&self.feed) as Arc<dyn Feed>)
     }
 
-    /// One script call, sent again only when an answer proves it did not
-    /// run (see the module doc).
+    /// One script call on the connection of its lane
+    /// ([`Stamp::lane`](crate::node::order::Stamp::lane)), after a `PING`
+    /// answered by its slot's master on the other one where its order asks
+    /// for a barrier; sent again only when an answer proves it did not run
+    /// (see the module doc).
     fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
         &self,
         call: Call<T, R>,
@@ -397,52 +408,74 @@ impl Server for ClusterNode {
         let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
             let slot = keys.first().map_or(0, key_slot);
-            // The rules of `retry`, shared with the simulator.
-            let mut retry = Retry::new(resend, patience);
-            // Whether a try may have run (a broken connection): a call
-            // superseded after one fails as that try did, not as unrun.
-            let mut may_have_run = None;
-            loop {
-                let mut cmd = keys.call(script, retry.send_body());
-                args(&mut cmd);
-                // Each try over the connection of the moment: one made
-                // after a failover was followed goes to the new master.
-                let mut conn = link.calls();
-                let on_wire = Unanswered::new(&watch, suspect_after);
-                let sent = send(&mut conn, cmd, (retry.route(), slot), wait).await;
-                // An error after a long wait (redis-rs's response
-                // timeout) is suspect as no answer is.
-                on_wire.answered(sent.is_ok());
-                let e = match sent {
-                    Ok((v, acks)) => {
-                        // Ran: counted only once the replicas have it.
-                        confirmed(wait, acks)?;
-                        let v = redis::from_redis_value::<T>(v)
-                            .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
-                        return read(v);
-                    }
-                    Err(e) => e,
-                };
-                let failed = failure(&e);
-                if failed.next == Next::MayHaveRun {
-                    may_have_run = Some(map_err(&e));
+            let order = &stamp;
+            let reply = async move {
+                let stamp = order;
+                if let Some(lane) = stamp.barrier() {
+                    let mut conn = link.lane(lane);
+                    let on_wire = Unanswered::new(&watch, suspect_after);
+                    let ping = send(
+                        &mut conn,
+                        redis::cmd("PING"),
+                        (&Redirect::BySlot, slot),
+                        None,
+                    )
+                    .await;
+                    on_wire.answered(ping.is_ok());
+                    ping.map_err(|e| map_err(&e))?;
+                    stamp.passed(lane);
                 }
-                match retry.after(&failed) {
-                    Step::Again { moved } => {
-                        if moved {
-                            locked(&map).shards.clear();
+                // The rules of `retry`, shared with the simulator.
+                let mut retry = Retry::new(resend, patience);
+                // Whether a try may have run (a broken connection): a call
+                // superseded after one fails as that try did, not as unrun.
+                let mut may_have_run = None;
+                loop {
+                    let mut cmd = keys.call(script, retry.send_body());
+                    args(&mut cmd);
+                    // Each try over the connection of the moment: one made
+                    // after a failover was followed goes to the new master.
+                    let mut conn = link.lane(stamp.lane());
+                    let on_wire = Unanswered::new(&watch, suspect_after);
+                    let sent = send(&mut conn, cmd, (retry.route(), slot), wait).await;
+                    // An error after a long wait (redis-rs's response
+                    // timeout) is suspect as no answer is.
+                    on_wire.answered(sent.is_ok());
+                    let e = match sent {
+                        Ok((v, acks)) => return Ok((v, acks)),
+                        Err(e) => e,
+                    };
+                    let failed = failure(&e);
+                    if failed.next == Next::MayHaveRun {
+                        may_have_run = Some(map_err(&e));
+                    }
+                    match retry.after(&failed) {
+                        Step::Again { moved } => {
+                            if moved {
+                                locked(&map).shards.clear();
+                            }
                         }
+                        Step::Wait(pause) => tokio::time::sleep(pause).await,
+                        Step::Stop => return Err(map_err(&e)),
                     }
-                    Step::Wait(pause) => tokio::time::sleep(pause).await,
-                    Step::Stop => return Err(map_err(&e)),
-                }
-                // Never again behind a later call of the same hold (its
-                // release, its next attempt), made while this one waited:
-                // the member owns the order of a hold's calls.
-                if let Err(superseded) = stamp.may_resend() {
-                    return Err(may_have_run.unwrap_or(superseded));
+                    // Never again behind a later call of the same hold (its
+                    // release, its next attempt), made while this one
+                    // waited: the member owns the order of a hold's calls.
+                    if let Err(superseded) = stamp.may_resend() {
+                        return Err(may_have_run.unwrap_or(superseded));
+                    }
                 }
             }
+            .await;
+            // Answered (by its slot's master, or where a redirect sent it),
+            // failed or never sent: it will not run later.
+            stamp.ended(reply.is_ok());
+            let (v, acks) = reply?;
+            // Ran: counted only once the replicas have it.
+            confirmed(wait, acks)?;
+            let v = redis::from_redis_value::<T>(v)
+                .map_err(|e| NodeError::new(NodeErrorKind::Server, e.to_string()))?;
+            read(v)
         })
     }
 

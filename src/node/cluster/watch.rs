@@ -40,6 +40,7 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::node::order::Lane;
 use crate::sync::locked;
 
 use super::feed::ClusterFeed;
@@ -54,28 +55,43 @@ pub(super) fn suspect_after(node_timeout: Duration) -> Duration {
 /// The member's cluster connections: one for calls and status reads, one
 /// for the watchdog's batches; replaced together after a failover.
 pub(super) struct Link {
-    conns: Mutex<(ClusterConnection, ClusterConnection)>,
+    conns: Mutex<Conns>,
+}
+
+/// A cluster member's connections, each its own connection to every shard.
+pub(super) struct Conns {
+    /// Acquisitions and every call not below ([`Lane::Calls`]).
+    pub(super) calls: ClusterConnection,
+    /// Releases and queue exits ([`Lane::Frees`]), so that they never
+    /// queue behind a crowd of attempts on the client side.
+    pub(super) frees: ClusterConnection,
+    /// Renewal and repair batches.
+    pub(super) renewals: ClusterConnection,
 }
 
 impl Link {
-    pub(super) fn new(calls: ClusterConnection, renewals: ClusterConnection) -> Self {
+    pub(super) fn new(conns: Conns) -> Self {
         Self {
-            conns: Mutex::new((calls, renewals)),
+            conns: Mutex::new(conns),
         }
     }
 
-    /// The connection new calls go over.
-    pub(super) fn calls(&self) -> ClusterConnection {
-        locked(&self.conns).0.clone()
+    /// The connection new calls of `lane` go over.
+    pub(super) fn lane(&self, lane: Lane) -> ClusterConnection {
+        let conns = locked(&self.conns);
+        match lane {
+            Lane::Calls => conns.calls.clone(),
+            Lane::Frees => conns.frees.clone(),
+        }
     }
 
     /// The connection new batches go over.
     pub(super) fn renewals(&self) -> ClusterConnection {
-        locked(&self.conns).1.clone()
+        locked(&self.conns).renewals.clone()
     }
 
-    fn replace(&self, calls: ClusterConnection, renewals: ClusterConnection) {
-        *locked(&self.conns) = (calls, renewals);
+    fn replace(&self, conns: Conns) {
+        *locked(&self.conns) = conns;
     }
 }
 
@@ -110,23 +126,31 @@ impl Dial {
             .build()
     }
 
-    /// Two connections (calls, renewals) of a client over `first`: the
+    /// The three connections ([`Conns`]) of a client over `first`: the
     /// first nodes within the connect timeout, the map read from them
     /// within the node timeout, then every node the map names within the
     /// connect timeout (one that hangs, a frozen replica not yet marked
     /// failed, is left out after it).
-    pub(super) async fn connect(
-        &self,
-        first: Vec<ConnectionInfo>,
-    ) -> redis::RedisResult<(ClusterConnection, ClusterConnection)> {
+    pub(super) async fn connect(&self, first: Vec<ConnectionInfo>) -> redis::RedisResult<Conns> {
         let client = self.client(first)?;
-        let both =
-            futures::future::try_join(client.get_async_connection(), client.get_async_connection());
+        let all = async {
+            let (calls, frees, renewals) = futures::future::try_join3(
+                client.get_async_connection(),
+                client.get_async_connection(),
+                client.get_async_connection(),
+            )
+            .await?;
+            Ok(Conns {
+                calls,
+                frees,
+                renewals,
+            })
+        };
         let bound = self
             .connect_timeout
             .saturating_mul(2)
             .saturating_add(self.node_timeout);
-        tokio::time::timeout(bound, both).await.map_err(|_| {
+        tokio::time::timeout(bound, all).await.map_err(|_| {
             redis::RedisError::from((redis::ErrorKind::Io, "cluster connect timed out"))
         })?
     }
@@ -287,10 +311,10 @@ impl Watch {
             .map(|((_, _, i), _)| i.clone())
             .collect();
         match self.dial.connect(first.clone()).await {
-            Ok((calls, renewals)) => {
+            Ok(conns) => {
                 *locked(&self.map) = view.clone();
                 *locked(&self.linked) = view.clone();
-                self.link.replace(calls, renewals);
+                self.link.replace(conns);
                 self.feed.follow(first);
                 info!(member = %self.addr, "cluster member follows a failover: new connections to its shards");
                 Found::Followed

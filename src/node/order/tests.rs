@@ -6,11 +6,11 @@ fn stamp(order: &Arc<Order>, pairs: &[(&str, &str)]) -> Stamp {
 
 fn on(order: &Arc<Order>, pairs: &[(&str, &str)], prefer: Lane) -> Stamp {
     let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
-    order.stamp(&pairs, prefer)
+    order.stamp(&pairs, prefer, 0)
 }
 
 fn lanes() -> Arc<Order> {
-    Arc::new(Order::new(true))
+    Arc::new(Order::new(true, false))
 }
 
 /// A release whose acquire answered takes the lane of the calls that
@@ -36,7 +36,7 @@ fn a_release_frees_apart_only_once_its_acquire_answered() {
     drop(release);
     assert_eq!(order.in_flight(), 0);
 
-    let one = Arc::new(Order::new(false));
+    let one = Arc::new(Order::new(false, false));
     let acquire = on(&one, &[("a", "h1")], Lane::Calls);
     drop(acquire);
     let release = on(&one, &[("a", "h1")], Lane::Frees);
@@ -145,4 +145,64 @@ fn a_queued_acquire_is_ordered_by_its_holder_and_its_waiter() {
     drop(leave);
     assert!(queued.superseded(), "the leave came first");
     assert!(!Stamp::none().superseded());
+}
+
+/// On a member whose lanes are a connection per shard (a cluster member),
+/// an answer proves only what was sent before it to its own slot's
+/// master: a call dropped in one slot is settled by a later answer in
+/// that slot, or a barrier passed there, never by one in another slot.
+#[test]
+fn on_a_cluster_member_an_answer_settles_only_its_own_slot() {
+    let order = Arc::new(Order::new(true, true));
+    let at = |pairs: &[(&str, &str)], prefer: Lane, slot: u16| {
+        let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
+        order.stamp(&pairs, prefer, slot)
+    };
+    let acquire = at(&[("a", "h1")], Lane::Calls, 7);
+    drop(acquire);
+    let elsewhere = at(&[("b", "x")], Lane::Calls, 8);
+    elsewhere.ended(true);
+    drop(elsewhere);
+    let rollback = at(&[("a", "h1")], Lane::Frees, 7);
+    assert_eq!(
+        rollback.lane(),
+        Lane::Calls,
+        "an answer of another slot proves nothing of slot 7"
+    );
+    rollback.ended(true);
+    drop(rollback);
+    let release = at(&[("a", "h1")], Lane::Frees, 7);
+    assert_eq!(
+        release.lane(),
+        Lane::Frees,
+        "slot 7 answered after the drop"
+    );
+    release.ended(true);
+    drop(release);
+    // A barrier settles its own slot only.
+    let (c, d) = (
+        at(&[("c", "h2")], Lane::Calls, 9),
+        at(&[("d", "h3")], Lane::Calls, 10),
+    );
+    drop((c, d));
+    let leave = at(&[("c", "w2")], Lane::Frees, 9);
+    let queued = at(&[("c", "h2"), ("c", "w2")], Lane::Frees, 9);
+    assert_eq!(queued.barrier(), Some(Lane::Calls));
+    queued.passed(Lane::Calls);
+    leave.ended(true);
+    queued.ended(true);
+    drop((leave, queued));
+    let after = at(&[("c", "h2")], Lane::Frees, 9);
+    assert_eq!(after.lane(), Lane::Frees, "slot 9 settled by the barrier");
+    let other = at(&[("d", "h3")], Lane::Frees, 10);
+    assert_eq!(other.lane(), Lane::Calls, "slot 10 is not");
+    for s in [after, other] {
+        s.ended(true);
+        drop(s);
+    }
+    let last = at(&[("d", "h3")], Lane::Frees, 10);
+    assert_eq!(last.lane(), Lane::Frees, "slot 10 answered after its drop");
+    last.ended(true);
+    drop(last);
+    assert_eq!(order.in_flight(), 0, "nothing kept");
 }
