@@ -165,12 +165,26 @@ impl Cluster {
     }
 
     /// Waits until the library's background work (releases to slow nodes,
-    /// rollbacks of cancelled acquisitions) has landed: the process must not
-    /// exit before it does.
+    /// rollbacks of cancelled acquisitions) has landed, for at most twice
+    /// the node timeout plus 1 s ([`SETTLE_PAUSE`]): time for every call in
+    /// flight and for one release sent again after a node's pause between
+    /// dials. A release to a node that stays down would otherwise be sent
+    /// again until its lease ends, holding the exit back a whole lease;
+    /// the key left there expires with it.
     pub async fn settle(&self) {
-        self.manager.flush().await;
+        let bound = self
+            .manager
+            .config()
+            .node_timeout
+            .saturating_mul(2)
+            .saturating_add(SETTLE_PAUSE);
+        let _ = tokio::time::timeout(bound, self.manager.flush()).await;
     }
 }
+
+/// The longest pause between dials of a node that refuses connections,
+/// after which a release that met it is sent again (the library's).
+const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How many members `failures` name (a Sentinel member that did not
 /// answer lists each of its sentinels).

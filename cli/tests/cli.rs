@@ -806,3 +806,41 @@ fn killing_quorumlock_kills_the_command() {
     assert!(gone, "the command ran on after quorumlock was killed");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `exec` over five masters, two of them down from the start: the command
+/// runs under the lock, and `quorumlock` exits as soon as it has released,
+/// not a lease later (its releases to the dead nodes are sent again when
+/// their dial pauses end, for as long as the lease lasts: the exit waited
+/// for them, 29.7 s with the default 30 s lease).
+#[test]
+fn exec_exits_promptly_with_nodes_down() {
+    let private = LocalNodes::start(5).expect("start 5 private masters");
+    private.kill(3);
+    private.kill(4);
+    let name = unique("cli-prompt-exit");
+    let began = Instant::now();
+    let out = run(ql_on(&private.urls()).args(["exec", "--lease", "30s", &name, "--", "true"]));
+    let took = began.elapsed();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("2 of 5 node(s) unreachable"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "exec took {took:?} to exit with a 30 s lease"
+    );
+    let key = format!("quorumlock:{{{name}}}");
+    for i in 0..3 {
+        let mut c = redis::Client::open(private.url(i))
+            .expect("url")
+            .get_connection()
+            .expect("connect to a live node");
+        let left: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut c)
+            .expect("EXISTS");
+        assert!(!left, "released on live node {i}");
+    }
+}
