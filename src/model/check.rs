@@ -100,12 +100,17 @@ impl Model for Params {
             stale_token: false,
             acked: Vec::new(),
             forces: 0,
-            forced: vec![false; self.nodes],
+            // Allocated only where used: a world's states are cloned often.
+            forced: if self.forces > 0 {
+                vec![false; self.nodes]
+            } else {
+                Vec::new()
+            },
             broken: Vec::new(),
             held_at_force: Vec::new(),
             deleted: Vec::new(),
             served: false,
-            vote: Vote::new(self.readers.len()),
+            vote: Vote::new(if self.election { self.readers.len() } else { 0 }),
         }]
     }
 
@@ -149,8 +154,8 @@ impl Model for Params {
         for (c, cl) in s.clients.iter().enumerate() {
             let c8 = idx(c);
             let proclaiming = matches!(
-                &s.vote.lead[c],
-                Lead::Proclaiming { answers, .. } if answers.contains(&None)
+                s.vote.lead.get(c),
+                Some(Lead::Proclaiming { answers, .. }) if answers.contains(&None)
             );
             let waiting = proclaiming
                 || match &cl.phase {

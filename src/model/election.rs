@@ -128,7 +128,8 @@ impl Params {
             }
             _ => false,
         };
-        valid && matches!(s.vote.lead[c], Lead::Leading { attempt, .. } if attempt == cl.attempt)
+        valid
+            && matches!(s.vote.lead.get(c), Some(Lead::Leading { attempt, .. }) if *attempt == cl.attempt)
     }
 
     /// A won hold of client `c` with `token` proclaims its record.
@@ -195,9 +196,9 @@ impl Params {
             }
             Body::Proclaimed(w) => {
                 let c = usize::from(m.client);
-                if let Lead::Proclaiming {
+                if let Some(Lead::Proclaiming {
                     attempt, answers, ..
-                } = &mut s.vote.lead[c]
+                }) = s.vote.lead.get_mut(c)
                 {
                     if *attempt == m.attempt && answers[n].is_none() {
                         answers[n] = Some(w == Wrote::Written);
@@ -213,11 +214,11 @@ impl Params {
     /// quorum, by the quorum rule): a leadership, a failed campaign (its
     /// hold released), or still open.
     pub(super) fn proclaim_step(&self, s: &mut State, c: usize) {
-        let Lead::Proclaiming {
+        let Some(Lead::Proclaiming {
             attempt,
             term,
             answers,
-        } = s.vote.lead[c].clone()
+        }) = s.vote.lead.get(c).cloned()
         else {
             return;
         };
@@ -226,10 +227,15 @@ impl Params {
         match Decision::of(written, pending, self.required) {
             Decision::Open => {}
             Decision::Won => {
-                let v = &mut s.vote;
-                v.stale_term |= term <= v.top;
-                v.top = v.top.max(term);
-                v.lead[c] = Lead::Leading { attempt, term };
+                // The campaign returns a leadership; one whose hold is no
+                // longer valid (released, lost, paused past it) is never
+                // leader, and its term is not a leader's.
+                s.vote.lead[c] = Lead::Leading { attempt, term };
+                if self.leads(s, c) {
+                    let v = &mut s.vote;
+                    v.stale_term |= term <= v.top;
+                    v.top = v.top.max(term);
+                }
             }
             Decision::Lost => {
                 s.vote.lead[c] = Lead::None;
@@ -240,7 +246,7 @@ impl Params {
 
     /// The candidate stops waiting for its proclaim's answers.
     pub(super) fn proclaim_times_out(&self, s: &mut State, c: usize) {
-        if let Lead::Proclaiming { answers, .. } = &mut s.vote.lead[c] {
+        if let Some(Lead::Proclaiming { answers, .. }) = s.vote.lead.get_mut(c) {
             answers
                 .iter_mut()
                 .for_each(|a| *a = Some(a.unwrap_or(false)));

@@ -73,7 +73,8 @@ impl Params {
     /// key alive on a quorum of nodes once the delete ran on every node
     /// (the break undone).
     pub(super) fn undone(&self, s: &State) -> bool {
-        s.forced.iter().all(|f| *f)
+        !s.forced.is_empty()
+            && s.forced.iter().all(|f| *f)
             && s.held_at_force.iter().any(|h| {
                 let on = s
                     .nodes

@@ -95,8 +95,8 @@ fn world(s: &State) -> String {
             }
         }
         out.push_str(" ]");
-        if node.record.is_some() || s.forced[n] {
-            let _ = write!(out, "{}", if s.forced[n] { " forced" } else { "" });
+        if s.forced.get(n) == Some(&true) {
+            out.push_str(" forced");
         }
         if let Some(r) = node.record {
             let _ = write!(out, " rec {} term {}", rec(r), r.term);
@@ -104,7 +104,7 @@ fn world(s: &State) -> String {
     }
     for (c, cl) in s.clients.iter().enumerate() {
         let _ = write!(out, " | c{c}#{} {}", cl.attempt, phase(&cl.phase));
-        match s.vote.lead[c] {
+        match s.vote.lead.get(c).cloned().unwrap_or(Lead::None) {
             Lead::Proclaiming { term, .. } => {
                 let _ = write!(out, ", proclaiming term {term}");
             }
