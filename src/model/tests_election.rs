@@ -23,7 +23,7 @@ fn two_candidates_never_lead_at_once_and_their_terms_increase() {
     if !deep() {
         p.lead = 0;
     }
-    holds("election, two candidates", p, 8, Some(11));
+    holds("election, two candidates", p, 8, Some(10));
 }
 
 /// Every state of the world in which two candidates take turns without

@@ -121,7 +121,13 @@ fn world(s: &State) -> String {
             out.push_str(" (reading)");
         }
         if let Some(t) = o.last {
-            let _ = write!(out, ", reported term {t}");
+            let _ = write!(out, ", reported up to term {t}");
+        }
+        if o.older {
+            out.push_str(", WENT BACK");
+        }
+        if o.behind {
+            out.push_str(", BEHIND A LEADER MADE BEFORE ITS READ");
         }
     }
     let _ = write!(out, " | {} in flight", s.net.len());
