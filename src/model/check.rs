@@ -1,7 +1,8 @@
 //! The world as a stateright `Model`: the actions of the environment
-//! (time, clocks, restarts, delivery and loss of messages) and of the
-//! clients (attempt, give up waiting, re-send, renew, release), and the
-//! properties checked in every state.
+//! (time, clocks, restarts, delivery and loss of messages), of the clients
+//! (attempt, give up waiting, re-send, renew, release), of the operator
+//! (`force_unlock`) and of the election's observer (read, give up); the
+//! properties are `props`'.
 
 use stateright::{Model, Property};
 
