@@ -139,8 +139,7 @@ impl Model for Params {
                 actions.push(Action::Lose(*m));
             }
         }
-        let settled = || !s.net.iter().any(|m| matches!(m.body, Body::Acquire { .. }));
-        if s.forces < self.forces && (!self.force_settled || settled()) {
+        if s.forces < self.forces && (!self.force_quiet || s.net.is_empty()) {
             for name in 0..self.names {
                 actions.push(Action::Force(name));
             }

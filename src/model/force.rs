@@ -49,9 +49,14 @@ impl Params {
         }
         Self::break_holds(s);
         for n in 0..self.nodes {
+            let n8 = u8::try_from(n).unwrap_or(u8::MAX);
+            if self.force_atomic {
+                self.force_lands(s, n8, name);
+                continue;
+            }
             s.send(Msg {
                 client: OPERATOR,
-                node: u8::try_from(n).unwrap_or(u8::MAX),
+                node: n8,
                 to_node: true,
                 attempt: s.forces,
                 body: Body::Force { name },

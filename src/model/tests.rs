@@ -94,7 +94,15 @@ pub(super) fn holds_but(what: &str, p: Params, steps: usize, deeper: Option<usiz
 /// counterexample (the shortest) and returns its length in steps. In the
 /// deeper run, also checks the same world made safe ([`control`]).
 pub(super) fn finds(what: &str, p: Params, property: &'static str) -> usize {
-    let p_safe = p.clone();
+    let steps = found(what, p.clone(), property);
+    if deep() {
+        control(what, p, steps);
+    }
+    steps
+}
+
+/// [`finds`] with no control: `p` is the protocol as it is (a finding).
+pub(super) fn found(what: &str, p: Params, property: &'static str) -> usize {
     let started = Instant::now();
     let c = p
         .checker()
@@ -111,9 +119,6 @@ pub(super) fn finds(what: &str, p: Params, property: &'static str) -> usize {
         started.elapsed(),
         trace::show(&path)
     );
-    if deep() {
-        control(what, p_safe, steps);
-    }
     steps
 }
 
@@ -280,39 +285,50 @@ fn a_reader_quorum_of_one_holds_beside_a_writer() {
 }
 
 /// One lock client that renews and repairs, and one `force_unlock`,
-/// asked at any time (`settled`: only while no acquire is in flight).
-fn forced(settled: bool) -> Params {
+/// asked at any time (`quiet`: only while nothing is in flight; `atomic`:
+/// its deletes landing on every node in one step).
+fn forced(quiet: bool, atomic: bool) -> Params {
     let mut p = Params::lock(1);
     p.renew = true;
     p.forces = 1;
-    p.force_settled = settled;
+    p.force_quiet = quiet;
+    p.force_atomic = atomic;
     p.horizon = 4;
     p
 }
 
 #[test]
-fn a_forced_unlock_of_a_settled_hold_is_not_undone_by_the_watchdog() {
-    holds_but("force_unlock, settled", forced(true), 14, None, &[FINDING]);
+fn a_forced_unlock_that_lands_at_once_in_a_quiet_moment_is_not_undone() {
+    holds("force_unlock, quiet, at once", forced(true, true), 60, None);
+}
+
+#[test]
+fn a_repair_without_a_confirming_quorum_undoes_a_forced_unlock() {
+    let p = forced(true, true).with(Mutation::RepairUnconfirmed);
+    finds("repair unconfirmed", p, "a forced unlock is not undone");
 }
 
 #[test]
 fn a_repair_racing_a_forced_unlock_recreates_its_key_on_a_minority() {
-    finds("repair racing force_unlock", forced(true), FINDING);
+    found("repair racing force_unlock", forced(false, false), FINDING);
 }
 
 #[test]
 fn a_late_grant_and_a_repair_undo_a_forced_unlock() {
-    finds(
+    found(
         "late grant and repair",
-        forced(false),
+        forced(false, false),
         "a forced unlock is not undone",
     );
 }
 
 #[test]
-fn a_repair_without_a_confirming_quorum_undoes_a_forced_unlock() {
-    let p = forced(true).with(Mutation::RepairUnconfirmed);
-    finds("repair unconfirmed", p, "a forced unlock is not undone");
+fn repairs_between_the_deletes_of_a_forced_unlock_undo_it() {
+    found(
+        "repairs between the deletes",
+        forced(true, false),
+        "a forced unlock is not undone",
+    );
 }
 
 /// A lone lock client of two attempts (`clients` 1), or two of one

@@ -122,9 +122,13 @@ pub(crate) struct Params {
     /// `force_unlock`s the operator may ask (each deletes the name on
     /// every node, its deletes in flight like any call).
     pub(crate) forces: u8,
-    /// Whether the operator forces only while no acquire is in flight
-    /// (every won hold's grants landed).
-    pub(crate) force_settled: bool,
+    /// Whether the operator forces only while nothing is in flight (no
+    /// call of any hold: its grants landed, no renewal or repair under
+    /// way).
+    pub(crate) force_quiet: bool,
+    /// Whether a `force_unlock`'s deletes land on every node at once (one
+    /// step), not each at its own time.
+    pub(crate) force_atomic: bool,
     /// Whether a client may stop waiting for answers still in flight (its
     /// node timeout); without, every answer comes in time.
     pub(crate) timeouts: bool,
@@ -171,7 +175,8 @@ impl Params {
             design: Design::Locks,
             mutation: None,
             forces: 0,
-            force_settled: false,
+            force_quiet: false,
+            force_atomic: false,
             timeouts: true,
             live: false,
             election: false,
