@@ -1,13 +1,16 @@
 //! The world as a stateright `Model`: the actions of the environment
-//! (time, clocks, restarts, delivery and loss of messages) and of the
-//! clients (attempt, give up waiting, re-send, renew, release), and the
-//! properties checked in every state.
+//! (time, clocks, restarts, delivery and loss of messages), of the clients
+//! (attempt, give up waiting, re-send, renew, release), of the operator
+//! (`force_unlock`) and of the election's observer (read, give up); the
+//! properties are `props`'.
 
 use stateright::{Model, Property};
 
+use super::election::{Lead, Vote};
+
 use crate::node::Again;
 
-use super::world::{Ans, Body, Client, Design, Msg, Node, Params, Phase, Ren, Restart, State};
+use super::world::{Ans, Body, Client, Msg, Node, Params, Phase, Ren, Restart, State};
 
 /// One step of the world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,6 +41,12 @@ pub(crate) enum Action {
     Renew(u8),
     /// Client `c` releases its hold.
     Release(u8),
+    /// The operator asks `force_unlock` of name `name`.
+    Force(u8),
+    /// The observer starts a quorum read of the leader.
+    Observe,
+    /// The observer stops waiting: every pending answer failed.
+    GiveUp,
 }
 
 /// Whether client `c` believes its hold valid now (`is_held()`).
@@ -72,6 +81,7 @@ impl Model for Params {
                     keys: vec![Vec::new(); names],
                     fence: vec![*c; names],
                     lead: 0,
+                    record: None,
                 })
                 .collect(),
             clients: vec![
@@ -90,6 +100,18 @@ impl Model for Params {
             top: vec![0; names],
             stale_token: false,
             acked: Vec::new(),
+            forces: 0,
+            // Allocated only where used: a world's states are cloned often.
+            forced: if self.forces > 0 {
+                vec![false; self.nodes]
+            } else {
+                Vec::new()
+            },
+            broken: Vec::new(),
+            held_at_force: Vec::new(),
+            deleted: Vec::new(),
+            served: false,
+            vote: Vote::new(if self.election { self.readers.len() } else { 0 }),
         }]
     }
 
@@ -117,22 +139,39 @@ impl Model for Params {
                 actions.push(Action::Lose(*m));
             }
         }
+        if s.forces < self.forces && (!self.force_quiet || s.net.is_empty()) {
+            for name in 0..self.names {
+                actions.push(Action::Force(name));
+            }
+        }
+        if Self::read_pending(s) {
+            if self.timeouts {
+                actions.push(Action::GiveUp);
+            }
+        } else if s.vote.observer.reads < self.reads {
+            actions.push(Action::Observe);
+        }
         for (c, cl) in s.clients.iter().enumerate() {
             let c8 = idx(c);
+            let proclaiming = matches!(
+                s.vote.lead.get(c),
+                Some(Lead::Proclaiming { answers, .. }) if answers.contains(&None)
+            );
+            let waiting = proclaiming
+                || match &cl.phase {
+                    Phase::Acquiring { replies, .. } => replies.contains(&Ans::Pending),
+                    Phase::Fencing { pending, .. } => pending.contains(&true),
+                    Phase::Renewing { answers, .. } => answers.contains(&Ren::Pending),
+                    Phase::Idle | Phase::Held { .. } => false,
+                };
+            if waiting && self.timeouts {
+                actions.push(Action::Timeout(c8));
+            }
             match &cl.phase {
                 Phase::Idle if cl.attempt < self.attempts => {
                     for name in 0..self.names {
                         actions.push(Action::Start(c8, name));
                     }
-                }
-                Phase::Acquiring { replies, .. } if replies.contains(&Ans::Pending) => {
-                    actions.push(Action::Timeout(c8));
-                }
-                Phase::Fencing { pending, .. } if pending.contains(&true) => {
-                    actions.push(Action::Timeout(c8));
-                }
-                Phase::Renewing { answers, .. } if answers.contains(&Ren::Pending) => {
-                    actions.push(Action::Timeout(c8));
                 }
                 Phase::Held {
                     valid_until, wave, ..
@@ -172,6 +211,7 @@ impl Model for Params {
                     let node = &mut s.nodes[usize::from(n)];
                     node.keys.iter_mut().for_each(Vec::clear);
                     node.fence.iter_mut().for_each(|f| *f = 0);
+                    node.record = None;
                 }
             }
             Action::Deliver(m) | Action::DeliverLost(m) => {
@@ -208,7 +248,10 @@ impl Model for Params {
                     self.call(&mut s, c, n, Body::Acquire { name, reader });
                 }
             }
-            Action::Timeout(c) => self.time_out(&mut s, usize::from(c)),
+            Action::Timeout(c) => {
+                self.time_out(&mut s, usize::from(c));
+                self.proclaim_times_out(&mut s, usize::from(c));
+            }
             Action::Resend(c, n) => {
                 let (c, n) = (usize::from(c), usize::from(n));
                 s.clients[c].lost[n] = false;
@@ -239,62 +282,20 @@ impl Model for Params {
             }
             Action::Release(c) => {
                 let c = usize::from(c);
-                let Phase::Held { name, token, .. } = s.clients[c].phase else {
+                if !matches!(s.clients[c].phase, Phase::Held { .. }) {
                     return None;
-                };
-                let token = if self.readers[c] { 0 } else { token };
-                for n in 0..self.nodes {
-                    self.call(&mut s, c, n, Body::Release { name, token });
                 }
-                s.clients[c].phase = Phase::Idle;
+                self.release(&mut s, c);
             }
+            Action::Force(name) => self.force(&mut s, name),
+            Action::Observe => self.observe(&mut s),
+            Action::GiveUp => self.read_step(&mut s, true),
         }
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("mutual exclusion", |p: &Params, s: &State| {
-                p.design == Design::Counter
-                    || (0..p.names).all(|name| {
-                        let holds = (0..s.clients.len())
-                            .filter(|&c| !p.readers[c] && believes(s, c) == Some(name));
-                        holds.count() <= 1
-                    })
-            }),
-            Property::always("fencing tokens increase", |_: &Params, s: &State| {
-                !s.stale_token
-            }),
-            Property::always(
-                "no grant after its release was acknowledged",
-                |_: &Params, s: &State| {
-                    s.acked.iter().all(|(n, h)| {
-                        s.nodes[usize::from(*n)]
-                            .keys
-                            .iter()
-                            .flatten()
-                            .all(|l| l.holder != *h)
-                    })
-                },
-            ),
-            Property::always("at most P permits", |p: &Params, s: &State| {
-                p.permits.is_none_or(|permits| {
-                    (0..s.clients.len())
-                        .filter(|&c| believes(s, c).is_some())
-                        .count()
-                        <= permits
-                })
-            }),
-            Property::always("no reader beside a writer", |p: &Params, s: &State| {
-                (0..p.names).all(|name| {
-                    let holds = |reader: bool| {
-                        (0..s.clients.len())
-                            .any(|c| p.readers[c] == reader && believes(s, c) == Some(name))
-                    };
-                    !(holds(true) && holds(false))
-                })
-            }),
-        ]
+        super::props::all()
     }
 }
 

@@ -11,12 +11,19 @@
 //!
 //! - `world`: parameters, state, ticks as durations.
 //! - `step`: a node's scripts, a client's reactions, over the verdicts.
-//! - `check`: the `Model`: actions and properties.
+//! - `check`: the `Model`: its actions.
+//! - `props`: the properties, safety and liveness.
+//! - `force`: the operator's `force_unlock`.
+//! - `election`: candidates that proclaim, leaderships, the observer.
 //! - `trace`: a counterexample, readable.
 
 mod check;
+mod election;
+mod force;
+mod props;
 mod step;
 mod trace;
 mod world;
 
 mod tests;
+mod tests_election;

@@ -26,6 +26,14 @@ impl Params {
             body,
             ..m
         };
+        match m.body {
+            Body::Force { name } => {
+                self.force_lands(s, m.node, name);
+                return None;
+            }
+            Body::Proclaim { .. } | Body::Read => return Self::node_elects(s, m).map(answer),
+            _ => {}
+        }
         let node = &mut s.nodes[n];
         let reply = match m.body {
             Body::Acquire { name, reader } => {
@@ -85,7 +93,15 @@ impl Params {
                 *counter = (*counter).max(token);
                 Some(Body::Released)
             }
-            Body::Grant(_) | Body::Raised(_) | Body::Renewal(_) | Body::Released => None,
+            Body::Grant(_)
+            | Body::Raised(_)
+            | Body::Renewal(_)
+            | Body::Released
+            | Body::Force { .. }
+            | Body::Proclaim { .. }
+            | Body::Proclaimed(_)
+            | Body::Read
+            | Body::Seen(_) => None,
         };
         reply.map(answer)
     }
@@ -102,6 +118,9 @@ impl Params {
 
     /// Client `m.client` reads the answer `m`.
     pub(super) fn client_reads(&self, s: &mut State, m: Msg) {
+        if matches!(m.body, Body::Proclaimed(_) | Body::Seen(_)) {
+            return self.elector_reads(s, m);
+        }
         let c = usize::from(m.client);
         let n = usize::from(m.node);
         if m.body == Body::Released {
@@ -293,13 +312,18 @@ impl Params {
             // Only a world that renews tells waves apart.
             wave: if self.renew { s.now } else { 0 },
         };
+        s.served = true;
+        if self.election && !self.readers[c] {
+            self.proclaim(s, c, token);
+        }
     }
 
     /// Releases the attempt's grants on every node that did not answer
     /// "taken" (granted, failed, or not answered), and ends the attempt.
+    /// Under [`Mutation::NoRollback`], nowhere.
     fn roll_back(&self, s: &mut State, c: usize, name: u8, replies: &[Ans]) {
         for (i, a) in replies.iter().enumerate() {
-            if *a != Ans::Taken {
+            if *a != Ans::Taken && !self.mutated(Mutation::NoRollback) {
                 self.call(s, c, i, Body::Release { name, token: 0 });
             }
         }
@@ -373,18 +397,37 @@ impl Params {
             valid_until,
             wave,
         };
-        s.clients[c].phase = match tally.verdict(self.quorum(self.readers[c]), &times) {
-            Verdict::Renewed(until) => {
-                if !self.readers[c] {
-                    let empty: Vec<usize> = tally.empty().collect();
-                    for i in empty {
-                        self.call(s, c, i, Body::Repair { name, token });
-                    }
-                }
-                held(self.tick_of(until))
+        let verdict = tally.verdict(self.quorum(self.readers[c]), &times);
+        // Repaired only when renewed on a quorum (which a quorum that can
+        // no longer confirm the hold never is); under
+        // [`Mutation::RepairUnconfirmed`], whatever the verdict.
+        let repair =
+            matches!(verdict, Verdict::Renewed(_)) || self.mutated(Mutation::RepairUnconfirmed);
+        if repair && !self.readers[c] {
+            let empty: Vec<usize> = tally.empty().collect();
+            for i in empty {
+                self.call(s, c, i, Body::Repair { name, token });
             }
+        }
+        s.clients[c].phase = match verdict {
+            Verdict::Renewed(until) => held(self.tick_of(until)),
             Verdict::Retry => held(valid_until),
             Verdict::Lost(_) => Phase::Idle,
         };
+    }
+
+    /// Client `c` releases its hold on every node (a reader's with token
+    /// 0), and is idle.
+    pub(super) fn release(&self, s: &mut State, c: usize) {
+        let (Phase::Held { name, token, .. } | Phase::Renewing { name, token, .. }) =
+            s.clients[c].phase
+        else {
+            return;
+        };
+        let token = if self.readers[c] { 0 } else { token };
+        for n in 0..self.nodes {
+            self.call(s, c, n, Body::Release { name, token });
+        }
+        s.clients[c].phase = Phase::Idle;
     }
 }

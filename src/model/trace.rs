@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use stateright::Path;
 
 use super::check::Action;
-use super::world::{Ans, Body, Msg, Phase, State};
+use super::election::Lead;
+use super::world::{Ans, Body, Msg, Phase, Rec, State, View, OBSERVER, OPERATOR};
 
 /// The path, one line per step.
 pub(crate) fn show(path: &Path<State, Action>) -> String {
@@ -34,6 +35,9 @@ fn act(a: &Action) -> String {
         Action::Resend(c, n) => format!("client {c} sends its acquire to node {n} again"),
         Action::Renew(c) => format!("client {c} renews"),
         Action::Release(c) => format!("client {c} releases"),
+        Action::Force(name) => format!("the operator forces name {name} open (force_unlock)"),
+        Action::Observe => "the observer reads the leader".into(),
+        Action::GiveUp => "the observer stops waiting".into(),
     }
 }
 
@@ -52,12 +56,27 @@ fn msg(m: &Msg) -> String {
         Body::Repair { name, token } => format!("repair {name} (token {token})"),
         Body::Release { name, token } => format!("release {name} (token {token})"),
         Body::Released => "released".into(),
+        Body::Force { name } => format!("force delete {name}"),
+        Body::Proclaim { term } => format!("proclaim term {term}"),
+        Body::Proclaimed(w) => format!("proclaimed: {w:?}"),
+        Body::Read => "read the leader".into(),
+        Body::Seen(View::Leads(r)) => format!("leads: {} term {}", rec(r), r.term),
+        Body::Seen(v) => format!("{v:?}"),
+    };
+    let who = match m.client {
+        OPERATOR => "operator".to_string(),
+        OBSERVER => format!("observer#{}", m.attempt),
+        _ => who,
     };
     if m.to_node {
         format!("{who} -> node {}: {body}", m.node)
     } else {
         format!("node {} -> {who}: {body}", m.node)
     }
+}
+
+fn rec(r: Rec) -> String {
+    format!("c{}#{}", r.holder.client, r.holder.attempt)
 }
 
 fn world(s: &State) -> String {
@@ -76,9 +95,40 @@ fn world(s: &State) -> String {
             }
         }
         out.push_str(" ]");
+        if s.forced.get(n) == Some(&true) {
+            out.push_str(" forced");
+        }
+        if let Some(r) = node.record {
+            let _ = write!(out, " rec {} term {}", rec(r), r.term);
+        }
     }
     for (c, cl) in s.clients.iter().enumerate() {
         let _ = write!(out, " | c{c}#{} {}", cl.attempt, phase(&cl.phase));
+        match s.vote.lead.get(c).cloned().unwrap_or(Lead::None) {
+            Lead::Proclaiming { term, .. } => {
+                let _ = write!(out, ", proclaiming term {term}");
+            }
+            Lead::Leading { attempt, term } if attempt == cl.attempt && cl.phase != Phase::Idle => {
+                let _ = write!(out, ", LEADS term {term}");
+            }
+            _ => {}
+        }
+    }
+    let o = &s.vote.observer;
+    if o.reads > 0 {
+        let _ = write!(out, " | observer read {}", o.reads);
+        if o.answers.is_some() {
+            out.push_str(" (reading)");
+        }
+        if let Some(t) = o.last {
+            let _ = write!(out, ", reported up to term {t}");
+        }
+        if o.older {
+            out.push_str(", WENT BACK");
+        }
+        if o.behind {
+            out.push_str(", BEHIND A LEADER MADE BEFORE ITS READ");
+        }
     }
     let _ = write!(out, " | {} in flight", s.net.len());
     out

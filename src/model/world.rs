@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use crate::keys::{Keys, Role};
 
+pub(crate) use super::election::{Rec, View, Wrote};
+
 /// An abstract instant: global time, a node's clock, a client's.
 pub(super) type Tick = u8;
 
@@ -38,7 +40,29 @@ pub(crate) enum Mutation {
     /// (`Resend::AfterBrokenConnection` given to `Resend::again`), with no
     /// order of the hold's calls (the code before `node::order`).
     ResendAcquire,
+    /// The watchdog repairs the nodes a renewal found empty whatever the
+    /// verdict of `RenewalTally`, not only on `Verdict::Renewed`: a repair
+    /// without a confirming quorum.
+    RepairUnconfirmed,
+    /// A failed attempt leaves its grants behind (no rollback; the
+    /// simulator's `NoRollback`): they stay until they expire.
+    NoRollback,
+    /// `Leadership::is_leader` reads the hold's phase without its
+    /// validity (the simulator's `LeaderIgnoresExpiry`).
+    LeaderIgnoresExpiry,
+    /// The observer reads the leader with `quorum::agree(.., 1)`: one
+    /// member's record is enough.
+    ObserverQuorumOne,
+    /// A leader's record is proclaimed with its revision (1) as the term,
+    /// not the hold's fencing token.
+    TermIsRevision,
 }
+
+/// Who sends the operator's `force_unlock`, as a client index on the
+/// links.
+pub(super) const OPERATOR: u8 = 200;
+/// Who sends the observer's reads of an election's leader.
+pub(super) const OBSERVER: u8 = 201;
 
 /// What a node keeps through a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +119,27 @@ pub(crate) struct Params {
     pub(crate) permits: Option<usize>,
     pub(crate) design: Design,
     pub(crate) mutation: Option<Mutation>,
+    /// `force_unlock`s the operator may ask (each deletes the name on
+    /// every node, its deletes in flight like any call).
+    pub(crate) forces: u8,
+    /// Whether the operator forces only while nothing is in flight (no
+    /// call of any hold: its grants landed, no renewal or repair under
+    /// way).
+    pub(crate) force_quiet: bool,
+    /// Whether a `force_unlock`'s deletes land on every node at once (one
+    /// step), not each at its own time.
+    pub(crate) force_atomic: bool,
+    /// Whether a client may stop waiting for answers still in flight (its
+    /// node timeout); without, every answer comes in time.
+    pub(crate) timeouts: bool,
+    /// Whether the liveness property applies (a world explored
+    /// completely, every path ending).
+    pub(crate) live: bool,
+    /// Whether the clients are candidates of an election (name 0): a
+    /// won hold proclaims its record, a quorum of it makes a leadership.
+    pub(crate) election: bool,
+    /// Quorum reads of the leader the observer makes.
+    pub(crate) reads: u8,
     /// A lock's (and a writer's) quorum, and a reader's, from
     /// `Keys::required` at construction.
     pub(crate) required: usize,
@@ -129,6 +174,13 @@ impl Params {
             permits: None,
             design: Design::Locks,
             mutation: None,
+            forces: 0,
+            force_quiet: false,
+            force_atomic: false,
+            timeouts: true,
+            live: false,
+            election: false,
+            reads: 0,
             required: majority,
             reader_required: majority,
             base: Instant::now(),
@@ -227,6 +279,8 @@ pub(crate) struct Node {
     pub(crate) keys: Vec<Vec<Lease>>,
     pub(crate) fence: Vec<u64>,
     pub(crate) lead: Tick,
+    /// The leader's record of name 0's election.
+    pub(crate) record: Option<Rec>,
 }
 
 /// One node's answer to an acquisition, as the client gathered it.
@@ -317,6 +371,23 @@ pub(crate) enum Body {
         token: u64,
     },
     Released,
+    /// The operator's delete of the name, whoever holds it
+    /// (`force_release.lua`); answered to nobody who reads it.
+    Force {
+        name: u8,
+    },
+    /// A candidate's record for name 0 (`proclaim.lua`), of its hold's
+    /// term.
+    Proclaim {
+        term: u64,
+    },
+    Proclaimed(Wrote),
+    /// The observer's read of the leader (`leader.lua`).
+    Read,
+    /// A node's view of the leader: a record whose holder holds the lock
+    /// there (`Leads`), the lock held by another (`Unproclaimed`), or no
+    /// lock (`Vacant`).
+    Seen(View),
 }
 
 /// A renewal's answer on the wire.
@@ -378,6 +449,21 @@ pub(crate) struct State {
     pub(crate) stale_token: bool,
     /// (node, holder): the node answered the holder's release.
     pub(crate) acked: Vec<(u8, Holder)>,
+    /// `force_unlock`s asked.
+    pub(crate) forces: u8,
+    /// Per node: a forced delete ran there.
+    pub(crate) forced: Vec<bool>,
+    /// The holds a `force_unlock` broke: every attempt begun when it was
+    /// asked or when one of its deletes ran (no longer owed exclusion).
+    pub(crate) broken: Vec<Holder>,
+    /// The holds that held when a `force_unlock` was asked.
+    pub(crate) held_at_force: Vec<Holder>,
+    /// (node, holder): a forced delete removed the holder's key there.
+    pub(crate) deleted: Vec<(u8, Holder)>,
+    /// Some client has held (liveness).
+    pub(crate) served: bool,
+    /// The election's leaderships and observer (empty without one).
+    pub(crate) vote: super::election::Vote,
 }
 
 impl State {
