@@ -328,7 +328,13 @@ impl LockManager {
     /// An administrative break. The holder's watchdog finds the keys gone
     /// at its next renewal and declares the hold lost (it never re-creates
     /// keys missing on so many nodes that no quorum confirms the hold); a
-    /// fixed-lease holder is not told before its lease ends.
+    /// fixed-lease holder is not told before its lease ends. Not when the
+    /// deletes interleave with the hold's own calls: a renewal that reads
+    /// some nodes before a delete and others after, or a late grant of its
+    /// acquire, can repair the key back onto a quorum, and the holder keeps
+    /// the lock untold (docs/SAFETY.md, "A forced unlock is not undone");
+    /// read [`status`](Self::status) after forcing, and force again while
+    /// it shows the holder.
     ///
     /// # Errors
     ///
