@@ -27,6 +27,13 @@
 //! ```text
 //! cargo test --all-features --release --test crowd -- --ignored --nocapture
 //! ```
+//!
+//! It runs five masters, then a cluster member, each with both crowds, and
+//! prints its progress and the manager's `pubsub_stats()` every 10 s (a
+//! stall shows where it stalled). `CROWD_ONLY_100K=1` skips the masters'
+//! 20,000; `CROWD_LOG=<filter>` installs a tracing subscriber with that
+//! filter. The releases behind a crowd of attempts run on a cluster member
+//! too (its releases have a cluster connection of their own).
 
 mod support;
 
@@ -145,9 +152,25 @@ async fn crowd(members: fn() -> LockManagerBuilder, waiters: usize) {
         errors.note("release", &errors.release, &e);
     }
     let first = began.elapsed();
+    // Progress every 10 s, so that a stall shows where it stalled.
+    let progress = {
+        let (done, m) = (Arc::clone(&done), m.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "{waiters} waiters: {} handed off after {:.0?}; {:?}",
+                    done.load(Ordering::Relaxed),
+                    began.elapsed(),
+                    m.pubsub_stats()
+                );
+            }
+        })
+    };
     while let Some(r) = tasks.join_next().await {
         r.expect("waiter task");
     }
+    progress.abort();
     let elapsed = began.elapsed();
     let (lock, release) = (
         errors.lock.load(Ordering::Relaxed),
@@ -288,7 +311,15 @@ async fn a_release_gets_through_a_crowd_of_attempts_on_a_cluster_member() {
 #[ignore = "20,000 and 100,000 waiters: minutes in a debug build; run with --release"]
 async fn every_lock_and_release_of_100_000_waiters_succeeds() {
     let _alone = alone().await;
-    crowd(masters, 20_000).await;
+    if let Ok(filter) = std::env::var("CROWD_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    if std::env::var_os("CROWD_ONLY_100K").is_none() {
+        crowd(masters, 20_000).await;
+    }
     crowd(masters, 100_000).await;
     crowd(cluster_member, 20_000).await;
     crowd(cluster_member, 100_000).await;
