@@ -189,7 +189,12 @@ impl Server for LazyCluster {
     ) -> Answer<R> {
         match self.node() {
             Ok(node) => node.eval(call),
-            Err(e) => failed(e),
+            Err(e) => {
+                // Never sent: it will not run later, so its order keeps
+                // nothing of it.
+                call.stamp.ended(false);
+                failed(e)
+            }
         }
     }
 

@@ -53,7 +53,8 @@ pub(super) fn suspect_after(node_timeout: Duration) -> Duration {
 }
 
 /// The member's cluster connections: one for calls and status reads, one
-/// for the watchdog's batches; replaced together after a failover.
+/// for the calls that free, one for the watchdog's batches; replaced
+/// together after a failover.
 pub(super) struct Link {
     conns: Mutex<Conns>,
 }
