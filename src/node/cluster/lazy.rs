@@ -25,8 +25,9 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::sync::locked;
 
-use super::node::{ClusterNode, Passing};
+use super::node::ClusterNode;
 use super::spec::ClusterSpec;
+use super::watch::Passing;
 use crate::node::batch::RenewBatch;
 use crate::node::feed::{Feed, FeedConn};
 use crate::node::member::{Call, Server};

@@ -66,11 +66,11 @@ use crate::sync::locked;
 use super::batch::{batch_cost, send_batch};
 use super::feed::{check_version, ClusterFeed};
 use super::map::{check_replicas, check_seeds, SlotMap};
-use super::retry::{Redirect, Retry, Step};
-use super::route::{confirmed, failure, send, status_values, Next, Shards};
+use super::retry::{Retry, Step};
+use super::route::{confirmed, failure, ping_slot, send, status_values, Next, Shards};
 use super::seed::read_seed;
 use super::spec::ClusterSpec;
-use super::watch::{suspect_after, Dial, Link, Unanswered, Watch};
+use super::watch::{suspect_after, Dial, Link, Passing, Unanswered, Watch};
 use crate::node::batch::RenewBatch;
 use crate::node::feed::Feed;
 use crate::node::member::{Call, Confirm, Server};
@@ -412,15 +412,8 @@ impl Server for ClusterNode {
             let reply = async move {
                 let stamp = order;
                 if let Some(lane) = stamp.barrier() {
-                    let mut conn = link.lane(lane);
                     let on_wire = Unanswered::new(&watch, suspect_after);
-                    let ping = send(
-                        &mut conn,
-                        redis::cmd("PING"),
-                        (&Redirect::BySlot, slot),
-                        None,
-                    )
-                    .await;
+                    let ping = ping_slot(&mut link.lane(lane), slot).await;
                     on_wire.answered(ping.is_ok());
                     ping.map_err(|e| map_err(&e))?;
                     stamp.passed(lane);
@@ -500,11 +493,4 @@ impl Server for ClusterNode {
             r
         })
     }
-}
-
-/// Whether a failed connect may pass, so that it is worth trying again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Passing {
-    Yes,
-    No,
 }

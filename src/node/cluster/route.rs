@@ -227,6 +227,15 @@ pub(super) async fn send(
     Ok((reply, values.next()))
 }
 
+/// A barrier: `PING` to the master of `slot`, answered once everything
+/// sent there before it on `conn` has run.
+pub(super) async fn ping_slot(conn: &mut ClusterConnection, slot: u16) -> redis::RedisResult<()> {
+    let ping = redis::cmd("PING");
+    send(conn, ping, (&Redirect::BySlot, slot), None)
+        .await
+        .map(|_| ())
+}
+
 /// The items `which` (indices into `items`) by slot, each slot's cut in
 /// calls of at most [`RENEW_CHUNK`] locks: `(slot, item indices)` per
 /// script call.

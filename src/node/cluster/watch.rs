@@ -96,6 +96,13 @@ impl Link {
     }
 }
 
+/// Whether a failed connect may pass, so that it is worth trying again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Passing {
+    Yes,
+    No,
+}
+
 /// How the member opens cluster connections: its seeds' settings
 /// (credentials, TLS) and certificates, the node timeout its client's
 /// responses are bounded by, the connect timeout.
