@@ -202,6 +202,10 @@ impl<'a> Turn<'a> {
                 let timeout = nodes.config.node_timeout;
                 bell.confirmed(remaining.map_or(timeout, |r| r.min(timeout)))
                     .await;
+                // Behind local waiters (one of a crowd that attempted before
+                // any of it queued): its turn comes from the head, as a
+                // newcomer's does, instead of another attempt now.
+                self.deferred = bell.is_behind();
                 self.bell = Some(bell);
                 return;
             }
@@ -214,8 +218,27 @@ impl<'a> Turn<'a> {
             return;
         }
         let covered = bell.covered();
+        // A plain waiter behind others of this manager waits for its turn
+        // after a miss too, while release messages are covered: only the
+        // head of the local FIFO attempts. A crowd whose every waiter
+        // retried after its miss (its backoff when the attempt timed out,
+        // its place's refresh) kept hundreds of attempts on one lock in
+        // flight, slow enough on a busy machine to time out in turn, and
+        // none of them won (issue 35's stall of 100,000 waiters).
+        let behind = covered && bell.is_behind();
         let delay = match err {
-            Some(_) => fallback(&self.nodes, self.misses, pttl, covered, remaining),
+            Some(_) if !behind => fallback(&self.nodes, self.misses, pttl, covered, remaining),
+            // Missed behind local waiters: our bell rings when our turn
+            // comes; until then, until the holder's key is known to expire,
+            // or a lease when that is not known (or past: the attempt just
+            // made found the lock taken, or did not hear back).
+            Some(_) => {
+                let until_expiry = bell
+                    .holder_left()
+                    .filter(|left| !left.is_zero())
+                    .unwrap_or(lease);
+                remaining.map_or(until_expiry, |r| r.min(until_expiry))
+            }
             // Queued behind local waiters: our bell rings when our turn
             // comes; until then, sleep no longer than the holder's key is
             // known to last, or poll if release messages are not covered.
@@ -228,8 +251,10 @@ impl<'a> Turn<'a> {
         let deadline = remaining.and_then(|r| tokio::time::Instant::now().checked_add(r));
         // A waiter with a place on the nodes keeps it by calling at least
         // every refresh interval (so does the local head, placed or not:
-        // see `Waiter::wait`).
-        let placed = err.is_some() && self.spot.is_some();
+        // see `Waiter::wait`); one behind local waiters lets it lapse: the
+        // head calls for this manager, and the waiter takes a place again
+        // at its next miss.
+        let placed = err.is_some() && self.spot.is_some() && !behind;
         // Rung by rollbacks only, the waiter attempts after its backoff.
         let (backoff, misses) = (&self.nodes.config.backoff, self.misses);
         let woke = bell

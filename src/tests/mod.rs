@@ -7,6 +7,7 @@ pub(crate) mod fake_feed;
 mod fake_queue;
 
 mod coordinator;
+mod crowd;
 mod election;
 mod fair;
 mod limits;

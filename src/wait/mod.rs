@@ -13,11 +13,13 @@
 //! fires.
 //!
 //! Liveness does not rest on messages: the head of the local FIFO, and every
-//! waiter with a place in the nodes' queue, attempts at least every
-//! `queue_timeout / 3` (its refresh interval), so a release whose message
-//! names a waiter that died, or is lost, costs at most that. Waiters behind
-//! the head wait for their turn: the head passes it on when it leaves (see
-//! `bells`). A waiter rung by another manager's release attempts once rung
+//! fair waiter, attempts at least every `queue_timeout / 3` (its refresh
+//! interval), so a release whose message names a waiter that died, or is
+//! lost, costs at most that. Plain waiters behind the head wait for their
+//! turn, also after a miss (one of a crowd that attempted before any of it
+//! queued): the head passes it on when it leaves (see `bells`), and only
+//! the head attempts: a crowd of one manager keeps its head's attempt on
+//! the lock in flight, not one per waiter. A waiter rung by another manager's release attempts once rung
 //! by a quorum of nodes (the release ran there; several messages of one
 //! node count once), or a few milliseconds after the first ring: an attempt
 //! on the first node's message would often find the release not yet run

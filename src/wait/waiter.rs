@@ -117,8 +117,9 @@ impl Waiter {
     /// before the holder's known expiry sleeps on until it (no attempt while
     /// the lock is known held).
     ///
-    /// An active waiter (`placed` on the nodes, or heading the local FIFO,
-    /// also when it becomes the head during the wait) wakes at least every
+    /// An active waiter (`placed` on the nodes and not behind local waiters,
+    /// fair, or heading the local FIFO, also when it becomes the head
+    /// during the wait) wakes at least every
     /// refresh interval, whatever the holder's expiry: a release whose
     /// message rings nobody here (it names a dead waiter of another
     /// process) costs it at most that.

@@ -1,0 +1,86 @@
+//! A crowd of one manager's waiters on one lock, against fake nodes on a
+//! paused clock: only the head of the local FIFO attempts, also while the
+//! attempts time out, and the crowd is then served one after another.
+//!
+//! Issue 35: 100,000 waiters of one manager on one lock stalled in 2 of 24
+//! release-build runs on two cores: no waiter served in two minutes. The
+//! manager's counters in a stalled run showed all 512 attempt places taken
+//! and about 2,500 attempts a second, every one timing out. They were the
+//! waiters that had attempted before the local FIFO formed (4,220 of them
+//! with a place on the nodes): each refreshed its place every
+//! `queue_timeout / 3` (1.7 s) whatever its turn, and after an attempt
+//! that timed out retried within the backoff (200 ms at most). Hundreds
+//! of attempts on the one lock were always in flight, each answered after
+//! the node timeout, and none won: the head's attempts timed out too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::keys::Keys;
+use crate::tests::fake::{cluster_with, FakeNode, Mode};
+
+/// Calls that the fakes served so far.
+fn calls(fakes: &[Arc<FakeNode>]) -> u64 {
+    fakes
+        .iter()
+        .map(|f| f.calls.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+/// 200 waiters of one manager attempt at once on a lock another process
+/// holds (before any of them queued locally), miss and queue. For the next
+/// 10 s every node answers after the node timeout, so every attempt times
+/// out: the crowd makes a few calls per node timeout (its head's attempts
+/// and their rollbacks), not one attempt per waiter every backoff. Then
+/// the nodes answer again and the holder's key expires: every waiter is
+/// served.
+///
+/// Before the fix, every waiter that had attempted kept attempting: its
+/// place's refresh every `queue_timeout / 3`, and within the backoff after
+/// each attempt that timed out.
+#[tokio::test(start_paused = true)]
+async fn only_the_head_of_a_crowd_attempts_while_attempts_time_out() {
+    const WAITERS: usize = 200;
+    let (m, fakes) = cluster_with(5, |b| b);
+    let name = "crowd";
+    let keys = Keys::new("quorumlock:", name);
+    let held_for = Duration::from_secs(15);
+    for f in &fakes {
+        f.take(&keys.lock, "another-process:hold-1", held_for);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..WAITERS {
+        let m = m.clone();
+        tasks.spawn(async move {
+            let g = m.lock(name).await.expect("lock");
+            g.release().await.expect("release");
+        });
+    }
+    // The crowd's first attempts missed; it waits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let timeout = m.config().node_timeout;
+    for f in &fakes {
+        f.set_mode(Mode::Slow(timeout + timeout / 2));
+    }
+    let before = calls(&fakes);
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let during = calls(&fakes) - before;
+    for f in &fakes {
+        f.set_mode(Mode::Normal);
+    }
+    // One attempt in flight at a time: at most five calls and five
+    // rollbacks per node timeout.
+    let bound = 10 * u64::try_from(window.as_millis() / timeout.as_millis()).expect("small");
+    println!("{during} calls in {window:?} while every attempt timed out (bound {bound})");
+    assert!(
+        during <= bound,
+        "{during} calls in {window:?} while every attempt timed out (bound {bound})"
+    );
+    let all = async { while tasks.join_next().await.is_some() {} };
+    let within = Duration::from_secs(30);
+    assert!(
+        tokio::time::timeout(within, all).await.is_ok(),
+        "the crowd was not served within {within:?} of the nodes' recovery"
+    );
+}
