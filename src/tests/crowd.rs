@@ -13,18 +13,19 @@
 //! of attempts on the one lock were always in flight, each answered after
 //! the node timeout, and none won: the head's attempts timed out too.
 
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::tests::fake::{cluster_with, FakeNode, Mode};
+use crate::node::{Answer, NodeOps};
+use crate::tests::fake::{cluster_with, fakes, FakeNode, Mode, Script, TestNode};
+use crate::{LockManager, Quorum};
 
 /// Calls that the fakes served so far.
 fn calls(fakes: &[Arc<FakeNode>]) -> u64 {
-    fakes
-        .iter()
-        .map(|f| f.calls.load(std::sync::atomic::Ordering::Relaxed))
-        .sum()
+    fakes.iter().map(|f| f.calls.load(Ordering::Relaxed)).sum()
 }
 
 /// 200 waiters of one manager attempt at once on a lock another process
@@ -82,5 +83,85 @@ async fn only_the_head_of_a_crowd_attempts_while_attempts_time_out() {
     assert!(
         tokio::time::timeout(within, all).await.is_ok(),
         "the crowd was not served within {within:?} of the nodes' recovery"
+    );
+}
+
+/// A node that counts the acquire calls it serves.
+struct Counted {
+    fake: Arc<FakeNode>,
+    acquires: Arc<AtomicUsize>,
+}
+
+impl TestNode for Counted {
+    fn fake(&self) -> &FakeNode {
+        &self.fake
+    }
+
+    fn reach<T: Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
+        if what.starts_with("acquire") {
+            self.acquires.fetch_add(1, Ordering::Relaxed);
+        }
+        self.fake.reach(what, script)
+    }
+}
+
+/// 200 waiters of one manager queue behind a lock another process holds
+/// and never releases: its key expires, which publishes nothing. Each
+/// waiter knows the expiry (the holder's PTTL in its miss), but only the
+/// head attempts then, and each waiter is then served by its own single
+/// attempt, in turn: the crowd's attempts are its first ones and one per
+/// handoff.
+///
+/// Before the fix, every waiter behind the head woke at the known expiry
+/// and attempted at once: a herd of 199 attempts, one more per waiter.
+#[tokio::test(start_paused = true)]
+async fn a_crowd_behind_an_attempting_head_does_not_wake_at_the_holders_expiry() {
+    const WAITERS: usize = 200;
+    let fakes = fakes(5);
+    let acquires = Arc::new(AtomicUsize::new(0));
+    let nodes: Vec<Arc<dyn NodeOps>> = fakes
+        .iter()
+        .map(|f| {
+            Arc::new(Counted {
+                fake: Arc::clone(f),
+                acquires: Arc::clone(&acquires),
+            }) as Arc<dyn NodeOps>
+        })
+        .collect();
+    let m = LockManager::builder()
+        .quorum(Quorum::Majority)
+        .node_timeout(Duration::from_millis(100))
+        .build_with(nodes)
+        .expect("valid fake cluster");
+    let name = "expiring";
+    let keys = Keys::new("quorumlock:", name);
+    for f in &fakes {
+        f.take(&keys.lock, "another-process:hold-1", Duration::from_secs(8));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..WAITERS {
+        let m = m.clone();
+        tasks.spawn(async move {
+            let g = m.lock(name).await.expect("lock");
+            g.release().await.expect("release");
+        });
+    }
+    let all = async { while tasks.join_next().await.is_some() {} };
+    let within = Duration::from_secs(20);
+    assert!(
+        tokio::time::timeout(within, all).await.is_ok(),
+        "the crowd was not served within {within:?}"
+    );
+    let acquires = acquires.load(Ordering::Relaxed);
+    println!("{acquires} acquire calls for {WAITERS} waiters");
+    // Five per waiter for its first attempt and five for its winning one,
+    // and the head's refreshes and retries: well under a herd's 1,000 more.
+    assert!(
+        acquires <= 5 * (2 * WAITERS + 40),
+        "{acquires} acquire calls for {WAITERS} waiters"
     );
 }

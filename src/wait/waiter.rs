@@ -56,6 +56,9 @@ impl Waiter {
     /// Records the rings so far: a ring that arrives from now on ends the
     /// next `wait` at once.
     pub(crate) fn mark(&mut self) {
+        if self.ticket.is_some() && !self.is_behind() {
+            self.chan.head_attempts();
+        }
         self.seen = self.bell.rings.load(Ordering::Acquire);
         self.bell.prompt.store(false, Ordering::Release);
         self.bell.take_nodes();
@@ -202,6 +205,18 @@ impl Waiter {
                     match later {
                         Some(h) if self.covered() && h > until && until < cap => {
                             until = h.min(cap);
+                        }
+                        // Behind a head that attempts (at least every refresh
+                        // interval while it waits): the attempt is the
+                        // head's. At the holder's known expiry, a crowd
+                        // behind it would otherwise attempt all at once;
+                        // behind a head that stopped attempting (its future
+                        // no longer polled), it attempts.
+                        _ if until < cap
+                            && self.is_behind()
+                            && self.chan.head_active(2 * self.shared.refresh) =>
+                        {
+                            until = (Instant::now() + self.shared.refresh).min(cap);
                         }
                         _ => return Woke::Timer,
                     }

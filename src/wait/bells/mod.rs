@@ -43,6 +43,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -66,6 +67,9 @@ pub(super) struct Channel {
     /// The latest instant the current holder's key is known to expire at:
     /// no waiter sleeps past it, since an expiry publishes nothing.
     holder_until: Mutex<Option<Instant>>,
+    /// When the head of the FIFO last made an attempt: while that is
+    /// recent, the waiters behind it leave the attempts to it.
+    head_attempted: Mutex<Option<Instant>>,
     /// Waiters holding this channel.
     pub(super) refs: Mutex<usize>,
     /// Woken when a node confirms the subscription.
@@ -102,6 +106,7 @@ impl Channel {
             plain: Mutex::new(BTreeMap::new()),
             fair: Mutex::new(HashMap::new()),
             holder_until: Mutex::new(None),
+            head_attempted: Mutex::new(None),
             refs: Mutex::new(0),
             confirmed: Notify::new(),
             retiring: AtomicBool::new(false),
@@ -116,7 +121,12 @@ impl Channel {
         });
         match kind {
             Kind::Plain(ticket) => {
-                locked(&self.plain).insert(*ticket, Arc::clone(&bell));
+                let mut plain = locked(&self.plain);
+                plain.insert(*ticket, Arc::clone(&bell));
+                if plain.len() == 1 {
+                    // A new head: it is about to attempt.
+                    self.head_attempts();
+                }
             }
             Kind::Fair(id) => {
                 locked(&self.fair).insert(Arc::clone(id), Arc::clone(&bell));
@@ -139,6 +149,10 @@ impl Channel {
                     q.remove(ticket);
                     was_head.then(|| q.values().next().cloned()).flatten()
                 };
+                if next.is_some() {
+                    // The next head attempts when rung, or by its refresh.
+                    self.head_attempts();
+                }
                 match next {
                     Some(_) if won && unbounded() => {}
                     Some(bell) if won => bell.nudge(),
@@ -270,10 +284,14 @@ impl Channel {
         }
     }
 
-    /// Coverage changed (a pub/sub connection came or went): every waiter
-    /// re-checks whether to poll. Rare, unlike release messages.
+    /// Coverage changed (a pub/sub connection came or went): a release may
+    /// have gone unheard, so the head of the FIFO and every fair waiter
+    /// attempt. The plain waiters behind the head leave the attempt to it
+    /// (see `Waiter::wait`): ringing them too made a crowd of one manager
+    /// attempt all at once when its channel's subscription was first
+    /// confirmed. Rare, unlike release messages.
     pub(super) fn wake_all(&self, wakeups: &AtomicU64) {
-        let mut bells: Vec<Arc<Bell>> = locked(&self.plain).values().cloned().collect();
+        let mut bells: Vec<Arc<Bell>> = locked(&self.plain).values().take(1).cloned().collect();
         let mut fair: Vec<(Arc<str>, Arc<Bell>)> = locked(&self.fair)
             .iter()
             .map(|(k, b)| (Arc::clone(k), Arc::clone(b)))
@@ -292,6 +310,16 @@ impl Channel {
             .iter()
             .filter(|s| s.load(Ordering::Acquire))
             .count()
+    }
+
+    /// Records that the head of the FIFO makes an attempt now.
+    pub(super) fn head_attempts(&self) {
+        *locked(&self.head_attempted) = Some(Instant::now());
+    }
+
+    /// Whether the head of the FIFO made an attempt within `within`.
+    pub(super) fn head_active(&self, within: Duration) -> bool {
+        locked(&self.head_attempted).is_some_and(|t| t.elapsed() <= within)
     }
 
     /// Records that the holder's key lasts until `until`.
