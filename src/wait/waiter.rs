@@ -154,7 +154,16 @@ impl Waiter {
             let head = !self.is_behind() && !unbounded();
             if !refreshing && (placed || self.fair.is_some() || head) {
                 refreshing = true;
-                cap = cap.min(Instant::now() + self.shared.refresh);
+                let now = Instant::now();
+                cap = cap.min(now + self.shared.refresh);
+                if head {
+                    // The head attempts when the holder's key is known to
+                    // expire (behind, it slept past that, the attempts
+                    // being the head's then).
+                    if let Some(h) = self.chan.holder_until().filter(|h| *h > now) {
+                        until = until.min(h + jitter());
+                    }
+                }
             }
             until = until.min(cap);
             let rings = self.bell.rings.load(Ordering::Acquire);
