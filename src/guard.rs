@@ -186,8 +186,10 @@ impl LockGuard {
     /// - [`Error::Lost`] if the watchdog had found it lost;
     /// - [`Error::Expired`] if it had already expired (locally or on the nodes);
     /// - [`Error::NotHeld`] if another owner holds it now;
-    /// - [`Error::Unavailable`] if too many nodes failed to confirm; the keys
-    ///   expire with the lease there.
+    /// - [`Error::Unavailable`] if too many nodes failed to confirm (each
+    ///   node has twice the node timeout to answer a release, against one
+    ///   for an attempt: an answer read late on a busy client still
+    ///   counts); the keys expire with the lease there.
     ///
     /// In every case the hold is released locally and renewal has stopped.
     ///

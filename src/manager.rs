@@ -445,14 +445,15 @@ impl LockManager {
     /// process exits, so that nothing is left on the nodes to expire with
     /// its lease.
     ///
-    /// Each call is bounded by the node timeout, but a release (or a queue
-    /// exit) that met a node refusing connections is sent again when the
+    /// Each call is bounded by the node timeout (a release's by twice it),
+    /// but a release (or a queue exit) that met a node refusing connections is sent again when the
     /// node's pause between dials ends (at most 1 s), for as long as the
     /// lease (the queue timeout) it undoes lasts, so that a node back with
     /// its data does not keep the key: with a node down, `flush` may wait
     /// up to a lease. A process that must exit sooner bounds the wait, for
-    /// example with `tokio::time::timeout` of twice the node timeout plus
-    /// 1 s, as the CLI does; what is left expires with its lease.
+    /// example with `tokio::time::timeout` of four times the node timeout
+    /// plus 1 s, as the CLI does (a release in flight, then one sent again
+    /// after the pause); what is left expires with its lease.
     ///
     /// # Cancel safety
     ///

@@ -165,10 +165,10 @@ impl Cluster {
     }
 
     /// Waits until the library's background work (releases to slow nodes,
-    /// rollbacks of cancelled acquisitions) has landed, for at most twice
-    /// the node timeout plus 1 s ([`SETTLE_PAUSE`]): time for every call in
-    /// flight and for one release sent again after a node's pause between
-    /// dials. A release to a node that stays down would otherwise be sent
+    /// rollbacks of cancelled acquisitions) has landed, for at most four
+    /// times the node timeout plus 1 s ([`SETTLE_PAUSE`]): time for every
+    /// call in flight (a release has twice the node timeout) and for one
+    /// release sent again after a node's pause between dials. A release to a node that stays down would otherwise be sent
     /// again until its lease ends, holding the exit back a whole lease;
     /// the key left there expires with it.
     pub async fn settle(&self) {
@@ -176,7 +176,7 @@ impl Cluster {
             .manager
             .config()
             .node_timeout
-            .saturating_mul(2)
+            .saturating_mul(4)
             .saturating_add(SETTLE_PAUSE);
         let _ = tokio::time::timeout(bound, self.manager.flush()).await;
     }
