@@ -218,3 +218,47 @@ async fn a_release_answered_late_within_twice_the_node_timeout_succeeds() {
         "a release that nobody answered took {took:?}"
     );
 }
+
+/// The head of the local FIFO is a `lock()` future that its task stopped
+/// polling without dropping it (it keeps its place and is rung in vain): a
+/// waiter behind it takes the free lock within the queue timeout of the
+/// release, once the head has made no attempt for two refresh intervals.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_a_head_that_is_no_longer_polled_takes_the_free_lock() {
+    let (m, fakes) = cluster_with(5, |b| b);
+    let other = crate::tests::fake::peer(&fakes);
+    let name = "stuck-head";
+    let g = other.lock(name).await.expect("the holder");
+    let mut stuck = Box::pin(m.lock(name));
+    // Polled for a while: it misses, queues as the head, and waits.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut stuck)
+            .await
+            .is_err(),
+        "the lock is held"
+    );
+    let behind = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let g = m.lock(name).await.expect("lock");
+            let at = tokio::time::Instant::now();
+            g.release().await.expect("release");
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = tokio::time::Instant::now();
+    g.release().await.expect("the holder's release");
+    let bound = m.config().queue_timeout + Duration::from_millis(500);
+    let at = tokio::time::timeout(Duration::from_secs(60), behind)
+        .await
+        .expect("the waiter behind took the lock at all")
+        .expect("task");
+    let after = at.duration_since(released);
+    println!("behind a head no longer polled: the lock taken {after:?} after its release");
+    assert!(
+        after <= bound,
+        "{after:?} after the release (bound {bound:?})"
+    );
+    drop(stuck);
+}
