@@ -47,7 +47,7 @@ const DOWN_MAX: Duration = Duration::from_secs(1);
 /// nothing but cost; a node that comes back is used again within a pause.
 /// The error of a call failed so, or refused, and never sent, says until
 /// when the pause lasts ([`NodeError::unsent_until`]), so that a release
-/// met by it can be sent once it ends (see `Members::release_call`).
+/// met by it can be sent once it ends (see `Members::releases`).
 #[derive(Default)]
 pub(super) struct Breaker {
     /// Until when calls fail at once, and the pause after the next refusal.
