@@ -88,11 +88,8 @@ use crate::sync::locked;
 /// names again. Two pairs that share a hash (about one in 2^64) only make
 /// a call proven not run fail instead of being sent again, or take the
 /// other lane.
-///
-/// foldhash's quality hash, seeded once per process at random: about a
-/// tenth of SipHash's instructions on these names (a holder id is 50 to 70
-/// bytes), and no DoS resistance needed, since a collision costs no
-/// safety.
+/// foldhash's, seeded once per process: a tenth of SipHash's instructions
+/// on these names, and a collision costs no safety.
 pub(crate) fn pair(lock: &str, party: &str) -> u64 {
     static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
     SEED.hash_one((lock, party))
@@ -182,7 +179,6 @@ impl State {
     /// The lane for a call of `pairs` that prefers `prefer`, and the lane
     /// to pass a barrier on first, if any (see the module doc).
     fn lane(&self, pairs: &[u64], prefer: Lane) -> (Lane, Option<Lane>) {
-        // Each pair looked up once, for both lanes.
         let (mut calls, mut frees) = (false, false);
         for e in pairs.iter().filter_map(|p| self.pairs.get(p)) {
             calls |= e.unsettled[Lane::Calls.index()] > 0;
@@ -226,8 +222,7 @@ fn settle(map: &mut PairMap, lane: Lane, pairs: &[u64]) {
     }
 }
 
-/// A stamp of `pairs` is no longer alive; with `lane`, its call may no
-/// longer run there either (one look-up per pair for both).
+/// A stamp of `pairs` is gone; with `lane`, its call can no longer run there.
 fn release(map: &mut PairMap, pairs: &[u64], lane: Option<Lane>) {
     for p in pairs {
         if let Some(e) = map.get_mut(p) {
@@ -427,10 +422,8 @@ impl Stamp {
     /// The call ended: it will not run later. `answered`: its last send
     /// was answered on its connection, so every call sent there before it
     /// has run.
-    ///
-    /// The stamp's place ends here too, as its drop would end it: nothing
-    /// asks a call's stamp anything once the call ended (it is not sent
-    /// again), and one lock of the order is saved per call.
+    /// Its place ends here too (nothing asks an ended call's stamp more):
+    /// one lock of the order fewer per call than ending it in its drop.
     pub(crate) fn ended(&self, answered: bool) {
         let Some(order) = &self.order else { return };
         if !self.tracked || self.done.swap(true, Ordering::AcqRel) {
