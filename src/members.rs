@@ -192,7 +192,7 @@ impl Members {
         let timeout = self
             .call_timeout(claim.lease)
             .saturating_mul(RELEASE_PATIENCE);
-        let mut fan = self.fan_out(timeout, |i| self.release_call(i, keys, claim, token));
+        let mut fan = self.releases(timeout, keys, claim, token, |_| false);
         fan.until_quorum(required, |r| {
             matches!(r, Released::Deleted | Released::Lowered)
         })
@@ -201,25 +201,50 @@ impl Members {
         (ReleaseTally::of(&replies, |i, e| self.failure(i, e)), rest)
     }
 
-    /// Node `i`'s release of all but `left` levels of `holder`'s hold (a
-    /// rollback too). One that meets the node's pause after a refused
-    /// connection was never sent: it is sent when the pause ends (see
-    /// [`Members::after_pause`]), so that a node back with its data (it was
-    /// persisted) does not keep the key for the rest of the lease.
-    pub(crate) fn release_call(
+    /// The release of all but `left` levels of `holder`'s hold (a rollback
+    /// too) on every node but those `skip` names (they answer
+    /// [`Released::Missing`] unasked), each with `timeout` to answer. A
+    /// call that meets the node's pause after a refused connection was
+    /// never sent: it is sent when the pause ends (as
+    /// [`Members::after_pause`] sends it, by the fan-out's
+    /// [`FanOut::on_reply`]: one closure per fan-out, not a future per
+    /// node), so that a node back with its data (it was persisted) does
+    /// not keep the key for the rest of the lease.
+    pub(crate) fn releases(
         self: &Arc<Self>,
-        i: usize,
+        timeout: Duration,
         keys: &Arc<Keys>,
         claim: &Claim,
         token: u64,
-    ) -> BoxFuture<'static, Result<Released, NodeError>> {
-        let (keys, claim) = (Arc::clone(keys), claim.clone());
-        self.after_pause(i, claim.lease, move |n| n.release(&keys, &claim, token))
+        skip: impl Fn(usize) -> bool,
+    ) -> FanOut<Released> {
+        let now = Instant::now();
+        let fan = FanOut::start(self.len(), now, timeout, self.metrics.meter(now), |i| {
+            if skip(i) {
+                Leg::Known(Ok(Released::Missing))
+            } else {
+                Leg::Call(self.list[i].release(keys, claim, token))
+            }
+        });
+        let end = deadline_after(now, claim.lease);
+        let (nodes, keys, claim) = (Arc::clone(self), Arc::clone(keys), claim.clone());
+        fan.on_reply(move |i, r| {
+            if let Err(NodeError {
+                unsent_until: Some(at),
+                ..
+            }) = r
+            {
+                let (keys, claim) = (Arc::clone(&keys), claim.clone());
+                let call = move |n: &dyn NodeOps| n.release(&keys, &claim, token);
+                let again = send_after_pause(Arc::clone(&nodes), i, call, *at, end);
+                nodes.spawn(again);
+            }
+        })
     }
 
     /// Takes `waiter` out of the queue of `keys` on every node `on` names
     /// (the others answer `false` unasked), each with the node timeout to
-    /// answer; as [`Members::release_call`], a call that met a node's pause
+    /// answer; as [`Members::releases`], a call that met a node's pause
     /// is sent when the pause ends.
     pub(crate) fn leave(
         self: &Arc<Self>,

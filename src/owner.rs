@@ -109,24 +109,93 @@ impl Owner {
     /// `owner-id:wait-N`. It starts with the client id, so a release
     /// message naming it is recognised by the manager that made it.
     pub(crate) fn waiter_id(&self) -> Arc<str> {
+        Self::waiter_id_of(&self.id)
+    }
+
+    /// [`Owner::waiter_id`] of the owner whose id is `owner_id`.
+    pub(crate) fn waiter_id_of(owner_id: &str) -> Arc<str> {
         let n = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
-        suffixed(&self.id, ":wait-", n, None)
+        suffixed(owner_id, ":wait-", n, None)
     }
 }
 
-/// `{base}{tag}{n}`, then `@{since}` if given, built in one buffer of the
-/// right size (this runs on every acquisition and every attempt).
+/// `{base}{tag}{n}`, then `@{since}` if given, written into a buffer on
+/// the stack and copied once into its `Arc` (this runs on every
+/// acquisition and every attempt: one allocation, no formatting).
 fn suffixed(base: &str, tag: &str, n: u64, since: Option<u64>) -> Arc<str> {
-    use std::fmt::Write as _;
-    let mut id = String::with_capacity(base.len() + tag.len() + 42);
-    id.push_str(base);
-    id.push_str(tag);
-    // Writing to a String cannot fail.
-    let _ = write!(id, "{n}");
+    let mut id = IdBuf::default();
+    id.push(base.as_bytes());
+    id.push(tag.as_bytes());
+    id.push_number(n);
     if let Some(since) = since {
-        let _ = write!(id, "@{since}");
+        id.push(b"@");
+        id.push_number(since);
     }
-    id.into()
+    id.into_arc()
+}
+
+/// An id being written: on the stack while it fits, else on the heap.
+struct IdBuf {
+    stack: [u8; 192],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for IdBuf {
+    fn default() -> Self {
+        Self {
+            stack: [0; 192],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl IdBuf {
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        match self.stack.get_mut(self.len..end) {
+            Some(room) if self.heap.is_empty() => {
+                room.copy_from_slice(bytes);
+                self.len = end;
+            }
+            _ => {
+                if self.heap.is_empty() {
+                    self.heap.extend_from_slice(&self.stack[..self.len]);
+                }
+                self.heap.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    /// `n` in decimal.
+    fn push_number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            // A digit: `n % 10` is below 10.
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn into_arc(self) -> Arc<str> {
+        let bytes = if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap[..]
+        };
+        // Only `str`s and ASCII digits were written: always `Ok`.
+        match std::str::from_utf8(bytes) {
+            Ok(id) => id.into(),
+            Err(_) => String::from_utf8_lossy(bytes).into(),
+        }
+    }
 }
 
 /// Where and since when a hold was taken, read from its holder id (as
@@ -243,6 +312,20 @@ mod tests {
         let b = Owner::explicit("c");
         assert_ne!(a, b);
         assert_eq!(a.clone(), a);
+    }
+
+    #[test]
+    fn ids_are_written_as_formatting_would() {
+        let long = "h".repeat(300);
+        for base in ["", "host@1#c", long.as_str()] {
+            for (n, since) in [(0, None), (7, Some(0)), (u64::MAX, Some(1_700_000_000_123))] {
+                let want = match since {
+                    Some(s) => format!("{base}:hold-{n}@{s}"),
+                    None => format!("{base}:hold-{n}"),
+                };
+                assert_eq!(&*suffixed(base, ":hold-", n, since), want);
+            }
+        }
     }
 
     #[test]

@@ -112,7 +112,6 @@ impl Inner {
     /// dropped: nothing, but it keeps the manager's state alive as long as
     /// the hold.
     pub(crate) fn keep_alive(self: &Arc<Self>) -> OnDrop {
-        let keep = Arc::clone(self);
-        OnDrop::new(move || drop(keep))
+        OnDrop::keep(Arc::clone(self) as Arc<dyn Send + Sync>)
     }
 }

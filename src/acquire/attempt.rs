@@ -37,7 +37,8 @@ pub(crate) struct Ask<'a> {
 pub(crate) struct Won {
     pub(crate) acquired: Acquired,
     pub(crate) late: LateGrants,
-    /// Per node: answered that the key is missing (a re-entry's answer).
+    /// Per node: answered that the key is missing (a re-entry's answer;
+    /// empty for a fresh acquisition, whose nodes never answer so).
     pub(crate) missing: Vec<bool>,
 }
 
@@ -144,7 +145,11 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
         return Err(missed(nodes, target, &replies, tally));
     }
     let mut granted = vec![false; replies.len()];
-    let mut missing = vec![false; replies.len()];
+    // Only a re-entry's nodes answer "missing".
+    let mut missing = match ask.kind {
+        Kind::Reenter => vec![false; replies.len()],
+        Kind::Fresh => Vec::new(),
+    };
     let mut token = 0;
     let no_fence = no_fence();
     for (i, r) in replies.iter().enumerate() {
@@ -155,7 +160,11 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
                     token = token.max(*t);
                 }
             }
-            Some(Ok(Grant::Missing)) => missing[i] = true,
+            Some(Ok(Grant::Missing)) => {
+                if let Some(m) = missing.get_mut(i) {
+                    *m = true;
+                }
+            }
             _ => {}
         }
     }

@@ -33,10 +33,11 @@ pub(crate) async fn fence_quorum(
     lease: Duration,
 ) -> Result<(), Vec<NodeFailure>> {
     let required = nodes.required_for(target.first());
-    let mut at = FenceTally::of(replies, token);
-    if at.shown(required) {
+    // Shown by the grants alone (the common case): no tally to keep.
+    if FenceTally::shown_by(replies, token, required) {
         return Ok(());
     }
+    let mut at = FenceTally::of(replies, token);
     #[cfg(test)]
     if crate::hooks::mutation::active(crate::hooks::mutation::Mutation::SingleTryFence) {
         let below = |i: usize| matches!(replies[i], Some(Ok(Grant::Granted(t))) if t < token);

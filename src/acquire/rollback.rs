@@ -10,7 +10,7 @@ use crate::hold::Hold;
 use crate::keys::{Keys, Target};
 use crate::members::Members;
 use crate::node::{Claim, Grant, Released};
-use crate::quorum::{FanOut, Leg, Stragglers};
+use crate::quorum::{FanOut, Stragglers};
 
 /// Calls still in flight when the quorum was reached: late grants are
 /// recorded on the hold. A release goes to every node, and on each node's
@@ -103,17 +103,10 @@ impl Rollback {
     fn calls(&self, skip: &[bool]) -> Vec<FanOut<Released>> {
         let (nodes, claim) = (&self.nodes, &self.restore);
         let timeout = nodes.config.node_timeout;
+        let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
         self.keys
             .iter()
-            .map(|keys| {
-                nodes.fan_out(timeout, |i| {
-                    if skip.get(i).copied().unwrap_or(false) {
-                        Leg::Known(Ok(Released::Missing))
-                    } else {
-                        Leg::Call(nodes.release_call(i, keys, claim, 0))
-                    }
-                })
-            })
+            .map(|keys| nodes.releases(timeout, keys, claim, 0, skipped))
             .collect()
     }
 

@@ -38,7 +38,9 @@ pub(crate) struct Turn<'a> {
     /// acquisition's rollbacks, which does not ring its waiter (see
     /// `wait::bells`).
     owner_id: Arc<str>,
-    waiter_id: Arc<str>,
+    /// The acquisition's waiter id, made when it first takes a place in
+    /// the queue (most acquisitions never do).
+    waiter_id: Option<Arc<str>>,
     spot: Option<Spot>,
     bell: Option<Waiter>,
     /// A plain newcomer behind local waiters: its first attempt waits for
@@ -75,7 +77,7 @@ impl<'a> Turn<'a> {
             nodes: Arc::clone(nodes),
             notifier,
             owner_id: owner.shared_id(),
-            waiter_id: owner.waiter_id(),
+            waiter_id: None,
             spot: None,
             bell: None,
             deferred: false,
@@ -87,7 +89,7 @@ impl<'a> Turn<'a> {
             return turn;
         };
         if fair {
-            turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), true));
+            turn.spot = Some(Spot::new(nodes, &keys, turn.waiter_id(), true));
         }
         if waits {
             if !fair {
@@ -98,11 +100,20 @@ impl<'a> Turn<'a> {
                 turn.bell = notifier.join_if_covered(&*keys, id.as_ref(), &turn.owner_id);
             }
             if turn.bell.is_some() && turn.spot.is_none() && keys.queued() {
-                turn.spot = Some(Spot::new(nodes, &keys, Arc::clone(&turn.waiter_id), false));
+                turn.spot = Some(Spot::new(nodes, &keys, turn.waiter_id(), false));
             }
         }
         turn.deferred = turn.bell.as_ref().is_some_and(Waiter::is_behind);
         turn
+    }
+
+    /// The acquisition's waiter id, the same for all its attempts.
+    fn waiter_id(&mut self) -> Arc<str> {
+        let owner_id = &self.owner_id;
+        let id = self
+            .waiter_id
+            .get_or_insert_with(|| Owner::waiter_id_of(owner_id));
+        Arc::clone(id)
     }
 
     /// Whether the next attempt waits for this waiter's turn first (a
@@ -183,11 +194,11 @@ impl<'a> Turn<'a> {
                 b
             }
             None => {
-                let nodes = &self.nodes;
-                let waiter = &self.waiter_id;
                 if keys.queued() && self.spot.is_none() {
-                    self.spot = Some(Spot::new(nodes, &keys, Arc::clone(waiter), false));
+                    let waiter = self.waiter_id();
+                    self.spot = Some(Spot::new(&self.nodes, &keys, waiter, false));
                 }
+                let nodes = &self.nodes;
                 // A release naming a fair waiter rings that waiter: its turn
                 // on the nodes. One naming a plain waiter of ours rings the
                 // local head, which keeps the order among local waiters.

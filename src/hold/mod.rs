@@ -67,11 +67,25 @@ pub(crate) struct Acquired {
 /// forgets the owner's entry for the name, `reentry`). Whatever it captures
 /// lives as long as the hold: the manager's state, and so its watchdog,
 /// outlives every hold it renews.
-pub(crate) struct OnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
+pub(crate) struct OnDrop(Option<Work>);
+
+/// See [`OnDrop`].
+enum Work {
+    Run(Box<dyn FnOnce() + Send + Sync>),
+    /// Only keeps a value alive: nothing boxed.
+    Keep {
+        _alive: Arc<dyn Send + Sync>,
+    },
+}
 
 impl OnDrop {
     pub(crate) fn new(f: impl FnOnce() + Send + Sync + 'static) -> Self {
-        Self(Some(Box::new(f)))
+        Self(Some(Work::Run(Box::new(f))))
+    }
+
+    /// Keeps `alive` alive as long as the hold, and does nothing else.
+    pub(crate) fn keep(alive: Arc<dyn Send + Sync>) -> Self {
+        Self(Some(Work::Keep { _alive: alive }))
     }
 }
 
@@ -342,7 +356,7 @@ impl Drop for Hold {
             // Dropped while live (all its guards and work gone): it ends.
             self.nodes.metrics.hold_ended(self.acquired_at);
         }
-        if let Some(f) = self.on_drop.0.take() {
+        if let Some(Work::Run(f)) = self.on_drop.0.take() {
             f();
         }
     }

@@ -49,8 +49,10 @@ pub(crate) struct Keys {
     /// Another client's release channel, where a release also publishes
     /// (Redisson's, in [`Layout::Redisson`]) and where waiters also listen.
     pub(crate) foreign_channel: Option<String>,
-    /// `<prefix>{<name>}`: the start of the channel's and queue's keys.
-    base: String,
+    /// `<prefix>{<name>}`: the start of the channel's and queue's keys
+    /// ([`Keys::base`]); `None` where it is the lock's key itself (an
+    /// ordinary lock in the default layout), so as not to copy it.
+    base: Option<String>,
     /// The hash slot of every key of the lock, computed once: the watchdog
     /// reads it for every hold of every wave.
     slot: u16,
@@ -59,8 +61,9 @@ pub(crate) struct Keys {
     pub(crate) role: Role,
     /// The keys shared by a semaphore's slots or a read-write lock's
     /// readers and writer start with this: `<prefix>{semaphore:<name>}` or
-    /// `<prefix>{rw:<name>}` (for an ordinary lock, the lock's own base).
-    family: String,
+    /// `<prefix>{rw:<name>}` (for an ordinary lock, the lock's own base:
+    /// `None`, see [`Keys::family`]).
+    family: Option<String>,
     /// The channel this lock's waiters listen on when it is not the one
     /// its release publishes on (a reader's: `<family>:writer_released`).
     wake: Option<String>,
@@ -82,22 +85,51 @@ impl Keys {
     }
 
     /// The keys of `name` in `layout`.
+    ///
+    /// Built on every acquisition: each name is written once, in a buffer
+    /// of its size (no formatting), and the base is the lock's key itself
+    /// where the layout makes them the same.
     pub(crate) fn in_layout(layout: Layout, prefix: &str, name: &str) -> Self {
-        let base = format!("{prefix}{{{name}}}");
+        let base = concat(&[prefix, "{", name, "}"]);
         let slot = slot_of(name.as_bytes());
+        let channel = concat(&[&base, ":released"]);
+        let (lock, base) = match layout {
+            Layout::Quorumlock => (base, None),
+            Layout::Redisson => (layout.key_at(&base, name), Some(base)),
+        };
         Self {
             name: name.into(),
-            lock: layout.key_at(&base, name),
+            lock,
             fence: fence_key(prefix, slot),
-            channel: format!("{base}:released"),
+            channel,
             foreign_channel: layout.foreign_channel(name),
-            family: base.clone(),
+            family: None,
             base,
             slot,
             role: Role::Lock,
             wake: None,
         }
     }
+
+    /// `<prefix>{<name>}`: the start of the channel's and queue's keys.
+    fn base(&self) -> &str {
+        self.base.as_deref().unwrap_or(&self.lock)
+    }
+
+    /// The start of the keys a semaphore's slots or a read-write lock's
+    /// readers and writer share (an ordinary lock's: its base).
+    fn family(&self) -> &str {
+        self.family.as_deref().unwrap_or_else(|| self.base())
+    }
+}
+
+/// `parts` joined, in a buffer of their size.
+fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        out.push_str(p);
+    }
+    out
 }
 
 impl Keys {
@@ -118,18 +150,18 @@ impl Keys {
 
     /// [`Keys::queue`] in two parts, to write without building it.
     pub(crate) fn queue_parts(&self) -> (&str, &'static str) {
-        (&self.base, ":queue")
+        (self.base(), ":queue")
     }
 
     /// [`Keys::timeouts`] in two parts, to write without building it.
     pub(crate) fn timeouts_parts(&self) -> (&str, &'static str) {
-        (&self.base, ":timeouts")
+        (self.base(), ":timeouts")
     }
 
     /// An election's leader record, `<prefix>{<name>}:leader` (see
     /// `scripts/proclaim.lua`), in two parts.
     pub(crate) fn record_parts(&self) -> (&str, &'static str) {
-        (&self.base, ":leader")
+        (self.base(), ":leader")
     }
 
     /// The channel a proclaim publishes on, `<prefix>{<name>}:elected`,
@@ -141,7 +173,7 @@ impl Keys {
 
     /// [`Keys::elected_channel`] in two parts, to write without building it.
     pub(crate) fn elected_parts(&self) -> (&str, &'static str) {
-        (&self.base, ":elected")
+        (self.base(), ":elected")
     }
 
     /// The leader record's key (see [`Keys::record_parts`]).
@@ -174,7 +206,7 @@ pub(crate) fn fences(set: &[Arc<Keys>]) -> Vec<&str> {
 /// The fence counter of `slot`: `<prefix>fence:{<tag>}`, where the tag is
 /// the slot's [`slot_tag`], so the counter lives in that slot.
 pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
-    format!("{prefix}fence:{{{}}}", slot_tag(slot))
+    concat(&[prefix, "fence:{", slot_tag(slot), "}"])
 }
 
 /// The one fence counter per node of the layout before per-slot counters,

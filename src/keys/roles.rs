@@ -45,11 +45,11 @@ impl Keys {
             fence: fence_key(prefix, slot),
             channel: format!("{family}:released"),
             foreign_channel: None,
-            base: lock.clone(),
+            base: None,
             lock,
             slot,
             role: Role::Permit,
-            family,
+            family: Some(family),
             wake: None,
         }
     }
@@ -70,11 +70,11 @@ impl Keys {
         let (lock, base, foreign_channel, wake) = match role {
             Role::Reader => {
                 let lock = format!("{family}:reader:{id}");
-                (lock.clone(), lock, None, Some(writer_released))
+                (lock, None, None, Some(writer_released))
             }
             _ => (
                 format!("{family}:writer"),
-                family.clone(),
+                Some(family.clone()),
                 Some(writer_released),
                 None,
             ),
@@ -88,7 +88,7 @@ impl Keys {
             lock,
             slot,
             role,
-            family,
+            family: Some(family),
             wake,
         }
     }
@@ -137,7 +137,7 @@ impl Keys {
     /// The shared keys of a semaphore or a read-write lock, in two parts:
     /// `<family>` and `suffix`.
     pub(crate) fn family_parts(&self, suffix: &'static str) -> (&str, &'static str) {
-        (&self.family, suffix)
+        (self.family(), suffix)
     }
 }
 

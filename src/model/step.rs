@@ -208,8 +208,7 @@ impl Params {
                     .max()
                     .unwrap_or(0);
                 let fenced = !reader && self.design == Design::Locks;
-                let tally = FenceTally::of(&grants, token);
-                if !fenced || tally.shown(self.required) {
+                if !fenced || FenceTally::shown_by(&grants, token, self.required) {
                     return self.finish(s, c, (name, start, floor, token), &replies);
                 }
                 if self.mutated(Mutation::OneTryFence) {

@@ -76,9 +76,9 @@
 //! tests' fakes).
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::sync::locked;
@@ -88,11 +88,11 @@ use crate::sync::locked;
 /// names again. Two pairs that share a hash (about one in 2^64) only make
 /// a call proven not run fail instead of being sent again, or take the
 /// other lane.
+/// foldhash's, seeded once per process: a tenth of SipHash's instructions
+/// on these names, and a collision costs no safety.
 pub(crate) fn pair(lock: &str, party: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    lock.hash(&mut h);
-    party.hash(&mut h);
-    h.finish()
+    static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
+    SEED.hash_one((lock, party))
 }
 
 /// A pair is its own hash.
@@ -179,14 +179,12 @@ impl State {
     /// The lane for a call of `pairs` that prefers `prefer`, and the lane
     /// to pass a barrier on first, if any (see the module doc).
     fn lane(&self, pairs: &[u64], prefer: Lane) -> (Lane, Option<Lane>) {
-        let on = |lane: Lane| {
-            pairs.iter().any(|p| {
-                self.pairs
-                    .get(p)
-                    .is_some_and(|e| e.unsettled[lane.index()] > 0)
-            })
-        };
-        match (on(Lane::Calls), on(Lane::Frees)) {
+        let (mut calls, mut frees) = (false, false);
+        for e in pairs.iter().filter_map(|p| self.pairs.get(p)) {
+            calls |= e.unsettled[Lane::Calls.index()] > 0;
+            frees |= e.unsettled[Lane::Frees.index()] > 0;
+        }
+        match (calls, frees) {
             (true, true) => (prefer, Some(prefer.other())),
             (true, false) => (Lane::Calls, None),
             (false, true) => (Lane::Frees, None),
@@ -217,6 +215,21 @@ fn settle(map: &mut PairMap, lane: Lane, pairs: &[u64]) {
     for p in pairs {
         if let Some(e) = map.get_mut(p) {
             e.unsettled[lane.index()] = e.unsettled[lane.index()].saturating_sub(1);
+            if e.idle() {
+                map.remove(p);
+            }
+        }
+    }
+}
+
+/// A stamp of `pairs` is gone; with `lane`, its call can no longer run there.
+fn release(map: &mut PairMap, pairs: &[u64], lane: Option<Lane>) {
+    for p in pairs {
+        if let Some(e) = map.get_mut(p) {
+            e.live = e.live.saturating_sub(1);
+            if let Some(lane) = lane {
+                e.unsettled[lane.index()] = e.unsettled[lane.index()].saturating_sub(1);
+            }
             if e.idle() {
                 map.remove(p);
             }
@@ -409,13 +422,15 @@ impl Stamp {
     /// The call ended: it will not run later. `answered`: its last send
     /// was answered on its connection, so every call sent there before it
     /// has run.
+    /// Its place ends here too (nothing asks an ended call's stamp more):
+    /// one lock of the order fewer per call than ending it in its drop.
     pub(crate) fn ended(&self, answered: bool) {
         let Some(order) = &self.order else { return };
         if !self.tracked || self.done.swap(true, Ordering::AcqRel) {
             return;
         }
         let mut state = locked(&order.state);
-        settle(&mut state.pairs, self.lane, self.pairs.as_slice());
+        release(&mut state.pairs, self.pairs.as_slice(), Some(self.lane));
         if answered {
             state.ran_before(self.lane, self.route, self.seq);
         }
@@ -459,22 +474,16 @@ pub(crate) fn superseded_error() -> NodeError {
 impl Drop for Stamp {
     fn drop(&mut self) {
         let Some(order) = &self.order else { return };
-        if self.pairs.as_slice().is_empty() {
+        // Ended: its place ended then (see `Stamp::ended`).
+        if self.pairs.as_slice().is_empty() || (self.tracked && *self.done.get_mut()) {
             return;
         }
         let mut state = locked(&order.state);
-        for p in self.pairs.as_slice() {
-            if let Some(e) = state.pairs.get_mut(p) {
-                e.live = e.live.saturating_sub(1);
-                if e.idle() {
-                    state.pairs.remove(p);
-                }
-            }
-        }
+        release(&mut state.pairs, self.pairs.as_slice(), None);
         // Dropped unanswered: its command may still sit in its
         // connection's queue, until a call made after now is answered
         // there.
-        if self.tracked && !*self.done.get_mut() {
+        if self.tracked {
             let at = state.next;
             let pairs = self.pairs.take();
             state.dropped[self.lane.index()]

@@ -31,7 +31,7 @@ use crate::scripts;
 use super::batch::RenewBatch;
 use super::cluster::confirmed;
 use super::feed::{Feed, RedisFeed};
-use super::member::{Call, Server};
+use super::member::{Args, Call, Read, Server};
 use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use super::order::Lane;
 use super::reply;
@@ -413,10 +413,13 @@ impl Server for RedisNode {
     /// connection of its lane ([`Stamp::lane`](super::order::Stamp::lane)),
     /// after a `PING` answered on the other one where its order asks for a
     /// barrier; its reply is read by `read`.
-    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
-        &self,
-        call: Call<T, R>,
-    ) -> Answer<R> {
+    fn eval<T, R, A, F>(&self, call: Call<T, R, A, F>) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+        R: Send + 'static,
+        A: Args,
+        F: Read<T, R>,
+    {
         let lane = |l: Lane| match l {
             Lane::Calls => &self.conn,
             Lane::Frees => &self.free_conn,

@@ -47,16 +47,22 @@ const DOWN_MAX: Duration = Duration::from_secs(1);
 /// nothing but cost; a node that comes back is used again within a pause.
 /// The error of a call failed so, or refused, and never sent, says until
 /// when the pause lasts ([`NodeError::unsent_until`]), so that a release
-/// met by it can be sent once it ends (see `Members::release_call`).
+/// met by it can be sent once it ends (see `Members::releases`).
 #[derive(Default)]
 pub(super) struct Breaker {
     /// Until when calls fail at once, and the pause after the next refusal.
     down: Mutex<Option<(Instant, Duration)>>,
+    /// Whether `down` is set: a node that answers (every call but those
+    /// after a refusal) is checked and answered without the lock.
+    tripped: AtomicBool,
 }
 
 impl Breaker {
     /// Fails at once while the node is known to refuse connections.
     pub(super) fn check(&self) -> Result<(), NodeError> {
+        if !self.tripped.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match *locked(&self.down) {
             Some((until, _)) if Instant::now() < until => Err(NodeError {
                 unsent_until: Some(until),
@@ -75,11 +81,16 @@ impl Breaker {
         let pause = down.map_or(DOWN_MIN, |(_, p)| (p * 2).min(DOWN_MAX));
         let until = Instant::now() + pause;
         *down = Some((until, pause));
+        self.tripped.store(true, Ordering::Release);
         until
     }
 
     fn answered(&self) {
-        *locked(&self.down) = None;
+        if self.tripped.load(Ordering::Acquire) {
+            let mut down = locked(&self.down);
+            *down = None;
+            self.tripped.store(false, Ordering::Release);
+        }
     }
 }
 

@@ -30,6 +30,10 @@ pub(crate) type NodeReply<T> = (usize, Result<T, NodeError>);
 /// Replies by node index; `None` where still pending.
 pub(crate) type Replies<T> = Vec<Option<Result<T, NodeError>>>;
 
+/// What a fan-out does with each reply of a call as it lands (see
+/// [`FanOut::on_reply`]).
+type OnReply<T> = Box<dyn FnMut(usize, &Result<T, NodeError>) + Send>;
+
 /// Calls still in flight, by node index. There are few (one per node), so
 /// a wake-up polls each pending call in turn: no task allocated per call,
 /// as `FuturesUnordered` would.
@@ -43,6 +47,7 @@ struct Pending<T> {
     left: usize,
     deadline: Instant,
     meter: Meter,
+    on_reply: Option<OnReply<T>>,
 }
 
 impl<T> Pending<T> {
@@ -67,6 +72,9 @@ impl<T> Pending<T> {
                     *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut None);
+                    if let Some(f) = self.on_reply.as_mut() {
+                        f(i, &r);
+                    }
                     return Poll::Ready(Some((i, r)));
                 }
             }
@@ -95,6 +103,9 @@ impl<T> Pending<T> {
                     *cell = None;
                     self.left -= 1;
                     self.meter.answered(i, &r, &mut now);
+                    if let Some(f) = self.on_reply.as_mut() {
+                        f(i, &r);
+                    }
                     *reply = Some(r);
                     landed = true;
                 }
@@ -174,9 +185,22 @@ impl<T: Send + 'static> FanOut<T> {
                 left,
                 deadline: deadline_after(start, timeout),
                 meter,
+                on_reply: None,
             },
             replies,
         }
+    }
+
+    /// Runs `f` on each reply of a call as it lands, the fan-out's and its
+    /// stragglers' alike (not on the replies known without asking, nor on
+    /// a call given up unanswered): one closure for the whole fan-out
+    /// where a wrapper per call would cost a future per node.
+    pub(crate) fn on_reply(
+        mut self,
+        f: impl FnMut(usize, &Result<T, NodeError>) + Send + 'static,
+    ) -> Self {
+        self.pending.on_reply = Some(Box::new(f));
+        self
     }
 
     /// Reads replies until `decided` says the outcome is known, all replied,

@@ -154,10 +154,10 @@ impl ReleaseTally {
     /// enough nodes answered that the lock was no longer ours (not held if
     /// only another owner's was found, else expired).
     pub(crate) fn verdict(self, name: &str, required: usize) -> Result<(), Error> {
-        let name = name.to_string();
         if self.released >= required {
             return Ok(());
         }
+        let name = name.to_string();
         if self.released + self.failures.len() + self.pending >= required {
             // The nodes that did not answer could have completed the quorum.
             return Err(Error::Unavailable {

@@ -30,7 +30,7 @@ use super::spec::ClusterSpec;
 use super::watch::Passing;
 use crate::node::batch::RenewBatch;
 use crate::node::feed::{Feed, FeedConn};
-use crate::node::member::{Call, Server};
+use crate::node::member::{Args, Call, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 
 /// Time between two connection attempts.
@@ -184,10 +184,13 @@ impl Server for LazyCluster {
         }
     }
 
-    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
-        &self,
-        call: Call<T, R>,
-    ) -> Answer<R> {
+    fn eval<T, R, A, F>(&self, call: Call<T, R, A, F>) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+        R: Send + 'static,
+        A: Args,
+        F: Read<T, R>,
+    {
         match self.node() {
             Ok(node) => node.eval(call),
             Err(e) => {

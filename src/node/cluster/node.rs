@@ -73,7 +73,7 @@ use super::spec::ClusterSpec;
 use super::watch::{suspect_after, Dial, Link, Passing, Unanswered, Watch};
 use crate::node::batch::RenewBatch;
 use crate::node::feed::Feed;
-use crate::node::member::{Call, Confirm, Server};
+use crate::node::member::{Args, Call, Confirm, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::order::Lane;
 use crate::node::reply;
@@ -395,10 +395,13 @@ impl Server for ClusterNode {
     /// answered by its slot's master on the other one where its order asks
     /// for a barrier; sent again only when an answer proves it did not run
     /// (see the module doc).
-    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
-        &self,
-        call: Call<T, R>,
-    ) -> Answer<R> {
+    fn eval<T, R, A, F>(&self, call: Call<T, R, A, F>) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+        R: Send + 'static,
+        A: Args,
+        F: Read<T, R>,
+    {
         let (script, resend, args) = (call.script, call.resend, call.args);
         let (keys, read, stamp) = (call.keys, call.read, call.stamp);
         let wait = self.wait.filter(|_| call.confirm == Confirm::Replicas);

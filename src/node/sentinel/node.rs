@@ -37,7 +37,7 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::node::batch::RenewBatch;
 use crate::node::feed::{Feed, FeedConn};
-use crate::node::member::{Call, Confirm, Server};
+use crate::node::member::{Args, Call, Confirm, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
 use crate::node::redis_node::RedisNode;
 use crate::node::spec::NodeSpec;
@@ -414,10 +414,13 @@ impl Server for SentinelNode {
         BatchCost::of_one_pipeline(batch)
     }
 
-    fn eval<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
-        &self,
-        call: Call<T, R>,
-    ) -> Answer<R> {
+    fn eval<T, R, A, F>(&self, call: Call<T, R, A, F>) -> Answer<R>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+        R: Send + 'static,
+        A: Args,
+        F: Read<T, R>,
+    {
         match self.current() {
             Ok(c) => match self.shared.wait {
                 Some(wait) if call.confirm == Confirm::Replicas => {
