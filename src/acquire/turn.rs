@@ -231,11 +231,11 @@ impl<'a> Turn<'a> {
         let covered = bell.covered();
         // A plain waiter behind others of this manager waits for its turn
         // after a miss too: only the head of the local FIFO attempts (it
-        // polls when release messages are not covered). A crowd whose every waiter
-        // retried after its miss (its backoff when the attempt timed out,
-        // its place's refresh) kept hundreds of attempts on one lock in
-        // flight, slow enough on a busy machine to time out in turn, and
-        // none of them won (issue 35's stall of 100,000 waiters).
+        // polls when release messages are not covered). A crowd whose
+        // every waiter retried after its miss (its backoff when the attempt
+        // timed out, its place's refresh) kept hundreds of attempts on one
+        // lock in flight, slow enough on a busy machine to time out in
+        // turn, and none of them won (issue 35's stall of 100,000 waiters).
         let behind = bell.is_behind();
         let delay = match err {
             Some(_) if !behind => fallback(&self.nodes, self.misses, pttl, covered, remaining),

@@ -19,9 +19,10 @@
 //! turn, also after a miss (one of a crowd that attempted before any of it
 //! queued): the head passes it on when it leaves (see `bells`), and only
 //! the head attempts: a crowd of one manager keeps its head's attempt on
-//! the lock in flight, not one per waiter. A waiter rung by another manager's release attempts once rung
-//! by a quorum of nodes (the release ran there; several messages of one
-//! node count once), or a few milliseconds after the first ring: an attempt
+//! the lock in flight, not one per waiter. A waiter rung by another
+//! manager's release attempts once rung by a quorum of nodes (the release
+//! ran there; several messages of one node count once), or a few
+//! milliseconds after the first ring: an attempt
 //! on the first node's message would often find the release not yet run
 //! elsewhere, miss, and be rolled back. A release by this manager rings a
 //! plain waiter for an attempt at once: its calls went to every node before

@@ -122,8 +122,8 @@ impl Waiter {
     ///
     /// An active waiter (`placed` on the nodes and not behind local waiters,
     /// fair, or heading the local FIFO, also when it becomes the head
-    /// during the wait) wakes at least every
-    /// refresh interval, whatever the holder's expiry: a release whose
+    /// during the wait) wakes at least every refresh interval, whatever the
+    /// holder's expiry: a release whose
     /// message rings nobody here (it names a dead waiter of another
     /// process) costs it at most that.
     ///
