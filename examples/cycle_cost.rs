@@ -13,6 +13,13 @@
 //! first (with the histogram buckets of `examples/metrics.rs`), so the
 //! count includes recording every metric.
 //!
+//! `CYCLE_COST_WHO` is `quorumlock`, `floor` (the library's scripts with a
+//! `join_all` over every node, as `benches/compare`'s floor) or `limit`
+//! (the same, each phase returning at its third reply, the rest awaited in
+//! a spawned task: the compare bench's limit). Outside valgrind, `perf
+//! stat` over a run gives the CPU and the syscalls of a cycle (see
+//! docs/BENCHMARKS.md).
+//!
 //! Run it once with `CYCLE_COST_CYCLES=0` and subtract, to leave out the
 //! connecting and the runtime's start. `CYCLE_COST_MODE=throughput` runs
 //! the cycles as 64 tasks over 1,000 keys (one try each; busy attempts
@@ -22,9 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::future::{join_all, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
 use quorumlock::LockManager;
 use redis::aio::MultiplexedConnection;
+use redis::IntoConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -40,11 +49,30 @@ fn env(name: &str, default: &str) -> String {
 }
 
 /// The same scripts with a plain `join_all`: what the compare bench calls
-/// the floor.
+/// the floor. With `at_quorum`, each phase returns at its third reply and
+/// the others are awaited in a spawned task: the compare bench's limit.
 struct Floor {
     conns: Vec<MultiplexedConnection>,
     acquire: redis::Script,
     release: redis::Script,
+    at_quorum: bool,
+}
+
+/// Awaits `calls` until `needed` have answered; the rest finish in a
+/// spawned task. Returns the replies awaited.
+async fn at_quorum<T: Send + 'static>(calls: Vec<BoxFuture<'static, T>>, needed: usize) -> Vec<T> {
+    let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
+    let mut out = Vec::with_capacity(needed);
+    while out.len() < needed {
+        match pending.next().await {
+            Some(r) => out.push(r),
+            None => break,
+        }
+    }
+    if !pending.is_empty() {
+        tokio::spawn(pending.for_each(|_| async {}));
+    }
+    out
 }
 
 impl Floor {
@@ -54,12 +82,30 @@ impl Floor {
         let channel = format!("{lock}:released");
         let mut inv = self.acquire.prepare_invoke();
         inv.key(&lock).key(&fence).arg(owner).arg(10_000).arg(1);
-        let inv = &inv;
-        let replies = join_all(self.conns.iter().map(|c| {
-            let mut c = c.clone();
-            async move { inv.invoke_async::<Vec<i64>>(&mut c).await }
-        }))
-        .await;
+        let replies = if self.at_quorum {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(self.acquire.get_hash())
+                .arg(2)
+                .arg(&lock)
+                .arg(&fence)
+                .arg(owner)
+                .arg(10_000)
+                .arg(1);
+            let cmd = Arc::new(cmd);
+            let calls = self.conns.iter().map(|c| {
+                let (mut c, cmd) = (c.clone(), Arc::clone(&cmd));
+                Box::pin(async move { cmd.query_async::<Vec<i64>>(&mut c).await })
+                    as BoxFuture<'static, _>
+            });
+            at_quorum(calls.collect(), self.conns.len() / 2 + 1).await
+        } else {
+            let inv = &inv;
+            join_all(self.conns.iter().map(|c| {
+                let mut c = c.clone();
+                async move { inv.invoke_async::<Vec<i64>>(&mut c).await }
+            }))
+            .await
+        };
         let granted = replies
             .iter()
             .filter(|r| matches!(r.as_deref(), Ok([1 | 2, _])))
@@ -68,16 +114,40 @@ impl Floor {
         rel.key(&lock)
             .key(&channel)
             .key(&fence)
+            .key(format!("{lock}:queue"))
+            .key(format!("{lock}:timeouts"))
             .arg(owner)
             .arg(0)
             .arg(10_000)
             .arg(0);
-        let rel = &rel;
-        join_all(self.conns.iter().map(|c| {
-            let mut c = c.clone();
-            async move { rel.invoke_async::<i64>(&mut c).await }
-        }))
-        .await;
+        if self.at_quorum {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(self.release.get_hash())
+                .arg(5)
+                .arg(&lock)
+                .arg(&channel)
+                .arg(&fence)
+                .arg(format!("{lock}:queue"))
+                .arg(format!("{lock}:timeouts"))
+                .arg(owner)
+                .arg(0)
+                .arg(10_000)
+                .arg(0);
+            let cmd = Arc::new(cmd);
+            let calls = self.conns.iter().map(|c| {
+                let (mut c, cmd) = (c.clone(), Arc::clone(&cmd));
+                Box::pin(async move { cmd.query_async::<i64>(&mut c).await })
+                    as BoxFuture<'static, _>
+            });
+            at_quorum(calls.collect(), self.conns.len() / 2 + 1).await;
+        } else {
+            let rel = &rel;
+            join_all(self.conns.iter().map(|c| {
+                let mut c = c.clone();
+                async move { rel.invoke_async::<i64>(&mut c).await }
+            }))
+            .await;
+        }
         Ok(granted * 2 > self.conns.len())
     }
 }
@@ -127,19 +197,32 @@ async fn run() -> Result<(), BoxError> {
     let cycles: u64 = env("CYCLE_COST_CYCLES", "2000").parse()?;
     let who = env("CYCLE_COST_WHO", "quorumlock");
     let mode = env("CYCLE_COST_MODE", "uncontended");
-    let contender = if who == "floor" {
+    let contender = if who == "floor" || who == "limit" {
+        let acquire = redis::Script::new(include_str!("../src/scripts/acquire.lua"));
+        // The library prepends the queue helpers to the release script.
+        let release = redis::Script::new(concat!(
+            include_str!("../src/scripts/queue_prelude.lua"),
+            "\n",
+            include_str!("../src/scripts/release.lua")
+        ));
         let mut conns = Vec::new();
         for u in &urls {
-            conns.push(
-                redis::Client::open(u.as_str())?
-                    .get_multiplexed_async_connection()
-                    .await?,
-            );
+            // `TCP_NODELAY`, as quorumlock sets it.
+            let info = u.as_str().into_connection_info()?;
+            let tcp = info.tcp_settings().clone().set_nodelay(true);
+            let mut conn = redis::Client::open(info.set_tcp_settings(tcp))?
+                .get_multiplexed_async_connection()
+                .await?;
+            // The limit sends `EVALSHA` alone.
+            acquire.load_async(&mut conn).await?;
+            release.load_async(&mut conn).await?;
+            conns.push(conn);
         }
         Contender::Floor(Floor {
             conns,
-            acquire: redis::Script::new(include_str!("../src/scripts/acquire.lua")),
-            release: redis::Script::new(include_str!("../src/scripts/release.lua")),
+            acquire,
+            release,
+            at_quorum: who == "limit",
         })
     } else {
         Contender::Quorumlock(

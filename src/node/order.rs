@@ -52,7 +52,10 @@
 //!   as before; an acquire made while its owner's last release is in
 //!   flight goes behind that release. Otherwise it goes on the lane it
 //!   prefers: a release whose acquire answered cannot land before it
-//!   anywhere.
+//!   anywhere. A call that frees prefers its own lane only behind a
+//!   crowd, from [`CROWDED`] calls in flight on [`Lane::Calls`]; with
+//!   fewer it prefers [`Lane::Calls`], whose writes and reads it then
+//!   shares.
 //! - a call of several pairs unsettled on both lanes (a queued acquire, or
 //!   a set's, whose pairs' histories differ) goes on the lane it prefers
 //!   after a barrier on the other: a `PING` there, answered, proves that
@@ -173,6 +176,9 @@ struct State {
     next: u64,
     /// Per lane, per route: the calls dropped unanswered there.
     dropped: [Dropped; 2],
+    /// The tracked calls on [`Lane::Calls`] that have not ended: the
+    /// client-side queue a call that frees would wait behind there.
+    on_calls: usize,
 }
 
 impl State {
@@ -237,6 +243,18 @@ fn release(map: &mut PairMap, pairs: &[u64], lane: Option<Lane>) {
     }
 }
 
+/// How many calls in flight on [`Lane::Calls`] make a call that frees
+/// prefer [`Lane::Frees`]; with fewer, it goes on [`Lane::Calls`] too.
+///
+/// A second connection is not free: its commands no longer share the
+/// first's writes and reads, and on 2 cores 64 tasks of lock+unlock spent
+/// 10-13% more client CPU per cycle with every release apart
+/// (`examples/cycle_cost.rs`, 2026-11-29; docs/BENCHMARKS.md). Behind 128
+/// calls a release waits for 128 script runs, a few milliseconds on a busy
+/// server, far within its patience; behind the thousands of a crowd it
+/// waits no more, because from 128 on it takes its own connection.
+pub(crate) const CROWDED: usize = 128;
+
 /// The latest stamp of every pair with a call in flight on one member, and
 /// how many of its calls are in flight; on a member of two lanes, where
 /// each pair's calls may still run.
@@ -245,6 +263,9 @@ pub(crate) struct Order {
     state: Mutex<State>,
     /// Whether the member's server sends [`Lane::Frees`] calls apart.
     lanes: bool,
+    /// From how many calls in flight on [`Lane::Calls`] a call that frees
+    /// prefers [`Lane::Frees`] ([`CROWDED`]).
+    crowded: usize,
     /// Whether each lane is one connection per shard (a cluster member):
     /// an answer then proves only what was sent before it by the same
     /// route, the lock's hash slot.
@@ -260,14 +281,25 @@ impl Order {
         Self {
             lanes,
             per_slot,
+            crowded: CROWDED,
             ..Self::default()
         }
+    }
+
+    /// The same order, whose calls that free prefer [`Lane::Frees`] from
+    /// `crowded` calls in flight on [`Lane::Calls`] on (0: always).
+    #[cfg(test)]
+    pub(crate) fn crowded_at(mut self, crowded: usize) -> Self {
+        self.crowded = crowded;
+        self
     }
 
     /// Stamps a call about `pairs` (see [`pair`]) of the lock in hash slot
     /// `slot`, made now: it is the latest of each. It goes on the lane
     /// `prefer` unless the order of its pairs' calls says otherwise
-    /// ([`Stamp::lane`]).
+    /// ([`Stamp::lane`]); a call that prefers [`Lane::Frees`] prefers
+    /// [`Lane::Calls`] while fewer than [`CROWDED`] calls are in flight
+    /// there.
     pub(crate) fn stamp(self: &Arc<Self>, pairs: &[u64], prefer: Lane, slot: u16) -> Stamp {
         let pairs = Pairs::of(pairs);
         let mut stamp = Stamp {
@@ -288,8 +320,16 @@ impl Order {
             return stamp;
         }
         if self.lanes {
+            let prefer = if prefer == Lane::Frees && state.on_calls < self.crowded {
+                Lane::Calls
+            } else {
+                prefer
+            };
             (stamp.lane, stamp.barrier) = state.lane(pairs, prefer);
             stamp.tracked = true;
+            if stamp.lane == Lane::Calls {
+                state.on_calls += 1;
+            }
         }
         let (seq, lane) = (stamp.seq, stamp.lane.index());
         for &p in pairs {
@@ -431,6 +471,9 @@ impl Stamp {
         }
         let mut state = locked(&order.state);
         release(&mut state.pairs, self.pairs.as_slice(), Some(self.lane));
+        if self.lane == Lane::Calls {
+            state.on_calls = state.on_calls.saturating_sub(1);
+        }
         if answered {
             state.ran_before(self.lane, self.route, self.seq);
         }
@@ -484,6 +527,9 @@ impl Drop for Stamp {
         // connection's queue, until a call made after now is answered
         // there.
         if self.tracked {
+            if self.lane == Lane::Calls {
+                state.on_calls = state.on_calls.saturating_sub(1);
+            }
             let at = state.next;
             let pairs = self.pairs.take();
             state.dropped[self.lane.index()]

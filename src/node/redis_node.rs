@@ -9,10 +9,12 @@
 //! crowd of attempts, nor behind a long renewal batch: with thousands of
 //! attempts per node in `conn`'s queue at once (20,000 waiters on one
 //! lock), a release behind them timed out (issue 35; `tests/crowd.rs`).
-//! The server serves the connections in turn. Which calls may take
-//! `free_conn` without landing before an earlier call of their hold is
-//! the member's order's to say (`order`, [`Stamp::lane`]): a release whose
-//! acquire on this node may still run goes on `conn`, behind it.
+//! The server serves the connections in turn. Which calls take
+//! `free_conn` is the member's order's to say (`order`, [`Stamp::lane`]):
+//! only behind a crowd on `conn` (from `order::CROWDED` calls in flight
+//! there; fewer share `conn`, one write and one read for both), and never
+//! a release whose acquire on this node may still run: that one goes on
+//! `conn`, behind it.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

@@ -9,8 +9,9 @@ fn on(order: &Arc<Order>, pairs: &[(&str, &str)], prefer: Lane) -> Stamp {
     order.stamp(&pairs, prefer, 0)
 }
 
+/// An order of two lanes whose calls that free always prefer theirs.
 fn lanes() -> Arc<Order> {
-    Arc::new(Order::new(true, false))
+    Arc::new(Order::new(true, false).crowded_at(0))
 }
 
 /// A release whose acquire answered takes the lane of the calls that
@@ -153,7 +154,7 @@ fn a_queued_acquire_is_ordered_by_its_holder_and_its_waiter() {
 /// that slot, or a barrier passed there, never by one in another slot.
 #[test]
 fn on_a_cluster_member_an_answer_settles_only_its_own_slot() {
-    let order = Arc::new(Order::new(true, true));
+    let order = Arc::new(Order::new(true, true).crowded_at(0));
     let at = |pairs: &[(&str, &str)], prefer: Lane, slot: u16| {
         let pairs: Vec<u64> = pairs.iter().map(|(l, w)| pair(l, w)).collect();
         order.stamp(&pairs, prefer, slot)
@@ -205,4 +206,38 @@ fn on_a_cluster_member_an_answer_settles_only_its_own_slot() {
     last.ended(true);
     drop(last);
     assert_eq!(order.in_flight(), 0, "nothing kept");
+}
+
+/// A release takes the lane of the calls that free only while the other
+/// lane is crowded: with fewer than [`CROWDED`] calls in flight there, it
+/// shares their connection (one write and one read for both); from
+/// [`CROWDED`] on, it goes apart; once they end, it shares again.
+#[test]
+fn a_release_frees_apart_only_behind_a_crowd() {
+    let order = Arc::new(Order::new(true, false));
+    let names: Vec<String> = (0..CROWDED).map(|i| format!("crowd-{i}")).collect();
+    let mut crowd: Vec<Stamp> = names[..CROWDED - 1]
+        .iter()
+        .map(|n| stamp(&order, &[(n, "w")]))
+        .collect();
+    let alone = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(alone.lane(), Lane::Calls, "{} calls ahead", CROWDED - 1);
+    alone.ended(true);
+    drop(alone);
+    crowd.push(stamp(&order, &[(&names[CROWDED - 1], "w")]));
+    let apart = on(&order, &[("a", "h2")], Lane::Frees);
+    assert_eq!(apart.lane(), Lane::Frees, "{CROWDED} calls ahead");
+    // An acquire prefers its lane whatever the crowd.
+    let acquire = on(&order, &[("b", "h3")], Lane::Calls);
+    assert_eq!(acquire.lane(), Lane::Calls);
+    // The crowd ends, answered or dropped alike.
+    for (i, s) in crowd.drain(..).enumerate() {
+        if i % 2 == 0 {
+            s.ended(true);
+        }
+    }
+    acquire.ended(true);
+    drop(acquire);
+    let again = on(&order, &[("a", "h4")], Lane::Frees);
+    assert_eq!(again.lane(), Lane::Calls, "the crowd is gone");
 }
