@@ -11,9 +11,10 @@
 //! slot (`batch`). The batches go over a cluster connection of their
 //! own, as a master's renewals do, so that acquisitions never queue behind
 //! them on the client side; releases and queue exits over a third
-//! ([`Lane::Frees`]), so that they never queue behind a crowd of
-//! attempts, in the order the member's `order` keeps per hash slot (a
-//! barrier there is a `PING` routed to the slot's master).
+//! ([`Lane::Frees`]) behind a crowd of attempts (from `order::CROWDED`
+//! calls in flight on the first), so that they never queue behind it, in
+//! the order the member's `order` keeps per hash slot (a barrier there is
+//! a `PING` routed to the slot's master).
 //!
 //! **Retries.** redis-rs's cluster client retries 16 times by default, and
 //! it retries on I/O errors and dropped connections too: a script that ran

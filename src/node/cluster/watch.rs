@@ -63,8 +63,9 @@ pub(super) struct Link {
 pub(super) struct Conns {
     /// Acquisitions and every call not below ([`Lane::Calls`]).
     pub(super) calls: ClusterConnection,
-    /// Releases and queue exits ([`Lane::Frees`]), so that they never
-    /// queue behind a crowd of attempts on the client side.
+    /// Releases and queue exits behind a crowd of attempts
+    /// ([`Lane::Frees`]), so that they never queue behind it on the client
+    /// side.
     pub(super) frees: ClusterConnection,
     /// Renewal and repair batches.
     pub(super) renewals: ClusterConnection,
