@@ -248,7 +248,7 @@ fn release(map: &mut PairMap, pairs: &[u64], lane: Option<Lane>) {
 ///
 /// A second connection is not free: its commands no longer share the
 /// first's writes and reads, and on 2 cores 64 tasks of lock+unlock spent
-/// 10-13% more client CPU per cycle with every release apart
+/// 6-13% more client CPU per cycle with every release apart
 /// (`examples/cycle_cost.rs`, 2026-11-29; docs/BENCHMARKS.md). Behind 128
 /// calls a release waits for 128 script runs, a few milliseconds on a busy
 /// server, far within its patience; behind the thousands of a crowd it
