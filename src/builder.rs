@@ -13,6 +13,7 @@ use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
+use crate::members::RELEASE_PATIENCE;
 use crate::node::{
     redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode,
     SentinelSpec, Server,
@@ -343,10 +344,15 @@ impl LockManagerBuilder {
             ));
         }
         let connect_timeout = config.connect_timeout;
+        // Every caller of a script call has given up on it by then (a
+        // release waits longest: `RELEASE_PATIENCE` node timeouts).
+        let silence = config.node_timeout.saturating_mul(RELEASE_PATIENCE);
         let (layout, prefix) = (config.layout, config.key_prefix.as_str());
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
             |(i, spec)| async move {
-                let node = RedisNode::connect(i, spec, connect_timeout).await?;
+                let node = RedisNode::connect(i, spec, connect_timeout)
+                    .await?
+                    .silent_after(silence);
                 // Before any lock: a node that served the older layout
                 // keeps its tokens increasing (see `adopt_legacy_fence`).
                 node.adopt_legacy_fence(i, (layout, prefix), connect_timeout)
@@ -374,7 +380,8 @@ impl LockManagerBuilder {
                         specs[i].clone(),
                         connect_timeout,
                         Arc::clone(&admission),
-                    )?;
+                    )?
+                    .silent_after(silence);
                     nodes.push(Arc::new(Member::new(lazy)));
                 }
                 Err(Error::Connect { failures: f }) => failures.extend(f),

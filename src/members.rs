@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::Config;
-use crate::error::{Error, NodeError, NodeFailure};
+use crate::error::{Error, NodeError, NodeErrorKind, NodeFailure};
 use crate::keys::Keys;
 use crate::node::{Claim, NodeOps, Released};
 use crate::quorum::{deadline_after, FanOut, Leg, ReleaseTally, Stragglers};
@@ -182,22 +182,37 @@ impl Members {
     /// until its answers come, and nothing else is decided by them), while
     /// on a busy client an answer sent in time is read late (issue 35: 1
     /// of 100,000 releases of a crowd on two cores failed, answered late).
+    ///
+    /// A node `skip` names (the hold's acquire never reached it, and
+    /// nothing put the key there since) is not asked: it counts as a node
+    /// that failed, unsent, so that no release waits to be sent there
+    /// after a pause for a key the node cannot have.
     pub(crate) async fn release_quorum(
         self: &Arc<Self>,
         keys: &Arc<Keys>,
         claim: &Claim,
         token: u64,
+        skip: &[bool],
     ) -> (ReleaseTally, Stragglers<Released>) {
         let required = self.required_for(keys);
         let timeout = self
             .call_timeout(claim.lease)
             .saturating_mul(RELEASE_PATIENCE);
-        let mut fan = self.releases(timeout, keys, claim, token, |_| false);
+        let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
+        let mut fan = self.releases(timeout, keys, claim, token, skipped);
         fan.until_quorum(required, |r| {
             matches!(r, Released::Deleted | Released::Lowered)
         })
         .await;
-        let (replies, rest) = fan.into_parts();
+        let (mut replies, rest) = fan.into_parts();
+        for (i, r) in replies.iter_mut().enumerate() {
+            if skipped(i) {
+                *r = Some(Err(NodeError::new(
+                    NodeErrorKind::Timeout,
+                    "not sent: this hold's acquire never reached the node",
+                )));
+            }
+        }
         (ReleaseTally::of(&replies, |i, e| self.failure(i, e)), rest)
     }
 

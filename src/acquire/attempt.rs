@@ -152,8 +152,10 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     };
     let mut token = 0;
     let no_fence = no_fence();
+    let mut unreached = vec![false; replies.len()];
     for (i, r) in replies.iter().enumerate() {
         match r {
+            Some(Err(e)) if e.unsent_until.is_some() => unreached[i] = true,
             Some(Ok(Grant::Granted(t))) => {
                 granted[i] = true;
                 if !(no_fence && token > 0) {
@@ -194,6 +196,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
                     valid_until,
                     started: start,
                     granted,
+                    unreached,
                 },
                 late: LateGrants {
                     rest,

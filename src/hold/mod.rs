@@ -61,6 +61,11 @@ pub(crate) struct Acquired {
     pub(crate) valid_until: Instant,
     pub(crate) started: Instant,
     pub(crate) granted: Vec<bool>,
+    /// Per node: the acquire was never sent there (its error says so:
+    /// [`NodeError::unsent_until`](crate::error::NodeError)), so the node
+    /// cannot hold this hold's key unless a repair or a late grant puts it
+    /// there later (then `granted` says so).
+    pub(crate) unreached: Vec<bool>,
 }
 
 /// Work to run when a hold is dropped, given by its creator (the manager
@@ -108,6 +113,9 @@ pub(crate) struct Hold {
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
     record: Mutex<Record>,
+    /// Per node: this hold's acquire was never sent there
+    /// ([`Acquired::unreached`]).
+    unreached: Vec<bool>,
     /// The phase, watched by `lost()` waiters.
     phase: watch::Sender<HoldState>,
     /// Woken when a renewal wave that included this hold ends.
@@ -141,6 +149,7 @@ impl Hold {
             acquired_at: acquired.started,
             max_hold: if renewed { nodes.config.max_hold } else { None },
             record: Mutex::new(Record::new(acquired.valid_until, acquired.granted)),
+            unreached: acquired.unreached,
             phase: watch::Sender::new(HoldState::Held),
             renew_done: Notify::new(),
             on_drop,
@@ -287,7 +296,10 @@ impl Hold {
             lease: self.lease,
             count: left,
         };
-        let release = self.nodes.release_quorum(&self.keys, &claim, self.token);
+        let skip = self.unreached_nodes();
+        let release = self
+            .nodes
+            .release_quorum(&self.keys, &claim, self.token, &skip);
         tracing::Instrument::instrument(release, span).await
     }
 

@@ -86,6 +86,20 @@ impl Hold {
         (0..r.granted.len()).filter(|&i| r.granted[i]).collect()
     }
 
+    /// Per node: this hold's acquire was never sent there and nothing has
+    /// put the key there since (a late grant, a repair): its release need
+    /// not go there ([`Members::release_quorum`]'s `skip`).
+    ///
+    /// [`Members::release_quorum`]: crate::members::Members::release_quorum
+    pub(crate) fn unreached_nodes(&self) -> Vec<bool> {
+        let r = locked(&self.record);
+        self.unreached
+            .iter()
+            .zip(&r.granted)
+            .map(|(&unreached, &granted)| unreached && !granted)
+            .collect()
+    }
+
     /// Adds a level (a re-entry); returns the new count.
     pub(crate) fn enter_level(&self) -> u32 {
         let mut r = locked(&self.record);

@@ -286,6 +286,15 @@ impl RedisNode {
         })
     }
 
+    /// The same node, whose script calls fail at once (unsent, but for a
+    /// probe per `silence`) once it has left every call unanswered for
+    /// `silence`: a stopped or black-holed master is not written every
+    /// call (see [`Breaker`]).
+    pub(crate) fn silent_after(mut self, silence: Duration) -> Self {
+        self.breaker = Arc::new(Breaker::silent_after(silence));
+        self
+    }
+
     /// The connection, unless the node was found not to be a master.
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
         self.checked_conn(&self.conn)

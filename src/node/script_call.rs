@@ -1,7 +1,7 @@
 //! One script call on one node: `EVAL` or `EVALSHA`, and when it may be
 //! sent again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,15 @@ const DOWN_MAX: Duration = Duration::from_secs(1);
 /// The error of a call failed so, or refused, and never sent, says until
 /// when the pause lasts ([`NodeError::unsent_until`]), so that a release
 /// met by it can be sent once it ends (see `Members::releases`).
+///
+/// It also keeps calls from piling up on a node that keeps its connection
+/// but answers nothing (a stopped or frozen process, a black-holed link):
+/// once no call has been answered for `silence` since the first call sent
+/// after the last answer, every call fails at once, unsent, except one
+/// probe per `silence`, which is sent; the first answer of any call ends
+/// it. Before, every call was written to such a node and dropped at its
+/// timeout, and the client's memory grew with them (a stopped master under
+/// 15,000 cycles a second: 22 MB to 189 MB in 16 s).
 #[derive(Default)]
 pub(super) struct Breaker {
     /// Until when calls fail at once, and the pause after the next refusal.
@@ -55,11 +64,53 @@ pub(super) struct Breaker {
     /// Whether `down` is set: a node that answers (every call but those
     /// after a refusal) is checked and answered without the lock.
     tripped: AtomicBool,
+    /// How long a node may leave every call unanswered before calls fail
+    /// at once; `None`: never.
+    silence: Option<Silence>,
+    /// When the first call sent since the last answer was sent, in
+    /// milliseconds after the silence's origin, plus 1; 0 when every call
+    /// sent was answered since.
+    quiet_since: AtomicU64,
+    /// While silent: when the next probe may be sent (milliseconds after
+    /// the silence's origin, plus 1).
+    next_probe: AtomicU64,
+    /// Whether the silence was reported (once per silence).
+    silent: AtomicBool,
+}
+
+/// How long a node may answer nothing, and the origin of the breaker's
+/// clock readings (its creation).
+struct Silence {
+    after: Duration,
+    origin: Instant,
+}
+
+impl Silence {
+    /// Milliseconds from the origin to `t`, plus 1 (0 means none).
+    fn ms_at(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.origin).as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1)
+    }
 }
 
 impl Breaker {
-    /// Fails at once while the node is known to refuse connections.
+    /// A breaker that also fails calls at once while the node has left
+    /// every call unanswered for `silence` (see the type's doc).
+    pub(super) fn silent_after(silence: Duration) -> Self {
+        Self {
+            silence: Some(Silence {
+                after: silence.max(Duration::from_millis(1)),
+                origin: Instant::now(),
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// Fails at once while the node is known to refuse connections, or
+    /// while it answers nothing (but for one probe per silence).
     pub(super) fn check(&self) -> Result<(), NodeError> {
+        self.check_silence()?;
         if !self.tripped.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -72,6 +123,83 @@ impl Breaker {
                 )
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// `Err` while the node is silent, unless this call is the probe.
+    fn check_silence(&self) -> Result<(), NodeError> {
+        let Some(quiet) = &self.silence else {
+            return Ok(());
+        };
+        let since = self.quiet_since.load(Ordering::Acquire);
+        if since == 0 {
+            return Ok(());
+        }
+        let (now, silence) = (Instant::now(), quiet.after);
+        let (now_ms, silence_ms) = (
+            quiet.ms_at(now),
+            u64::try_from(silence.as_millis()).unwrap_or(u64::MAX),
+        );
+        if now_ms.saturating_sub(since) < silence_ms {
+            return Ok(());
+        }
+        if !self.silent.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                silent_ms = now_ms.saturating_sub(since),
+                "node answers nothing: its calls fail at once, but for a probe per {silence:?}, until it answers"
+            );
+        }
+        let probe = self.next_probe.load(Ordering::Acquire);
+        if now_ms >= probe
+            && self
+                .next_probe
+                .compare_exchange(
+                    probe,
+                    now_ms.saturating_add(silence_ms),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            return Ok(());
+        }
+        let next = self.next_probe.load(Ordering::Acquire);
+        let until = now + Duration::from_millis(next.saturating_sub(now_ms));
+        Err(NodeError {
+            unsent_until: Some(until),
+            ..NodeError::new(
+                NodeErrorKind::Timeout,
+                format!(
+                    "no answer for {:?}: not sent (calls fail at once, but for a probe per \
+                     {silence:?}, until the node answers)",
+                    Duration::from_millis(now_ms.saturating_sub(since))
+                ),
+            )
+        })
+    }
+
+    /// A call is about to be sent.
+    pub(super) fn sent(&self) {
+        let Some(quiet) = &self.silence else { return };
+        if self.quiet_since.load(Ordering::Relaxed) == 0 {
+            let _ = self.quiet_since.compare_exchange(
+                0,
+                quiet.ms_at(Instant::now()),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// A call got an answer, or its connection failed: the node is not
+    /// silent (what was sent before it on that connection has been seen
+    /// to, or will not be).
+    pub(super) fn heard(&self) {
+        if self.quiet_since.load(Ordering::Relaxed) != 0 {
+            self.quiet_since.store(0, Ordering::Release);
+            if self.silent.swap(false, Ordering::AcqRel) {
+                tracing::info!("node answers again");
+            }
         }
     }
 
@@ -172,7 +300,10 @@ impl ScriptCall {
             let send_body = !loaded.load(Ordering::Acquire);
             let mut cmd = keys.call(script, send_body);
             args(&mut cmd);
-            match cmd.query_async(&mut self.conn).await {
+            self.breaker.sent();
+            let reply = cmd.query_async(&mut self.conn).await;
+            self.breaker.heard();
+            match reply {
                 Ok(v) => {
                     loaded.store(true, Ordering::Release);
                     self.breaker.answered();
@@ -299,5 +430,44 @@ mod tests {
         b.refused();
         tokio::time::sleep(DOWN_MIN).await;
         assert!(b.check().is_ok());
+    }
+
+    /// A node that leaves every call unanswered for the silence fails its
+    /// calls at once, unsent until the next probe, but for one probe per
+    /// silence; the first answer ends it. A node that answers within the
+    /// silence never trips.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_node_fails_calls_at_once_but_for_a_probe_until_it_answers() {
+        let silence = Duration::from_millis(400);
+        let b = Breaker::silent_after(silence);
+        assert!(b.check().is_ok());
+        b.sent();
+        tokio::time::advance(silence - Duration::from_millis(1)).await;
+        assert!(b.check().is_ok(), "not silent yet");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(b.check().is_ok(), "the first call after the silence probes");
+        let e = b.check().expect_err("silent");
+        assert_eq!(e.kind, NodeErrorKind::Timeout);
+        let until = e.unsent_until.expect("not sent");
+        assert_eq!(until - Instant::now(), silence, "until the next probe");
+        tokio::time::advance(silence).await;
+        assert!(b.check().is_ok(), "the next probe");
+        assert!(b.check().is_err());
+        b.heard();
+        assert!(b.check().is_ok(), "answered");
+        assert!(b.check().is_ok());
+        for _ in 0..5 {
+            b.sent();
+            tokio::time::advance(silence / 2).await;
+            b.heard();
+        }
+        b.sent();
+        tokio::time::advance(silence / 2).await;
+        assert!(b.check().is_ok(), "answering within the silence");
+        // Without a silence (a breaker for refusals only), never.
+        let plain = Breaker::default();
+        plain.sent();
+        tokio::time::advance(10 * silence).await;
+        assert!(plain.check().is_ok());
     }
 }
