@@ -368,8 +368,15 @@ async fn a_node_refusing_connections_fails_calls_at_once_and_is_used_when_back()
     );
     nodes.restart(2).expect("restart node 2");
     // Back within a pause (at most 1 s) of answering again.
-    let back = support::eventually(Duration::from_secs(5), || async {
-        match m.try_lock("refusing", Duration::ZERO).await {
+    let back = granted_by_all_within_5s(&m, "refusing").await;
+    assert!(back, "the node was not used again after it came back");
+}
+
+/// Whether a `try_lock` of `name` granted by all three nodes comes within
+/// 5 s (the lock released each time).
+async fn granted_by_all_within_5s(m: &LockManager, name: &str) -> bool {
+    support::eventually(Duration::from_secs(5), || async {
+        match m.try_lock(name, Duration::ZERO).await {
             Ok(g) => {
                 let all = g.granted_nodes() == [0, 1, 2];
                 g.release().await.expect("release");
@@ -378,8 +385,7 @@ async fn a_node_refusing_connections_fails_calls_at_once_and_is_used_when_back()
             Err(_) => false,
         }
     })
-    .await;
-    assert!(back, "the node was not used again after it came back");
+    .await
 }
 
 /// Calls `m`'s nodes, one of them down and refusing connections, until a
@@ -505,16 +511,6 @@ async fn a_silent_node_gets_a_probe_not_every_call_and_is_used_when_back() {
         fast >= 4 * slow && message.contains("not sent"),
         "{fast} attempts failed at once, {slow} waited for the node timeout; {message}"
     );
-    let back = support::eventually(Duration::from_secs(5), || async {
-        match m.try_lock("silent", Duration::ZERO).await {
-            Ok(g) => {
-                let all = g.granted_nodes() == [0, 1, 2];
-                g.release().await.expect("release");
-                all
-            }
-            Err(_) => false,
-        }
-    })
-    .await;
+    let back = granted_by_all_within_5s(&m, "silent").await;
     assert!(back, "the node was not used again once it answered");
 }

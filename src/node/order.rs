@@ -83,6 +83,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use self::pairs::Pairs;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::sync::locked;
 
@@ -355,57 +356,6 @@ impl Order {
     }
 }
 
-/// A call's pairs: one or two inline (a lock's holder, a queued waiter),
-/// more for a set.
-struct Pairs {
-    inline: [u64; 2],
-    len: usize,
-    more: Vec<u64>,
-}
-
-impl Pairs {
-    fn of(pairs: &[u64]) -> Self {
-        match *pairs {
-            [] => Self::none(),
-            [a] => Self {
-                inline: [a, 0],
-                len: 1,
-                more: Vec::new(),
-            },
-            [a, b] => Self {
-                inline: [a, b],
-                len: 2,
-                more: Vec::new(),
-            },
-            _ => Self {
-                inline: [0; 2],
-                len: 0,
-                more: pairs.to_vec(),
-            },
-        }
-    }
-
-    fn none() -> Self {
-        Self {
-            inline: [0; 2],
-            len: 0,
-            more: Vec::new(),
-        }
-    }
-
-    fn as_slice(&self) -> &[u64] {
-        if self.more.is_empty() {
-            &self.inline[..self.len]
-        } else {
-            &self.more
-        }
-    }
-
-    fn take(&mut self) -> Self {
-        std::mem::replace(self, Self::none())
-    }
-}
-
 /// One call's place in its member's [`Order`], released when the call
 /// ends (dropped with it), and the lane it goes on.
 pub(crate) struct Stamp {
@@ -540,5 +490,6 @@ impl Drop for Stamp {
     }
 }
 
+mod pairs;
 #[cfg(test)]
 mod tests;

@@ -24,14 +24,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Value};
 
 use crate::admission::{maxmemory_policy, Admission, ServerId, ServerInfo};
-use crate::config::ReplicaWait;
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::{self, Keys};
 use crate::layout::Layout;
 use crate::scripts;
 
 use super::batch::RenewBatch;
-use super::cluster::confirmed;
 use super::feed::{Feed, RedisFeed};
 use super::member::{Args, Call, Read, Server};
 use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
@@ -40,6 +38,8 @@ use super::reply;
 use super::script_call::{broken, forget_scripts, map_err, no_script, Breaker, ScriptCall};
 use super::script_keys;
 use super::spec::NodeSpec;
+
+mod replicas;
 
 /// A Redis master reached through a [`ConnectionManager`].
 pub(crate) struct RedisNode {
@@ -310,47 +310,6 @@ impl RedisNode {
 
 fn set_policy(cell: &Mutex<Option<String>>, policy: Option<String>) {
     *cell.lock().unwrap_or_else(PoisonError::into_inner) = policy;
-}
-
-impl RedisNode {
-    /// Sends `WAIT` for `wait` on the connection of `lane` (the renewal
-    /// connection for `None`), after the write it must confirm was
-    /// answered there: `Ok` when enough replicas acknowledged every write
-    /// the connection made, else [`NodeErrorKind::NotReplicated`].
-    pub(crate) fn wait_replicas(&self, lane: Option<Lane>, wait: ReplicaWait) -> Answer<()> {
-        let conn = match lane {
-            Some(Lane::Calls) => self.checked_conn(&self.conn),
-            Some(Lane::Frees) => self.checked_conn(&self.free_conn),
-            None => self.checked_conn(&self.renew_conn),
-        };
-        Box::pin(async move {
-            let mut conn = conn?;
-            let acks: Value = redis::cmd("WAIT")
-                .arg(wait.replicas)
-                .arg(scripts::ms(wait.timeout))
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| map_err(&e))?;
-            confirmed(Some(wait), Some(acks))
-        })
-    }
-
-    /// How many replicas the master has connected (`INFO replication`).
-    pub(crate) async fn connected_replicas(&self, timeout: Duration) -> Result<u32, NodeError> {
-        let mut conn = self.checked()?;
-        let info: String = tokio::time::timeout(
-            timeout,
-            redis::cmd("INFO").arg("replication").query_async(&mut conn),
-        )
-        .await
-        .map_err(|_| NodeError::new(NodeErrorKind::Timeout, "INFO timed out"))?
-        .map_err(|e| map_err(&e))?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0))
-    }
 }
 
 /// The node's role: `master`, `slave` or `sentinel`.

@@ -25,3 +25,4 @@ mod scale;
 mod semaphore;
 mod suspend;
 mod tiers;
+mod unreached;
