@@ -261,6 +261,34 @@ async fn quorum_all_reads_on_one_member_and_writes_on_all() {
     );
 }
 
+/// The harness that `quorum_all_reads_on_one_member_and_writes_on_all`
+/// stands on: a request sent on an open connection right after the switch
+/// gets no reply. The proxy's old cut, a 1 ms timer, let such a request
+/// through whenever it fired late, and the write it carried was granted by
+/// "all" members (CI, stop 44).
+#[tokio::test(flavor = "current_thread")]
+async fn the_silence_proxy_forwards_nothing_sent_after_its_switch() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let proxy = silence(&[nodes().port(0)]).await.expect("a proxy");
+    let port: u16 = proxy.urls[0].rsplit(':').next().unwrap().parse().unwrap();
+    let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut reply = [0u8; 64];
+    for _ in 0..3 {
+        c.write_all(b"PING\r\n").await.unwrap();
+        let n = c.read(&mut reply).await.unwrap();
+        assert_eq!(&reply[..n], b"+PONG\r\n");
+    }
+    proxy.silent.store(true, Ordering::SeqCst);
+    c.write_all(b"PING\r\n").await.unwrap();
+    let after = tokio::time::timeout(Duration::from_millis(300), c.read(&mut reply)).await;
+    assert!(
+        !matches!(after, Ok(Ok(n)) if n > 0),
+        "a reply came through a silent proxy: {after:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_writer_that_gave_up_does_not_hold_readers_back() {
     let queue_timeout = Duration::from_secs(5);

@@ -40,14 +40,16 @@ pub async fn silence(ports: &[u16]) -> std::io::Result<Silence> {
                 tokio::spawn(async move {
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
+                    // Closes idle connections soon after the switch; the
+                    // pumps themselves never forward a byte read after it.
                     let cut = async {
                         while !silent.load(Ordering::SeqCst) {
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
                     };
                     tokio::select! {
-                        _ = tokio::io::copy(&mut cr, &mut sw) => {}
-                        _ = tokio::io::copy(&mut sr, &mut cw) => {}
+                        () = pump(&mut cr, &mut sw, &silent) => {}
+                        () = pump(&mut sr, &mut cw, &silent) => {}
                         () = cut => {}
                     }
                 });
@@ -55,4 +57,26 @@ pub async fn silence(ports: &[u16]) -> std::io::Result<Silence> {
         });
     }
     Ok(Silence { urls, silent })
+}
+
+/// Forwards `from` to `to` until either closes or `silent` is set, checking
+/// the switch after every read: bytes sent after the switch was set never
+/// reach the other side, however late the cut's timer fires (a timer alone
+/// let a request sent just after the switch through on a busy machine).
+async fn pump<R, W>(from: &mut R, to: &mut W, silent: &AtomicBool)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if silent.load(Ordering::SeqCst) || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
