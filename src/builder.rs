@@ -13,7 +13,6 @@ use crate::admission::Admission;
 use crate::config::{Backoff, Config, Quorum, ReplicaWait};
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::members::RELEASE_PATIENCE;
 use crate::node::{
     redact, ClusterNode, ClusterSpec, LazyCluster, Member, NodeOps, NodeSpec, RedisNode,
     SentinelSpec, Server,
@@ -344,9 +343,7 @@ impl LockManagerBuilder {
             ));
         }
         let connect_timeout = config.connect_timeout;
-        // Every caller of a script call has given up on it by then (a
-        // release waits longest: `RELEASE_PATIENCE` node timeouts).
-        let silence = config.node_timeout.saturating_mul(RELEASE_PATIENCE);
+        let silence = config.silence();
         let (layout, prefix) = (config.layout, config.key_prefix.as_str());
         let results = futures::future::join_all(specs.iter().cloned().enumerate().map(
             |(i, spec)| async move {

@@ -234,6 +234,15 @@ impl Config {
     }
 
     /// Checks a lease against this configuration.
+    /// How long a master may leave every script call unanswered before
+    /// its calls fail at once but for a probe (`Breaker::silent_after`):
+    /// every caller has given up on a call by then, a release last, after
+    /// [`RELEASE_PATIENCE`](crate::members::RELEASE_PATIENCE) node timeouts.
+    pub(crate) fn silence(&self) -> Duration {
+        self.node_timeout
+            .saturating_mul(crate::members::RELEASE_PATIENCE)
+    }
+
     pub(crate) fn check_lease(&self, lease: Duration) -> Result<(), Error> {
         check_lease(lease, self.drift_factor)
     }

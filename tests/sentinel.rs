@@ -14,6 +14,7 @@
 //! | `a_killed_master_under_contention_is_followed` | the master SIGKILLed, replica promoted, old master back as a replica | two masters and the member | history clean; the member answers again within the bound |
 //! | `a_frozen_master_is_followed_and_wakes_its_waiters` | the master SIGSTOPped and failed over, left frozen | the member alone, lease 10 s, the waiter polling every 5 s | a new lock within the bound; the held lock kept; a waiter woken by the release's message on the new master within 250 ms |
 //! | `a_sentinel_member_over_tls_trusts_a_ca_of_its_own` (feature `tls-rustls`) | none | a group of its own over TLS only, passwords | `sentinel_with_tls` locks; without the CA `build()` fails; plain URLs refused |
+//! | `a_silent_master_gets_a_probe_not_every_call` | the master SIGSTOPped for about 0.4 s, under the sentinels' `down-after` (no failover) | the member alone, node timeout 20 ms | after two node timeouts of silence, calls fail at once ("not sent") but for a probe; the member grants again once the master answers |
 //! | `a_failover_asked_mid_acquisition_keeps_the_history_clean` | `SENTINEL FAILOVER` while four clients contend | two masters and the member | history clean; locking resumes |
 
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -482,4 +483,58 @@ async fn a_sentinel_member_over_tls_trusts_a_ca_of_its_own() {
         .build()
         .await;
     assert!(matches!(plain, Err(Error::InvalidInput { .. })));
+}
+
+#[tokio::test]
+async fn a_silent_master_gets_a_probe_not_every_call() {
+    let _serial = serial().await;
+    let g = group();
+    let timeout = Duration::from_millis(20);
+    let m = member_only().node_timeout(timeout).build().await.unwrap();
+    let name = unique("sentinel-silent");
+    for _ in 0..5 {
+        m.lock(&name).await.unwrap().release().await.unwrap();
+    }
+    let master = g.server_of(master_port().await);
+    // Stopped for well under the sentinels' `down-after` (1 s): no failover.
+    g.servers.stop(master);
+    let silence = 2 * timeout;
+    let began = Instant::now();
+    while began.elapsed() < silence + timeout {
+        let err = m.try_lock(&name, Duration::ZERO).await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+    }
+    let (mut fast, mut slow) = (0, 0);
+    let mut message = String::new();
+    let watched = Instant::now();
+    while watched.elapsed() < 8 * silence {
+        let t = Instant::now();
+        let err = m.try_lock(&name, Duration::ZERO).await.unwrap_err();
+        if t.elapsed() < timeout / 2 {
+            fast += 1;
+            message = err.to_string();
+        } else {
+            slow += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    g.servers.resume(master);
+    eprintln!("{fast} attempts failed at once, {slow} waited for the node timeout");
+    assert!(
+        fast > 2 * slow && message.contains("not sent"),
+        "{fast} attempts failed at once, {slow} waited for the node timeout; {message}"
+    );
+    let back = Instant::now();
+    loop {
+        if let Ok(held) = m.try_lock(&name, Duration::ZERO).await {
+            held.release().await.unwrap();
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "the master was not used again once it answered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    g.wait_healthy(Duration::from_secs(30)).await;
 }

@@ -12,6 +12,11 @@
 //! - a call to the master fails, or is dropped unanswered (a per-node
 //!   timeout: a frozen master answers nothing and breaks nothing).
 //!
+//! Each master followed has a master's breaker for silence
+//! (`Breaker::silent_after`, [`Config::silence`]): once every call sent to
+//! it has gone unanswered that long, calls fail at once but for a probe,
+//! and each failure rings the watch as a dropped call does.
+//!
 //! When the master found is another server, it is connected and checked
 //! as at `build()` (its `ROLE`, its identity against the other members,
 //! its eviction policy), and every call from then on goes to it; the
@@ -116,6 +121,7 @@ impl SentinelNode {
         let named = format!("{} at {at}", parsed.label);
         let master = RedisNode::connect(index, spec, timeout)
             .await
+            .map(|m| m.silent_after(config.silence()))
             .map_err(|e| match e {
                 Error::NotMaster { node, role, .. } => Refused::later(Error::NotMaster {
                     node,
@@ -152,7 +158,7 @@ impl SentinelNode {
             node: Arc::new(master),
             at,
         };
-        let watching = (finder, timeout, config.replica_wait);
+        let watching = (finder, timeout, config.silence(), config.replica_wait);
         Ok(Self::start(index, parsed, watching, admission, Ok(current)))
     }
 
@@ -170,14 +176,19 @@ impl SentinelNode {
             NodeErrorKind::Connection,
             "no master found through the sentinels yet",
         ));
-        let watching = (finder, config.connect_timeout, config.replica_wait);
+        let watching = (
+            finder,
+            config.connect_timeout,
+            config.silence(),
+            config.replica_wait,
+        );
         Ok(Self::start(index, parsed, watching, admission, none))
     }
 
     fn start(
         index: usize,
         parsed: Parsed,
-        (finder, timeout, wait): (Finder, Duration, Option<ReplicaWait>),
+        (finder, timeout, silence, wait): (Finder, Duration, Duration, Option<ReplicaWait>),
         admission: Arc<Admission>,
         current: Result<Current, NodeError>,
     ) -> Self {
@@ -210,6 +221,7 @@ impl SentinelNode {
                 shared: Arc::downgrade(&shared),
                 finder,
                 timeout,
+                silence,
                 admission,
             };
             drop(handle.spawn(watch.run()));
@@ -273,6 +285,8 @@ struct Watch {
     shared: Weak<Shared>,
     finder: Finder,
     timeout: Duration,
+    /// The masters' [`Config::silence`].
+    silence: Duration,
     admission: Arc<Admission>,
 }
 
@@ -324,7 +338,8 @@ impl Watch {
                 .map_err(|e| NodeError::new(NodeErrorKind::Connection, e.to_string()))?;
             let node = RedisNode::connect(index, spec, self.timeout)
                 .await
-                .map_err(|e| NodeError::new(NodeErrorKind::Connection, e.to_string()))?;
+                .map_err(|e| NodeError::new(NodeErrorKind::Connection, e.to_string()))?
+                .silent_after(self.silence);
             Ok::<_, NodeError>(node)
         };
         let node = match moved.await {
