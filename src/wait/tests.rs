@@ -138,6 +138,38 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
     );
 }
 
+/// Waiters that arrive while the connection is open are subscribed in a
+/// few SUBSCRIBEs, not one each (20,000 waiters on as many locks took
+/// about 50 s to subscribe, one round trip at a time).
+#[tokio::test(start_paused = true)]
+async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
+    let feed = Arc::new(Scripted::default());
+    let notifier = notifier(&feed);
+    let first = notifier.waiter("ch", None, &"me:owner-1".into());
+    first.confirmed(Duration::from_secs(1)).await;
+    let names: Vec<String> = (0..3000).map(|k| format!("ch-{k}")).collect();
+    let crowd: Vec<_> = names
+        .iter()
+        .map(|n| notifier.waiter(n.as_str(), None, &"me:owner-1".into()))
+        .collect();
+    for w in &crowd {
+        w.confirmed(Duration::from_secs(1)).await;
+        assert!(w.covered(), "a waiter of the crowd is not subscribed");
+    }
+    let log = locked(&feed.log).clone();
+    let commands = log.iter().filter(|l| l.starts_with("subscribe")).count();
+    let channels: usize = log
+        .iter()
+        .filter_map(|l| l.strip_prefix("subscribe "))
+        .map(|l| l.split(',').count())
+        .sum();
+    assert_eq!(channels, 3001, "every channel once: {log:?}");
+    assert!(
+        commands <= 1 + 3000 / super::pubsub::MAX_BATCH + 1,
+        "{commands} SUBSCRIBEs for 3,001 channels"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_release_message_rings_the_head_through_the_feed() {
     let feed = Arc::new(Scripted::default());
