@@ -220,6 +220,10 @@ pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// Longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// How many call timeouts a release's answers have (see
+/// `Members::release_quorum`).
+pub(crate) const RELEASE_PATIENCE: u32 = 2;
+
 /// Longest [`node_timeout`](crate::LockManagerBuilder::node_timeout) and
 /// [`connect_timeout`](crate::LockManagerBuilder::connect_timeout) accepted: one
 /// hour. `build()` refuses a longer one with [`Error::InvalidInput`].
@@ -237,10 +241,9 @@ impl Config {
     /// How long a master may leave every script call unanswered before
     /// its calls fail at once but for a probe (`Breaker::silent_after`):
     /// every caller has given up on a call by then, a release last, after
-    /// [`RELEASE_PATIENCE`](crate::members::RELEASE_PATIENCE) node timeouts.
+    /// [`RELEASE_PATIENCE`] node timeouts.
     pub(crate) fn silence(&self) -> Duration {
-        self.node_timeout
-            .saturating_mul(crate::members::RELEASE_PATIENCE)
+        self.node_timeout.saturating_mul(RELEASE_PATIENCE)
     }
 
     pub(crate) fn check_lease(&self, lease: Duration) -> Result<(), Error> {

@@ -53,10 +53,6 @@ pub(crate) struct Members {
 /// throughput benchmark's 512 tasks ran at the limit).
 pub(crate) const MAX_ATTEMPTS_IN_FLIGHT: usize = 512;
 
-/// How many call timeouts a release's answers have (see
-/// [`Members::release_quorum`]).
-pub(crate) const RELEASE_PATIENCE: u32 = 2;
-
 impl Members {
     pub(crate) fn new(
         config: Config,
@@ -177,7 +173,7 @@ impl Members {
     /// the caller drains them (as background work), so every node gets the
     /// release.
     ///
-    /// Each node has [`RELEASE_PATIENCE`] call timeouts to answer: nothing
+    /// Each node has [`RELEASE_PATIENCE`](crate::config::RELEASE_PATIENCE) call timeouts to answer: nothing
     /// is gained by giving up on a release sooner (the lock stays held
     /// until its answers come, and nothing else is decided by them), while
     /// on a busy client an answer sent in time is read late (issue 35: 1
@@ -197,7 +193,7 @@ impl Members {
         let required = self.required_for(keys);
         let timeout = self
             .call_timeout(claim.lease)
-            .saturating_mul(RELEASE_PATIENCE);
+            .saturating_mul(crate::config::RELEASE_PATIENCE);
         let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
         let mut fan = self.releases(timeout, keys, claim, token, skipped);
         fan.until_quorum(required, |r| {

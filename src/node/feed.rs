@@ -40,7 +40,7 @@ pub(crate) trait Feed: Send + Sync + 'static {
 /// node confirmed them (or refused, or the connection failed).
 pub(crate) trait FeedSink: Send {
     fn subscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>>;
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>>;
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>>;
 }
 
 /// One subscriber connection: its commands, and the messages of the
@@ -104,10 +104,11 @@ impl FeedSink for RedisSink {
         })
     }
 
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
         Box::pin(async move {
+            let names: Vec<&str> = channels.iter().map(|c| &**c).collect();
             self.0
-                .unsubscribe(&*channel)
+                .unsubscribe(names)
                 .await
                 .map_err(|e| NodeError::from_redis(&e))
         })

@@ -178,11 +178,11 @@ impl FeedSink for SimSink {
         })
     }
 
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
         let through = self.through();
         Box::pin(async move {
             through.await?;
-            self.inner.unsubscribe(channel).await
+            self.inner.unsubscribe(channels).await
         })
     }
 }

@@ -115,9 +115,11 @@ impl FeedSink for HubSink {
         Box::pin(async move { r })
     }
 
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
         let r = self.apply(|c| {
-            c.remove(&channel);
+            for channel in &channels {
+                c.remove(channel);
+            }
         });
         Box::pin(async move { r })
     }

@@ -217,14 +217,25 @@ pub(super) async fn node_task(
                     }
                 }
                 Command::Unsubscribe(names) => {
-                    // A waiter that arrived meanwhile keeps the channel.
-                    for name in names {
-                        let Some(b) = board.upgrade() else { return };
-                        let still_wanted = b.channel(&name).is_some();
-                        drop(b);
-                        if !still_wanted && matches!(outcome, Outcome::Done) {
-                            outcome = bounded(timeouts.call, sink.unsubscribe(name)).await;
+                    // A waiter that arrived meanwhile keeps the channel;
+                    // the unsubscriptions queued meanwhile go together.
+                    let Some(b) = board.upgrade() else { return };
+                    let unwanted =
+                        |names: Vec<Arc<str>>| names.into_iter().filter(|n| b.channel(n).is_none());
+                    let mut gone: Vec<Arc<str>> = unwanted(names).collect();
+                    while gone.len() < MAX_BATCH {
+                        match commands.try_recv() {
+                            Ok(Command::Unsubscribe(names)) => gone.extend(unwanted(names)),
+                            Ok(other) => {
+                                held = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
                         }
+                    }
+                    drop(b);
+                    if !gone.is_empty() {
+                        outcome = bounded(timeouts.call, sink.unsubscribe(gone)).await;
                     }
                 }
             }

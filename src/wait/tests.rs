@@ -44,8 +44,8 @@ impl FeedSink for Sink {
         })
     }
 
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
-        locked(&self.log).push(format!("unsubscribe {channel}"));
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
+        locked(&self.log).push(format!("unsubscribe {}", channels.join(",")));
         Box::pin(async { Ok(()) })
     }
 }
@@ -140,7 +140,8 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
 
 /// Waiters that arrive while the connection is open are subscribed in a
 /// few SUBSCRIBEs, not one each (20,000 waiters on as many locks took
-/// about 50 s to subscribe, one round trip at a time).
+/// about 50 s to subscribe, one round trip at a time), and unsubscribed in
+/// a few UNSUBSCRIBEs when they leave.
 #[tokio::test(start_paused = true)]
 async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
     let feed = Arc::new(Scripted::default());
@@ -168,6 +169,23 @@ async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
         commands <= 1 + 3000 / super::pubsub::MAX_BATCH + 1,
         "{commands} SUBSCRIBEs for 3,001 channels"
     );
+    // The crowd leaves: its channels go in a few UNSUBSCRIBEs too.
+    drop(crowd);
+    tokio::time::sleep(super::waiter::LINGER + Duration::from_millis(10)).await;
+    assert_eq!(notifier.stats().channels, 1, "the first waiter's is left");
+    let log = locked(&feed.log).clone();
+    let commands = log.iter().filter(|l| l.starts_with("unsubscribe")).count();
+    let channels: usize = log
+        .iter()
+        .filter_map(|l| l.strip_prefix("unsubscribe "))
+        .map(|l| l.split(',').count())
+        .sum();
+    assert_eq!(channels, 3000, "every channel of the crowd once: {log:?}");
+    assert!(
+        commands <= 3000 / super::pubsub::MAX_BATCH + 1,
+        "{commands} UNSUBSCRIBEs for 3,000 channels"
+    );
+    drop(first);
 }
 
 #[tokio::test(start_paused = true)]

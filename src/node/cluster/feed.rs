@@ -205,13 +205,26 @@ impl FeedSink for ClusterSink {
         })
     }
 
-    fn unsubscribe(&mut self, channel: Arc<str>) -> BoxFuture<'_, Result<(), NodeError>> {
+    /// One `SUNSUBSCRIBE` per slot of `channels`, all at once.
+    fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
         Box::pin(async move {
-            locked(&self.wanted).remove(&channel);
-            self.conn
-                .sunsubscribe(&*channel)
-                .await
-                .map_err(|e| NodeError::from_redis(&e))
+            let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+            {
+                let mut wanted = locked(&self.wanted);
+                for c in channels {
+                    by_slot.entry(key_slot(&c)).or_default().push(c.to_string());
+                    wanted.remove(&c);
+                }
+            }
+            let sent = futures::future::join_all(by_slot.into_values().map(|names| {
+                let mut conn = self.conn.clone();
+                async move { conn.sunsubscribe(names).await }
+            }))
+            .await;
+            for r in sent {
+                r.map_err(|e| NodeError::from_redis(&e))?;
+            }
+            Ok(())
         })
     }
 }
