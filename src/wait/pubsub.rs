@@ -2,6 +2,10 @@
 //! feed (`node::Feed`), subscribed to the channels that have local waiters,
 //! delivering each message to the [`Board`].
 //!
+//! The (un)subscriptions that queue while the task waits for the node go
+//! out together, up to [`MAX_BATCH`] locks per command, in the order they
+//! were asked for (a subscription never overtakes an unsubscription).
+//!
 //! Every call is bounded: opening by the connect timeout, each SUBSCRIBE and
 //! UNSUBSCRIBE by the node timeout. A call that times out or fails counts as
 //! a lost connection (its channels are marked unsubscribed, every waiter is
