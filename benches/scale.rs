@@ -159,6 +159,9 @@ struct WaitRow {
     bytes_per_waiter: f64,
     wakeups_per_handoff: f64,
     worst_wait: Duration,
+    /// From the release of a waiter's lock (the call made) to the waiter
+    /// holding it: the median and the worst, over the locks' first waiters.
+    after_release: (Duration, Duration),
     /// Acquisitions or releases that returned an error.
     failed: usize,
 }
@@ -188,11 +191,22 @@ async fn waiters(
     let failed = Arc::new(AtomicUsize::new(0));
     let worst = Arc::new(AtomicU64::new(0));
     let start = Arc::new(std::sync::OnceLock::<Instant>::new());
+    // Per lock: when its holder's release was called (µs after `start`,
+    // plus one; 0 before) and when its first waiter held it.
+    let released: Arc<Vec<AtomicU64>> = Arc::new((0..locks).map(|_| AtomicU64::new(0)).collect());
+    let first_held: Arc<Vec<AtomicU64>> =
+        Arc::new((0..locks).map(|_| AtomicU64::new(0)).collect());
+    let since = |start: &std::sync::OnceLock<Instant>| {
+        start.get().map_or(0, |s| {
+            u64::try_from(s.elapsed().as_micros()).unwrap_or(u64::MAX) + 1
+        })
+    };
     let mut tasks = tokio::task::JoinSet::new();
+    let queuing = Instant::now();
     for w in 0..waiters {
         let (m, name) = (m.clone(), names[w % locks].clone());
         let (queued, worst, start) = (Arc::clone(&queued), Arc::clone(&worst), Arc::clone(&start));
-        let failed = Arc::clone(&failed);
+        let (failed, first_held) = (Arc::clone(&failed), Arc::clone(&first_held));
         tasks.spawn(async move {
             queued.fetch_add(1, Ordering::Relaxed);
             let g = match m.lock(&name).await {
@@ -204,6 +218,12 @@ async fn waiters(
                     return;
                 }
             };
+            let _ = first_held[w % locks].compare_exchange(
+                0,
+                since(&start),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             let waited = start.get().map_or(Duration::ZERO, Instant::elapsed);
             worst.fetch_max(
                 u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
@@ -221,12 +241,19 @@ async fn waiters(
     while queued.load(Ordering::Relaxed) < waiters {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let settling = Instant::now();
     settle(conns).await;
+    eprintln!(
+        "every waiter started after {:.1} s; the nodes settled {:.1} s later (at most 60 s)",
+        settling.duration_since(queuing).as_secs_f64(),
+        settling.elapsed().as_secs_f64()
+    );
     let queued_bytes = live().saturating_sub(live0);
     let (cpu0, wake0) = (cpu_secs(), m.pubsub_stats().wakeups);
     let began = Instant::now();
     let _ = start.set(began);
-    for g in holders {
+    for (l, g) in holders.into_iter().enumerate() {
+        released[l].store(since(&start), Ordering::Relaxed);
         if g.release().await.is_err() {
             failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -237,6 +264,16 @@ async fn waiters(
     let elapsed = began.elapsed();
     let cpu = cpu_secs() - cpu0;
     let wakeups = m.pubsub_stats().wakeups - wake0;
+    let mut after: Vec<Duration> = (0..locks)
+        .filter_map(|l| {
+            let (r, h) = (
+                released[l].load(Ordering::Relaxed),
+                first_held[l].load(Ordering::Relaxed),
+            );
+            (r > 0 && h > 0).then(|| Duration::from_micros(h.saturating_sub(r)))
+        })
+        .collect();
+    after.sort();
     #[allow(clippy::cast_precision_loss)]
     Ok(WaitRow {
         label: if locks == 1 {
@@ -250,6 +287,7 @@ async fn waiters(
         bytes_per_waiter: per(queued_bytes as f64, waiters),
         wakeups_per_handoff: per(wakeups as f64, waiters),
         worst_wait: Duration::from_micros(worst.load(Ordering::Relaxed)),
+        after_release: (pct(&after, 0.5), after.last().copied().unwrap_or_default()),
         failed: failed.load(Ordering::Relaxed),
     })
 }
@@ -273,17 +311,19 @@ async fn settle(conns: &[MultiplexedConnection]) {
 
 fn wait_table(rows: &[WaitRow]) -> String {
     let mut t = String::from(
-        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) | errors |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) | held after its lock's release, p50 / worst (ms) | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {} |\n",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} / {:.1} | {} |\n",
             r.label,
             r.handoffs_per_s,
             r.cpu_us_per_handoff,
             r.bytes_per_waiter,
             r.wakeups_per_handoff,
             r.worst_wait.as_secs_f64(),
+            ms(r.after_release.0),
+            ms(r.after_release.1),
             r.failed
         ));
     }
