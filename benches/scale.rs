@@ -194,8 +194,7 @@ async fn waiters(
     // Per lock: when its holder's release was called (µs after `start`,
     // plus one; 0 before) and when its first waiter held it.
     let released: Arc<Vec<AtomicU64>> = Arc::new((0..locks).map(|_| AtomicU64::new(0)).collect());
-    let first_held: Arc<Vec<AtomicU64>> =
-        Arc::new((0..locks).map(|_| AtomicU64::new(0)).collect());
+    let first_held: Arc<Vec<AtomicU64>> = Arc::new((0..locks).map(|_| AtomicU64::new(0)).collect());
     let since = |start: &std::sync::OnceLock<Instant>| {
         start.get().map_or(0, |s| {
             u64::try_from(s.elapsed().as_micros()).unwrap_or(u64::MAX) + 1
