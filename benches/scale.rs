@@ -12,6 +12,9 @@
 //!   (default `10000/1000`);
 //! - `QUORUMLOCK_SCALE_HELD`: held-lock counts at lease 3 s (default
 //!   `20000,50000,100000`);
+//! - `QUORUMLOCK_SCALE_QUEUE_TIMEOUT_MS`: the waiters' manager's
+//!   `queue_timeout` (default the library's, 5 s): a waiter with a place
+//!   refreshes it every third of it;
 //! - `QUORUMLOCK_SCALE_MILLION=1`: also hold 1,000,000 locks at the default
 //!   30 s lease (takes several minutes).
 //!
@@ -175,11 +178,13 @@ async fn waiters(
     waiters: usize,
     locks: usize,
 ) -> Result<WaitRow, BoxError> {
-    let m = LockManager::builder()
+    let mut builder = LockManager::builder()
         .nodes(urls.iter().cloned())
-        .quorum(Quorum::Majority)
-        .build()
-        .await?;
+        .quorum(Quorum::Majority);
+    if let Ok(ms) = std::env::var("QUORUMLOCK_SCALE_QUEUE_TIMEOUT_MS") {
+        builder = builder.queue_timeout(Duration::from_millis(ms.parse()?));
+    }
+    let m = builder.build().await?;
     let run = rand::random::<u32>();
     let names: Vec<String> = (0..locks).map(|l| format!("hot-{run}-{l}")).collect();
     let mut holders = Vec::new();
