@@ -194,8 +194,8 @@ pub(super) async fn node_task(
                     batch.add(&b, i, names);
                     // The subscriptions queued meanwhile go in the same
                     // SUBSCRIBE: one round trip for a crowd of new waiters
-                    // (one each, 20,000 waiters on as many locks took
-                    // about 50 s to subscribe).
+                    // (one each, a task's release messages waited behind
+                    // thousands of round trips).
                     while batch.firsts.len() < MAX_BATCH {
                         match commands.try_recv() {
                             Ok(Command::Subscribe(names)) => batch.add(&b, i, names),

@@ -139,9 +139,9 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
 }
 
 /// Waiters that arrive while the connection is open are subscribed in a
-/// few SUBSCRIBEs, not one each (20,000 waiters on as many locks took
-/// about 50 s to subscribe, one round trip at a time), and unsubscribed in
-/// a few UNSUBSCRIBEs when they leave.
+/// few SUBSCRIBEs, not one each (one round trip at a time, while the task
+/// reads no release message), and unsubscribed in a few UNSUBSCRIBEs when
+/// they leave.
 #[tokio::test(start_paused = true)]
 async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
     let feed = Arc::new(Scripted::default());
