@@ -237,7 +237,6 @@ impl Config {
         drift(lease, self.drift_factor)
     }
 
-    /// Checks a lease against this configuration.
     /// How long a master may leave every script call unanswered before
     /// its calls fail at once but for a probe (`Breaker::silent_after`):
     /// every caller has given up on a call by then, a release last, after
@@ -246,6 +245,7 @@ impl Config {
         self.node_timeout.saturating_mul(RELEASE_PATIENCE)
     }
 
+    /// Checks a lease against this configuration.
     pub(crate) fn check_lease(&self, lease: Duration) -> Result<(), Error> {
         check_lease(lease, self.drift_factor)
     }

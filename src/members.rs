@@ -173,11 +173,12 @@ impl Members {
     /// the caller drains them (as background work), so every node gets the
     /// release.
     ///
-    /// Each node has [`RELEASE_PATIENCE`](crate::config::RELEASE_PATIENCE) call timeouts to answer: nothing
-    /// is gained by giving up on a release sooner (the lock stays held
-    /// until its answers come, and nothing else is decided by them), while
-    /// on a busy client an answer sent in time is read late (issue 35: 1
-    /// of 100,000 releases of a crowd on two cores failed, answered late).
+    /// Each node has [`RELEASE_PATIENCE`](crate::config::RELEASE_PATIENCE)
+    /// call timeouts to answer: nothing is gained by giving up on a release
+    /// sooner (the lock stays held until its answers come, and nothing else
+    /// is decided by them), while on a busy client an answer sent in time
+    /// is read late (issue 35: 1 of 100,000 releases of a crowd on two
+    /// cores failed, answered late).
     ///
     /// A node `skip` names (the hold's acquire never reached it, and
     /// nothing put the key there since) is not asked: it counts as a node
