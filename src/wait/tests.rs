@@ -138,6 +138,17 @@ async fn the_last_waiter_leaving_unsubscribes_after_the_linger() {
     );
 }
 
+/// The feed's log, how many `verb` commands it holds, and how many
+/// channels they name in all.
+fn sent(feed: &Scripted, verb: &str) -> (Vec<String>, usize, usize) {
+    let log = locked(&feed.log).clone();
+    let prefix = format!("{verb} ");
+    let lines: Vec<&str> = log.iter().filter_map(|l| l.strip_prefix(&prefix)).collect();
+    let channels = lines.iter().map(|l| l.split(',').count()).sum();
+    let commands = lines.len();
+    (log, commands, channels)
+}
+
 /// Waiters that arrive while the connection is open are subscribed in a
 /// few SUBSCRIBEs, not one each (one round trip at a time, while the task
 /// reads no release message), and unsubscribed in a few UNSUBSCRIBEs when
@@ -157,13 +168,7 @@ async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
         w.confirmed(Duration::from_secs(1)).await;
         assert!(w.covered(), "a waiter of the crowd is not subscribed");
     }
-    let log = locked(&feed.log).clone();
-    let commands = log.iter().filter(|l| l.starts_with("subscribe")).count();
-    let channels: usize = log
-        .iter()
-        .filter_map(|l| l.strip_prefix("subscribe "))
-        .map(|l| l.split(',').count())
-        .sum();
+    let (log, commands, channels) = sent(&feed, "subscribe");
     assert_eq!(channels, 3001, "every channel once: {log:?}");
     assert!(
         commands <= 1 + 3000 / super::pubsub::MAX_BATCH + 1,
@@ -173,13 +178,7 @@ async fn a_crowd_of_new_channels_is_subscribed_in_a_few_commands() {
     drop(crowd);
     tokio::time::sleep(super::waiter::LINGER + Duration::from_millis(10)).await;
     assert_eq!(notifier.stats().channels, 1, "the first waiter's is left");
-    let log = locked(&feed.log).clone();
-    let commands = log.iter().filter(|l| l.starts_with("unsubscribe")).count();
-    let channels: usize = log
-        .iter()
-        .filter_map(|l| l.strip_prefix("unsubscribe "))
-        .map(|l| l.split(',').count())
-        .sum();
+    let (log, commands, channels) = sent(&feed, "unsubscribe");
     assert_eq!(channels, 3000, "every channel of the crowd once: {log:?}");
     assert!(
         commands <= 3000 / super::pubsub::MAX_BATCH + 1,

@@ -181,51 +181,51 @@ struct ClusterSink {
     wanted: Wanted,
 }
 
+impl ClusterSink {
+    /// Records `channels` in `wanted` (or removes them), then sends one
+    /// `SSUBSCRIBE` (or `SUNSUBSCRIBE`) per slot of them, all at once.
+    async fn per_slot(
+        &mut self,
+        channels: Vec<Arc<str>>,
+        subscribe: bool,
+    ) -> Result<(), NodeError> {
+        let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+        {
+            let mut wanted = locked(&self.wanted);
+            for c in channels {
+                by_slot.entry(key_slot(&c)).or_default().push(c.to_string());
+                if subscribe {
+                    wanted.insert(c);
+                } else {
+                    wanted.remove(&c);
+                }
+            }
+        }
+        let sent = futures::future::join_all(by_slot.into_values().map(|names| {
+            let mut conn = self.conn.clone();
+            async move {
+                if subscribe {
+                    conn.ssubscribe(names).await
+                } else {
+                    conn.sunsubscribe(names).await
+                }
+            }
+        }))
+        .await;
+        sent.into_iter()
+            .try_for_each(|r| r.map_err(|e| NodeError::from_redis(&e)))
+    }
+}
+
 impl FeedSink for ClusterSink {
     /// One `SSUBSCRIBE` per slot of `channels`, all at once.
     fn subscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
-        Box::pin(async move {
-            let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-            {
-                let mut wanted = locked(&self.wanted);
-                for c in channels {
-                    by_slot.entry(key_slot(&c)).or_default().push(c.to_string());
-                    wanted.insert(c);
-                }
-            }
-            let sent = futures::future::join_all(by_slot.into_values().map(|names| {
-                let mut conn = self.conn.clone();
-                async move { conn.ssubscribe(names).await }
-            }))
-            .await;
-            for r in sent {
-                r.map_err(|e| NodeError::from_redis(&e))?;
-            }
-            Ok(())
-        })
+        Box::pin(self.per_slot(channels, true))
     }
 
     /// One `SUNSUBSCRIBE` per slot of `channels`, all at once.
     fn unsubscribe(&mut self, channels: Vec<Arc<str>>) -> BoxFuture<'_, Result<(), NodeError>> {
-        Box::pin(async move {
-            let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-            {
-                let mut wanted = locked(&self.wanted);
-                for c in channels {
-                    by_slot.entry(key_slot(&c)).or_default().push(c.to_string());
-                    wanted.remove(&c);
-                }
-            }
-            let sent = futures::future::join_all(by_slot.into_values().map(|names| {
-                let mut conn = self.conn.clone();
-                async move { conn.sunsubscribe(names).await }
-            }))
-            .await;
-            for r in sent {
-                r.map_err(|e| NodeError::from_redis(&e))?;
-            }
-            Ok(())
-        })
+        Box::pin(self.per_slot(channels, false))
     }
 }
 
