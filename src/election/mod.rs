@@ -145,7 +145,11 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::Contended`] or [`Error::Unavailable`] once `wait` has
-    /// passed; the rest as [`Election::campaign`].
+    /// passed; the rest as [`Election::campaign`]. A campaign that fails
+    /// after its record reached a quorum unheard (its answers lost to a
+    /// failover) is released at once; until the release reaches the
+    /// members, observers may report that record, under the term of the
+    /// hold it won, which no other candidate has.
     ///
     /// # Cancel safety
     ///

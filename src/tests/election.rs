@@ -18,10 +18,32 @@ use crate::{Error, Leader, LockManager, MAX_LEADER_VALUE};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// A link to a fake node that goes silent (every call hangs) once `cut`.
+/// A link to a fake node that goes silent (every call hangs) once `cut`,
+/// and that loses the answer of every proclaim while `mute` (the node
+/// writes the record, the caller never hears).
 struct Cuttable {
     fake: Arc<FakeNode>,
     cut: Arc<AtomicBool>,
+    mute: Arc<AtomicBool>,
+}
+
+impl Cuttable {
+    fn links(
+        fakes: &[Arc<FakeNode>],
+        cut: &Arc<AtomicBool>,
+        mute: &Arc<AtomicBool>,
+    ) -> Vec<Arc<dyn NodeOps>> {
+        fakes
+            .iter()
+            .map(|f| {
+                Arc::new(Self {
+                    fake: Arc::clone(f),
+                    cut: Arc::clone(cut),
+                    mute: Arc::clone(mute),
+                }) as _
+            })
+            .collect()
+    }
 }
 
 impl TestNode for Cuttable {
@@ -37,7 +59,14 @@ impl TestNode for Cuttable {
         if self.cut.load(Ordering::SeqCst) {
             return Box::pin(std::future::pending());
         }
-        self.fake.reach(what, script)
+        let answer = self.fake.reach(what, script);
+        if what == "proclaim" && self.mute.load(Ordering::SeqCst) {
+            return Box::pin(async move {
+                let _ = answer.await;
+                std::future::pending().await
+            });
+        }
+        answer
     }
 }
 
@@ -265,15 +294,7 @@ async fn an_observer_sees_an_expiry_without_any_message() {
             .renew_interval(Duration::from_secs(20))
     });
     let cut = Arc::new(AtomicBool::new(false));
-    let links: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| {
-            Arc::new(Cuttable {
-                fake: Arc::clone(f),
-                cut: Arc::clone(&cut),
-            }) as _
-        })
-        .collect();
+    let links = Cuttable::links(&fakes, &cut, &Arc::new(AtomicBool::new(false)));
     let leader = LockManager::builder()
         .lease(Duration::from_secs(3))
         .renew_interval(Duration::from_secs(1))
@@ -316,6 +337,62 @@ async fn a_leader_whose_renewals_fail_stops_leading_by_valid_until() {
     assert!(std::time::Instant::now() <= until + Duration::from_millis(5));
     assert!(!me.is_leader());
     assert!(matches!(me.proclaim("b").await, Err(Error::Lost { .. })));
+}
+
+/// A campaign whose first record reached every member but whose answers
+/// were all lost fails, and is released: observers may report its record
+/// meanwhile (ELECTION.md: a campaign whose result is in doubt), under the
+/// term of the hold it won, and the next leader's term is larger.
+#[tokio::test(start_paused = true)]
+async fn a_campaign_whose_record_landed_unheard_fails_and_is_reported_until_released() {
+    let (m, fakes) = cluster_with(3, renewed_each_second);
+    let mute = Arc::new(AtomicBool::new(true));
+    let links = Cuttable::links(&fakes, &Arc::new(AtomicBool::new(false)), &mute);
+    let unheard = LockManager::builder()
+        .lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(100))
+        .build_with(links)
+        .unwrap();
+    let mut rx = m.election("e").observe();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_by = Arc::clone(&seen);
+    let recorder = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let now = rx.borrow_and_update().clone();
+            seen_by
+                .lock()
+                .unwrap()
+                .push(now.map(|l| (l.value().to_owned(), l.term())));
+        }
+    });
+    let e = unheard
+        .election("e")
+        .try_campaign("in-doubt", Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let next = m.election("e").campaign("next").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    recorder.abort();
+    let seen = seen.lock().unwrap().clone();
+    let doubtful: Vec<u64> = seen
+        .iter()
+        .flatten()
+        .filter(|(v, _)| v == "in-doubt")
+        .map(|(_, t)| *t)
+        .collect();
+    assert!(
+        !doubtful.is_empty(),
+        "the record that landed was reported: {seen:?}"
+    );
+    assert!(doubtful.iter().all(|t| *t < next.term()), "{seen:?}");
+    assert_eq!(
+        seen.last(),
+        Some(&Some(("next".to_owned(), next.term()))),
+        "the failed campaign was released, and the next leads: {seen:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
