@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -43,19 +44,39 @@ fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The ports [`free_port`] handed out in this process, with their cluster
+/// bus ports: none is handed out twice. A port is free to bind until its
+/// server starts, so a bind alone could give two nodes of one set the same
+/// port; the second server then failed to bind and exited, and the first
+/// one's PING answered for both (CI: "node 4 (127.0.0.1:23191) is the same
+/// node as node 2").
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
 /// A free port below the kernel's ephemeral range (32768 and up), so that a
-/// client connection cannot take a stopped node's port before it restarts.
+/// client connection cannot take a stopped node's port before it restarts;
+/// never one handed out before in this process, nor the cluster bus port
+/// (port + 10000) of one.
 pub fn free_port() -> std::io::Result<u16> {
+    let mut taken = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..200 {
         let port = rand::random_range(20_000..32_000u16);
         // A cluster node also binds its bus at port + 10000: a node whose
         // bus port was taken answered its first connection and exited.
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10_000) {
+        let bus = port + 10_000;
+        let free = |p: u16| !taken.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(bus) {
+            taken.extend([port, bus]);
             return Ok(port);
         }
     }
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if taken.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 /// Sends PING over a raw socket; true on `+PONG`.
@@ -368,4 +389,28 @@ fn spawn_reaper(dir: &Path) -> std::io::Result<()> {
         .stderr(Stdio::null())
         .spawn()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_port_never_hands_out_a_port_twice() {
+        let mut seen = BTreeSet::new();
+        for _ in 0..500 {
+            let port = free_port().unwrap();
+            assert!(seen.insert(port), "{port} handed out twice");
+            assert!(
+                !seen.contains(&(port + 10_000)),
+                "{port} is another node's bus port"
+            );
+        }
+        for port in &seen {
+            assert!(
+                !seen.contains(&(port + 10_000)),
+                "{port}'s bus port handed out"
+            );
+        }
+    }
 }
