@@ -393,13 +393,14 @@ fn spawn_reaper(dir: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
+    // Named in full: a bench that includes this file builds without the
+    // test harness, which leaves the `#[test]` out and would leave an
+    // import unused.
     #[test]
     fn free_port_never_hands_out_a_port_twice() {
-        let mut seen = BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
         for _ in 0..500 {
-            let port = free_port().unwrap();
+            let port = super::free_port().unwrap();
             assert!(seen.insert(port), "{port} handed out twice");
             assert!(
                 !seen.contains(&(port + 10_000)),
