@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use crate::keys::Keys;
 use crate::node::{Answer, NodeOps, Record};
 use crate::tests::fake::{
-    cluster_with, peer, renewed_each_second, FakeNode, Mode, Script, TestNode,
+    cluster_with, peer, peer_over, renewed_each_second, FakeNode, Mode, Script, TestNode,
 };
-use crate::{Error, Leader, LockManager, MAX_LEADER_VALUE};
+use crate::{Error, Leader, MAX_LEADER_VALUE};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -295,12 +295,7 @@ async fn an_observer_sees_an_expiry_without_any_message() {
     });
     let cut = Arc::new(AtomicBool::new(false));
     let links = Cuttable::links(&fakes, &cut, &Arc::new(AtomicBool::new(false)));
-    let leader = LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_millis(100))
-        .build_with(links)
-        .unwrap();
+    let leader = peer_over(links);
     let election = m.election("e");
     let mut rx = election.observe();
     let me = leader.election("e").campaign("a").await.unwrap();
@@ -348,12 +343,7 @@ async fn a_campaign_whose_record_landed_unheard_fails_and_is_reported_until_rele
     let (m, fakes) = cluster_with(3, renewed_each_second);
     let mute = Arc::new(AtomicBool::new(true));
     let links = Cuttable::links(&fakes, &Arc::new(AtomicBool::new(false)), &mute);
-    let unheard = LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_millis(100))
-        .build_with(links)
-        .unwrap();
+    let unheard = peer_over(links);
     let mut rx = m.election("e").observe();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen_by = Arc::clone(&seen);

@@ -95,11 +95,16 @@ pub(crate) fn cluster_with(
 /// A manager over the same fakes as another (a second process): lease
 /// 3 s renewed every second, node timeout 100 ms.
 pub(crate) fn peer(fakes: &[Arc<FakeNode>]) -> LockManager {
+    peer_over(nodes(fakes))
+}
+
+/// [`peer`] over links of the tests' own (a node reached its own way).
+pub(crate) fn peer_over(links: Vec<Arc<dyn NodeOps>>) -> LockManager {
     LockManager::builder()
         .lease(Duration::from_secs(3))
         .renew_interval(Duration::from_secs(1))
         .node_timeout(Duration::from_millis(100))
-        .build_with(nodes(fakes))
+        .build_with(links)
         .expect("valid fake cluster")
 }
 
