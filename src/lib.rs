@@ -167,6 +167,7 @@ mod telemetry;
 pub mod fenced;
 mod node;
 
+mod places;
 mod quorum;
 mod resume;
 mod status;

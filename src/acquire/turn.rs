@@ -23,7 +23,7 @@ use crate::members::Members;
 use crate::owner::Owner;
 use crate::rng::jitter;
 use crate::telemetry::Waiting;
-use crate::wait::{Notifier, Waiter};
+use crate::wait::{Notifier, Waiter, Woke};
 
 /// One acquisition's place on the nodes and bell, from its first attempt
 /// to its end. Dropping it leaves the queue on every node where the
@@ -268,9 +268,37 @@ impl<'a> Turn<'a> {
         let placed = err.is_some() && self.spot.is_some() && !behind;
         // Rung by rollbacks only, the waiter attempts after its backoff.
         let (backoff, misses) = (&self.nodes.config.backoff, self.misses);
-        let woke = bell
-            .wait(delay, || backoff.delay(misses), deadline, placed)
-            .await;
+        // A placed waiter whose refresh interval ends while its lock is
+        // held as far as it knows keeps its place in this manager's next
+        // batch of places instead of attempting, and sleeps on; it attempts
+        // when the batch says the lock is free, or the place is gone, on a
+        // node (`places`). A waiter without a place attempts, as before.
+        let keep = self
+            .spot
+            .as_ref()
+            .filter(|_| placed)
+            .map(|s| Arc::clone(s.waiter()));
+        let fallback_at = tokio::time::Instant::now() + delay;
+        let woke = loop {
+            let left = fallback_at.saturating_duration_since(tokio::time::Instant::now());
+            let woke = bell
+                .wait(left, || backoff.delay(misses), deadline, placed)
+                .await;
+            let Some(waiter) = keep.as_ref().filter(|_| woke == Woke::Refresh) else {
+                break woke;
+            };
+            let timeout = self.nodes.config.queue_timeout;
+            let kept = self.nodes.keep_place(&keys, waiter, timeout);
+            // Never past the acquisition's deadline.
+            let kept = match deadline {
+                Some(d) => tokio::time::timeout_at(d, kept).await.unwrap_or(false),
+                None => kept.await,
+            };
+            if !kept {
+                break woke;
+            }
+            bell.kept();
+        };
         self.deferred = false;
         debug!(lock = %keys.name, ?woke, "waiter woke");
     }

@@ -33,15 +33,41 @@ impl RenewItem {
     }
 }
 
+impl RenewItem {
+    /// A waiter's place in the queue of the lock `keys`, for a
+    /// [`BatchKind::Keep`] batch: `owner` is the waiter's id, `lease` the
+    /// queue timeout its deadline is extended by.
+    pub(crate) fn place(keys: &Arc<Keys>, waiter: &Arc<str>, timeout: Duration) -> Self {
+        Self {
+            keys: Arc::clone(keys),
+            owner: Arc::clone(waiter),
+            count: 0,
+            token: 0,
+            lease: timeout,
+        }
+    }
+}
+
 /// Locks per script call in a renewal batch; one pipeline carries them all.
 pub(crate) const RENEW_CHUNK: usize = 100;
 
-/// The locks one watchdog tick renews, the same on every node, or the
-/// locks it repairs on one node.
+/// What a batch does to each of its items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchKind {
+    /// Extends held locks (`renew.lua`).
+    Renew,
+    /// Re-creates missing keys of holds (`repair.lua`).
+    Repair,
+    /// Extends waiters' places in the queues of held locks (`keep.lua`):
+    /// the items are places ([`RenewItem::place`]).
+    Keep,
+}
+
+/// The locks one watchdog tick renews, the same on every node, the locks
+/// it repairs on one node, or the waiters' places a manager keeps.
 pub(crate) struct RenewBatch {
     pub(crate) items: Vec<RenewItem>,
-    /// Renew (extend only) or repair (re-create missing keys).
-    repair: bool,
+    kind: BatchKind,
     /// The pipeline, built once per tick by the first node that needs it.
     pipeline: OnceLock<redis::Pipeline>,
     /// When the watchdog stops waiting for the answers, if it does: a
@@ -54,7 +80,7 @@ impl RenewBatch {
     pub(crate) fn new(items: Vec<RenewItem>) -> Self {
         Self {
             items,
-            repair: false,
+            kind: BatchKind::Renew,
             pipeline: OnceLock::new(),
             deadline: None,
         }
@@ -63,11 +89,22 @@ impl RenewBatch {
     /// A batch that re-creates the missing keys of `items`.
     pub(crate) fn repair(items: Vec<RenewItem>) -> Self {
         Self {
-            items,
-            repair: true,
-            pipeline: OnceLock::new(),
-            deadline: None,
+            kind: BatchKind::Repair,
+            ..Self::new(items)
         }
+    }
+
+    /// A batch that keeps the waiters' places `items` (see
+    /// [`RenewItem::place`]).
+    pub(crate) fn keep(items: Vec<RenewItem>) -> Self {
+        Self {
+            kind: BatchKind::Keep,
+            ..Self::new(items)
+        }
+    }
+
+    pub(crate) fn kind(&self) -> BatchKind {
+        self.kind
     }
 
     /// The same batch, its answers waited for until `deadline`.
@@ -83,19 +120,29 @@ impl RenewBatch {
     }
 
     pub(super) fn script(&self) -> &'static scripts::Lua {
-        if self.repair {
-            &scripts::REPAIR
-        } else {
-            &scripts::RENEW
+        match self.kind {
+            BatchKind::Renew => &scripts::RENEW,
+            BatchKind::Repair => &scripts::REPAIR,
+            BatchKind::Keep => &scripts::KEEP,
         }
     }
 
     /// The batch's script as a cluster member sends it per shard.
     pub(super) fn shard_script(&self) -> &'static scripts::Lua {
-        if self.repair {
-            &scripts::REPAIR_SHARD
-        } else {
-            &scripts::RENEW_SHARD
+        match self.kind {
+            BatchKind::Renew => &scripts::RENEW_SHARD,
+            BatchKind::Repair => &scripts::REPAIR_SHARD,
+            BatchKind::Keep => &scripts::KEEP_SHARD,
+        }
+    }
+
+    /// Key names per item: the lock; for a repair also its slot's fence
+    /// counter; for a place also the lock's queue and timeouts.
+    fn keys_per_item(&self) -> usize {
+        match self.kind {
+            BatchKind::Renew => 1,
+            BatchKind::Repair => 2,
+            BatchKind::Keep => 3,
         }
     }
 
@@ -118,9 +165,7 @@ impl RenewBatch {
         pipe: &mut redis::Pipeline,
         items: impl Iterator<Item = &'a RenewItem> + Clone,
     ) {
-        // Renew: the locks. Repair: each lock, then its slot's fence
-        // counter (repair.lua raises it).
-        let keys = items.clone().count() * (1 + usize::from(self.repair));
+        let keys = items.clone().count() * self.keys_per_item();
         let cmd = pipe.cmd("EVALSHA").arg(self.script().sha()).arg(keys);
         self.add_items(cmd, items);
     }
@@ -137,7 +182,7 @@ impl RenewBatch {
         let Some(first) = items.clone().next() else {
             return;
         };
-        let keys = items.clone().count() * (1 + usize::from(self.repair));
+        let keys = items.clone().count() * self.keys_per_item();
         let cmd = pipe.cmd("EVALSHA").arg(self.shard_script().sha());
         cmd.arg(1).arg(&first.keys.lock).arg(keys);
         self.add_items(cmd, items);
@@ -149,20 +194,44 @@ impl RenewBatch {
         cmd: &mut redis::Pipeline,
         items: impl Iterator<Item = &'a RenewItem> + Clone,
     ) {
+        // Renew: the locks. Repair: each lock, then its slot's fence
+        // counter (repair.lua raises it). Keep: each lock, its queue and
+        // its timeouts.
         for item in items.clone() {
             cmd.arg(&item.keys.lock);
-            if self.repair {
-                cmd.arg(&item.keys.fence);
+            match self.kind {
+                BatchKind::Renew => {}
+                BatchKind::Repair => {
+                    cmd.arg(&item.keys.fence);
+                }
+                BatchKind::Keep => {
+                    let ((q, qs), (t, ts)) = (item.keys.queue_parts(), item.keys.timeouts_parts());
+                    cmd.arg(joined(q, qs)).arg(joined(t, ts));
+                }
             }
         }
         for item in items {
-            cmd.arg(&*item.owner).arg(item.count);
-            if self.repair {
-                cmd.arg(item.token);
+            cmd.arg(&*item.owner);
+            match self.kind {
+                BatchKind::Renew => {
+                    cmd.arg(item.count);
+                }
+                BatchKind::Repair => {
+                    cmd.arg(item.count).arg(item.token);
+                }
+                BatchKind::Keep => {}
             }
             cmd.arg(ms(item.lease));
         }
     }
+}
+
+/// `base` and `suffix` as one key name.
+fn joined(base: &str, suffix: &str) -> String {
+    let mut name = String::with_capacity(base.len() + suffix.len());
+    name.push_str(base);
+    name.push_str(suffix);
+    name
 }
 
 /// A command's arguments as text, as sent (tests).

@@ -62,7 +62,8 @@ pub(crate) trait Server: Send + Sync + 'static {
         A: Args,
         F: Read<T, R>;
 
-    /// Sends a renewal or repair batch.
+    /// Sends a renewal, repair or keep batch (a keep batch on the
+    /// connection of the attempts, without `WAIT`: a place is not a hold).
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
     /// See [`NodeOps::status`].
@@ -306,6 +307,10 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.0.batch(batch)
+    }
+
+    fn keep(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         self.0.batch(batch)
     }
 

@@ -39,6 +39,8 @@ mod sentinel;
 mod spec;
 
 pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+#[cfg(test)]
+pub(crate) use self::batch::BatchKind;
 #[cfg(feature = "tls-rustls")]
 pub(crate) use self::cluster::Certs;
 #[cfg(test)]

@@ -244,6 +244,15 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
     /// token.
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
 
+    /// Keeps the waiters' places of a batch built with
+    /// [`RenewBatch::keep`] (`scripts/keep.lua`): per place,
+    /// [`Renewed::Extended`] when its lock is held and the waiter's
+    /// deadline was extended, [`Renewed::Missing`] when the lock is free,
+    /// [`Renewed::Conflict`] when the waiter is not queued here (nothing
+    /// written in either case). Sent on the connection of the attempts,
+    /// never the watchdog's.
+    fn keep(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>>;
+
     /// Raises the fence counters of the locks of `keys` (one lock, or a
     /// set: each slot's counter once) to at least `token`; returns the
     /// lowest of them after the call.

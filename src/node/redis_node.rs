@@ -29,7 +29,7 @@ use crate::keys::{self, Keys};
 use crate::layout::Layout;
 use crate::scripts;
 
-use super::batch::RenewBatch;
+use super::batch::{BatchKind, RenewBatch};
 use super::feed::{Feed, RedisFeed};
 use super::member::{Args, Call, Read, Server};
 use super::ops::{Answer, BatchCost, NodeLockState, Renewed};
@@ -424,10 +424,13 @@ impl Server for RedisNode {
         })
     }
 
-    /// Sends a renew or repair batch on the renewal connection: one
-    /// pipeline, one round trip.
+    /// Sends a renew or repair batch on the renewal connection (a keep
+    /// batch on the attempts'): one pipeline, one round trip.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let conn = self.checked_conn(&self.renew_conn);
+        let conn = self.checked_conn(match batch.kind() {
+            BatchKind::Keep => &self.conn,
+            BatchKind::Renew | BatchKind::Repair => &self.renew_conn,
+        });
         let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;

@@ -143,6 +143,18 @@ pub(crate) static RENEW_SHARD: LazyLock<Lua> =
 pub(crate) static REPAIR_SHARD: LazyLock<Lua> =
     LazyLock::new(|| Lua::per_shard("allow-cross-slot-keys", include_str!("repair.lua")));
 
+/// Batched place keeping: extends the deadlines of waiters queued for
+/// locks that are held, reports free locks and lapsed places; its codes are
+/// the renew codes (kept [`RENEW_EXTENDED`], free [`RENEW_MISSING`], not
+/// queued [`RENEW_CONFLICT`], [`RENEW_WRONGTYPE`], [`RENEW_NOT_HERE`]).
+pub(crate) static KEEP: LazyLock<Lua> =
+    LazyLock::new(|| Lua::with_prelude(ONE_SHOT, BATCH_PRELUDE, include_str!("keep.lua")));
+
+/// [`KEEP`] per shard, as [`RENEW_SHARD`] (without `allow-oom`: a place
+/// is not kept under `maxmemory`; its waiter attempts instead).
+pub(crate) static KEEP_SHARD: LazyLock<Lua> =
+    LazyLock::new(|| Lua::per_shard("allow-cross-slot-keys", include_str!("keep.lua")));
+
 /// What the batch scripts start with when every key is declared.
 const BATCH_PRELUDE: &str = include_str!("batch_prelude.lua");
 
@@ -279,7 +291,10 @@ mod tests {
         assert!(REPAIR_SHARD
             .body
             .starts_with("#!lua flags=allow-cross-slot-keys\n"));
-        for s in [&*RENEW_SHARD, &*REPAIR_SHARD] {
+        assert!(KEEP_SHARD
+            .body
+            .starts_with("#!lua flags=allow-cross-slot-keys\n"));
+        for s in [&*RENEW_SHARD, &*REPAIR_SHARD, &*KEEP_SHARD] {
             assert!(s
                 .body
                 .contains("local K, ko, A, ao = ARGV, 1, ARGV, 1 + nk"));
@@ -287,6 +302,8 @@ mod tests {
         for s in [&*RENEW, &*REPAIR] {
             assert!(!s.body.contains("#!lua") && s.body.contains("hget_error(held)"));
         }
+        assert!(!KEEP.body.contains("#!lua") && KEEP.body.contains("hget_error(at)"));
+        assert_ne!(KEEP.sha(), KEEP_SHARD.sha());
         assert_ne!(RENEW.sha(), RENEW_SHARD.sha());
     }
 

@@ -45,11 +45,12 @@ use super::node::{Lost, Path, ShardWay, SimNode};
 use crate::error::NodeError;
 use crate::keys::{key_slot, name_slot, Keys};
 use crate::node::{
-    failure, slot_groups, Answer, Feed, Grant, Redirect, RenewBatch, Renewed, Resend, Retry, Step,
+    failure, slot_groups, Answer, BatchKind, Feed, Grant, Redirect, RenewBatch, Renewed, Resend,
+    Retry, Step,
 };
 use crate::rng::up_to;
 use crate::sync::locked;
-use crate::tests::fake::{renew_or_repair, FakeNode, Script, State, TestNode};
+use crate::tests::fake::{batch as fake_batch, FakeNode, Script, State, TestNode};
 
 /// The sharded member of a run.
 pub(crate) struct Member {
@@ -391,12 +392,8 @@ impl TestNode for ShardedNode {
         breaks
     }
 
-    fn reach_batch(
-        &self,
-        what: &'static str,
-        batch: Arc<RenewBatch>,
-        repair: bool,
-    ) -> Answer<Vec<Renewed>> {
+    fn reach_batch(&self, what: &'static str, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        let kind = batch.kind();
         let parts: Vec<(Vec<usize>, Answer<Vec<Renewed>>)> =
             slot_groups(&batch.items, 0..batch.items.len())
                 .into_iter()
@@ -405,13 +402,18 @@ impl TestNode for ShardedNode {
                     let mut keys = Vec::new();
                     for item in &items {
                         keys.push(item.keys.lock.clone());
-                        if repair {
-                            keys.push(item.keys.fence.clone());
+                        match kind {
+                            BatchKind::Renew => {}
+                            BatchKind::Repair => keys.push(item.keys.fence.clone()),
+                            BatchKind::Keep => {
+                                keys.push(item.keys.queue());
+                                keys.push(item.keys.timeouts());
+                            }
                         }
                     }
                     let resend = Resend::AfterBrokenConnection;
                     let call = self.routed(what, keys, resend, move |s| {
-                        Ok(renew_or_repair(s, &items, repair))
+                        Ok(fake_batch(s, &items, kind))
                     });
                     (ix, call)
                 })

@@ -22,7 +22,7 @@ mod primitives;
 mod scripts;
 mod test_node;
 
-pub(crate) use self::scripts::renew_or_repair;
+pub(crate) use self::scripts::batch;
 pub(crate) use self::test_node::{Script, TestNode};
 use super::fake_queue::Queue;
 

@@ -18,6 +18,7 @@ mod metrics_docs;
 mod multi;
 mod node_cases;
 mod overload;
+mod places;
 mod reentry;
 mod rw_lock;
 mod safety;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::node::{Answer, NodeOps, RenewBatch, Renewed};
-use crate::tests::fake::{fakes, renew_or_repair, FakeNode, Script, TestNode};
+use crate::tests::fake::{batch as fake_batch, fakes, FakeNode, Script, TestNode};
 use crate::{Error, LockManager};
 
 /// A node whose renewals cost `per_lock` of its one CPU per lock, one
@@ -32,12 +32,7 @@ impl TestNode for Costly {
         self.fake.reach(what, script)
     }
 
-    fn reach_batch(
-        &self,
-        what: &'static str,
-        batch: Arc<RenewBatch>,
-        repair: bool,
-    ) -> Answer<Vec<Renewed>> {
+    fn reach_batch(&self, what: &'static str, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         let locks = u32::try_from(batch.items.len()).unwrap_or(u32::MAX);
         let (cpu, cost, fake) = (
             Arc::clone(&self.cpu),
@@ -47,7 +42,7 @@ impl TestNode for Costly {
         Box::pin(async move {
             let _busy = cpu.lock().await;
             tokio::time::sleep(cost).await;
-            fake.reach(what, move |s| Ok(renew_or_repair(s, &batch.items, repair)))
+            fake.reach(what, move |s| Ok(fake_batch(s, &batch.items, batch.kind())))
                 .await
         })
     }

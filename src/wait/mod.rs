@@ -62,7 +62,7 @@ use crate::sync::locked;
 use crate::telemetry::Metrics;
 
 use self::waiter::Shared;
-pub(crate) use self::waiter::Waiter;
+pub(crate) use self::waiter::{Waiter, Woke};
 
 /// Counters of the waiters' pub/sub connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -48,8 +48,14 @@ pub(crate) struct Waiter {
 pub(crate) enum Woke {
     /// A release message (or a queue change) woke us.
     Notified,
-    /// A timer fired: the fallback, the refresh interval or the deadline.
+    /// A timer fired: the fallback, the holder's known expiry or the
+    /// deadline.
     Timer,
+    /// The refresh interval of an active waiter ended first, before its
+    /// deadline and the holder's known expiry: the lock is held as far as
+    /// it knows, and its place on the nodes is due for a refresh (kept in
+    /// a batch, or by an attempt).
+    Refresh,
 }
 
 impl Waiter {
@@ -62,6 +68,16 @@ impl Waiter {
         self.seen = self.bell.rings.load(Ordering::Acquire);
         self.bell.prompt.store(false, Ordering::Release);
         self.bell.take_nodes();
+    }
+
+    /// The waiter's place on the nodes was kept without an attempt
+    /// (`Members::keep_place`): heading the local FIFO, it still counts as
+    /// the head that attempts for the waiters behind it (they leave the
+    /// attempts to a head active within two refresh intervals).
+    pub(crate) fn kept(&self) {
+        if self.ticket.is_some() && !self.is_behind() {
+            self.chan.head_attempts();
+        }
     }
 
     /// Whether enough nodes confirmed the subscription for release messages
@@ -123,9 +139,10 @@ impl Waiter {
     /// An active waiter (`placed` on the nodes and not behind local waiters,
     /// fair, or heading the local FIFO, also when it becomes the head
     /// during the wait) wakes at least every refresh interval, whatever the
-    /// holder's expiry: a release whose
-    /// message rings nobody here (it names a dead waiter of another
-    /// process) costs it at most that.
+    /// holder's expiry ([`Woke::Refresh`] when that interval ends first): a
+    /// release whose message rings nobody here (it names a dead waiter of
+    /// another process) costs it at most that and its place's refresh
+    /// (`Members::keep_place` finds the lock free).
     ///
     /// A ring by rollbacks only (other owners' failed attempts undoing
     /// their grants) ends the wait `retry()` (the waiter's backoff) after
@@ -144,6 +161,8 @@ impl Waiter {
         let mut until = now.checked_add(fallback).unwrap_or(far);
         let mut cap = deadline.unwrap_or(far);
         let mut refreshing = false;
+        // When the refresh interval ends, if it is before the deadline.
+        let mut refresh_at: Option<Instant> = None;
         let mut grace: Option<Instant> = None;
         // When rollbacks alone rang: the waiter's backoff after the first.
         let mut rolled: Option<Instant> = None;
@@ -155,7 +174,9 @@ impl Waiter {
             if !refreshing && (placed || self.fair.is_some() || head) {
                 refreshing = true;
                 let now = Instant::now();
-                cap = cap.min(now + self.shared.refresh);
+                let at = now + self.shared.refresh;
+                refresh_at = (at < cap).then_some(at);
+                cap = cap.min(at);
                 if head {
                     // The head attempts when the holder's key is known to
                     // expire (behind, it slept past that, the attempts
@@ -227,6 +248,7 @@ impl Waiter {
                         {
                             until = (Instant::now() + self.shared.refresh).min(cap);
                         }
+                        _ if refresh_at.is_some_and(|r| until >= r) => return Woke::Refresh,
                         _ => return Woke::Timer,
                     }
                 }

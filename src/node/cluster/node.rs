@@ -72,7 +72,7 @@ use super::route::{confirmed, failure, ping_slot, send, status_values, Next, Sha
 use super::seed::read_seed;
 use super::spec::ClusterSpec;
 use super::watch::{suspect_after, Dial, Link, Passing, Unanswered, Watch};
-use crate::node::batch::RenewBatch;
+use crate::node::batch::{BatchKind, RenewBatch};
 use crate::node::feed::Feed;
 use crate::node::member::{Args, Call, Confirm, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
@@ -477,9 +477,12 @@ impl Server for ClusterNode {
     }
 
     /// A renew or repair batch (see `batch`), on the renewal
-    /// connection.
+    /// connection; a keep batch on the calls' connection, without `WAIT`.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let sent = send_batch(self.renewals(), batch, self.wait);
+        let sent = match batch.kind() {
+            BatchKind::Keep => send_batch(self.shards(), batch, None),
+            BatchKind::Renew | BatchKind::Repair => send_batch(self.renewals(), batch, self.wait),
+        };
         let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
             let on_wire = Unanswered::new(&watch, suspect_after);

@@ -40,7 +40,7 @@ use crate::admission::Admission;
 use crate::config::{Config, ReplicaWait};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::keys::Keys;
-use crate::node::batch::RenewBatch;
+use crate::node::batch::{BatchKind, RenewBatch};
 use crate::node::feed::{Feed, FeedConn};
 use crate::node::member::{Args, Call, Confirm, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
@@ -457,8 +457,9 @@ impl Server for SentinelNode {
     }
 
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        let wait = self.shared.wait.filter(|_| batch.kind() != BatchKind::Keep);
         match self.current() {
-            Ok(c) => match self.shared.wait {
+            Ok(c) => match wait {
                 Some(wait) => {
                     let confirm = c.node.wait_replicas(None, wait);
                     let answer = c.node.batch(batch);

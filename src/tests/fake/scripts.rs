@@ -12,13 +12,18 @@ use super::{wrong_type, Entry, State};
 use crate::error::NodeError;
 use crate::keys::{fences, Keys, Role};
 use crate::node::{
-    Grant, NodeLockState, Place, Proclaimed, Record, Released, RenewItem, Renewed, Seen,
+    BatchKind, Grant, NodeLockState, Place, Proclaimed, Record, Released, RenewItem, Renewed, Seen,
 };
 use crate::tests::fake_queue::Queue;
 
-/// `renew.lua` (extend, report missing keys) or, with `repair`,
-/// `repair.lua` (also re-create missing keys and raise the fence).
-pub(crate) fn renew_or_repair(s: &mut State, items: &[RenewItem], repair: bool) -> Vec<Renewed> {
+/// A batch of `kind`: `renew.lua` (extend, report missing keys),
+/// `repair.lua` (also re-create missing keys and raise the fence) or
+/// `keep.lua` (extend waiters' places in the queues of held locks).
+pub(crate) fn batch(s: &mut State, items: &[RenewItem], kind: BatchKind) -> Vec<Renewed> {
+    if kind == BatchKind::Keep {
+        return items.iter().map(|item| keep(s, item)).collect();
+    }
+    let repair = kind == BatchKind::Repair;
     items
         .iter()
         .map(|item| {
@@ -51,6 +56,30 @@ pub(crate) fn renew_or_repair(s: &mut State, items: &[RenewItem], repair: bool) 
             }
         })
         .collect()
+}
+
+/// `keep.lua` for one place: the waiter's deadline extended while the lock
+/// is held and the waiter queued; nothing written otherwise.
+fn keep(s: &mut State, item: &RenewItem) -> Renewed {
+    let keys = &item.keys;
+    // The script reads the timeouts (ZSCORE) and the lock key's PTTL,
+    // which any type has: a key of another type there counts as held.
+    if s.foreign.contains(&keys.timeouts()) {
+        return Renewed::WrongType;
+    }
+    if !s.locks.contains_key(&keys.lock) && !s.foreign.contains(&keys.lock) {
+        return Renewed::Missing;
+    }
+    let deadline = Instant::now() + item.lease;
+    let Some(q) = s.queues.get_mut(&keys.queue()) else {
+        return Renewed::Conflict;
+    };
+    let Some((_, d)) = q.waiters.get_mut(&*item.owner) else {
+        return Renewed::Conflict;
+    };
+    *d = deadline;
+    q.expires = q.expires.max(Some(deadline));
+    Renewed::Extended
 }
 
 /// `acquire_all.lua`: reads every name first, then grants all or none.

@@ -52,15 +52,10 @@ pub(crate) trait TestNode: Send + Sync + 'static {
         self.reach(what, script)
     }
 
-    /// A renewal (or, with `repair`, repair) batch: one call here.
-    fn reach_batch(
-        &self,
-        what: &'static str,
-        batch: Arc<RenewBatch>,
-        repair: bool,
-    ) -> Answer<Vec<Renewed>> {
+    /// A renewal, repair or keep batch (`RenewBatch::kind`): one call here.
+    fn reach_batch(&self, what: &'static str, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
         self.reach(what, move |s| {
-            Ok(scripts::renew_or_repair(s, &batch.items, repair))
+            Ok(scripts::batch(s, &batch.items, batch.kind()))
         })
     }
 
@@ -179,11 +174,15 @@ impl<N: TestNode> NodeOps for N {
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.reach_batch("renew", batch, false)
+        self.reach_batch("renew", batch)
     }
 
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.reach_batch("repair", batch, true)
+        self.reach_batch("repair", batch)
+    }
+
+    fn keep(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
+        self.reach_batch("keep", batch)
     }
 
     fn raise_fence(&self, keys: &[Arc<Keys>], token: u64) -> Answer<u64> {

@@ -3,13 +3,14 @@
 
 use super::steps::{Op, Out, A_TWIN, H1, H2, L};
 use super::table::{
-    acquire, free, granted, held, leave, place, queue, queued, release, Case, H3, Q, W1, W2, W3,
-    WRONG_TYPE,
+    acquire, free, granted, held, leave, place, queue, queued, release, renewed, Case, H3, Q, W1,
+    W2, W3, WRONG_TYPE,
 };
-use crate::node::Released;
+use crate::node::{Released, Renewed};
 
 pub(super) fn cases() -> Vec<Case> {
     use Released::{Deleted, Lowered};
+    use Renewed::{Conflict, Extended, Missing};
     vec![
         Case::new("queue: first waiter on a held lock gets ticket 1, the next tail+1, a refresh keeps it")
             .step(acquire("a", H1, L, 1), granted(1))
@@ -82,6 +83,31 @@ pub(super) fn cases() -> Vec<Case> {
             .step(place("a", H1, W3, 0, true, Q), queued(Q - 300, 3))
             .step(place("a", H2, W1, 0, true, Q), granted(2))
             .step(Op::Queue("a"), queue(&[W2, W3])),
+        Case::new("keep: a held lock's queued waiter is kept past its timeout; a free lock and a waiter not queued are not")
+            .two_waiters(200, Q)
+            .step(
+                Op::Keep(vec![("a", W1, 1_000), ("a", W3, 1_000), ("b", W1, 1_000)]),
+                renewed(&[Extended, Conflict, Missing]),
+            )
+            .act(Op::Sleep(400))
+            .step(Op::Queue("a"), queue(&[W1, W2]))
+            .step(release("a", H1, 0, 1), Out::Released(Deleted))
+            // W1 is still the head, with about 600 ms left to claim it.
+            .step(place("a", H3, W2, 0, true, Q), queued(600, 2))
+            .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Missing]))
+            .step(place("a", H2, W1, 0, true, Q), granted(2))
+            .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Conflict])),
+        Case::new("keep: the queue's keys live as long as the kept deadline")
+            .step(acquire("a", H1, L, 1), granted(1))
+            .step(place("a", H2, W1, 0, true, 100), queued(L, 1))
+            .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Extended]))
+            .act(Op::Sleep(300))
+            .step(Op::Queue("a"), queue(&[W1])),
+        Case::new("keep: a waiter that left is not queued again")
+            .two_waiters(Q, Q)
+            .step(leave("a", W1), Out::Left(true))
+            .step(Op::Keep(vec![("a", W1, 1_000), ("a", W2, 1_000)]), renewed(&[Conflict, Extended]))
+            .step(Op::Queue("a"), queue(&[W2])),
         Case::new("queue timeout: the keys live to the latest deadline set, a leave does not cut it")
             .two_waiters(100, 1_000)
             .step(leave("a", W2), Out::Left(true))

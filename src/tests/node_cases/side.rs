@@ -185,6 +185,18 @@ impl Side {
                     Out::Renewed,
                 )
             }
+            Op::Keep(places) => {
+                let items = places
+                    .iter()
+                    .map(|(name, waiter, timeout)| {
+                        RenewItem::place(&self.keys(name), &Arc::from(*waiter), ms(*timeout))
+                    })
+                    .collect();
+                outcome(
+                    n.keep(Arc::new(RenewBatch::keep(items))).await,
+                    Out::Renewed,
+                )
+            }
             Op::RaiseFence(token) => {
                 outcome(n.raise_fence(&[self.keys("a")], *token).await, Out::Fence)
             }

@@ -76,6 +76,8 @@ pub(super) enum Op {
     Renew(Vec<(&'static str, &'static str, u32, u64)>),
     /// `(name, holder, count, token, lease)` per lock.
     Repair(Vec<(&'static str, &'static str, u32, u64, u64)>),
+    /// `keep.lua`: `(name, waiter, queue timeout in ms)` per place.
+    Keep(Vec<(&'static str, &'static str, u64)>),
     /// `raise_fence.lua` on the counter of `"a"`'s slot.
     RaiseFence(u64),
     /// `raise_fence.lua` on the counters of these names' slots.

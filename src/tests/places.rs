@@ -1,0 +1,194 @@
+//! Waiters' places kept in batches (`places`, `Members::keep_place`)
+//! against fake nodes, on a paused clock: a waiter on a held lock keeps its
+//! place without attempting, the places of many waiters share their calls,
+//! and a lock freed without a message is still taken within a refresh.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::keys::Keys;
+use crate::node::{Answer, NodeOps};
+use crate::sync::locked;
+use crate::tests::fake::{fakes, nodes, FakeNode, Script, TestNode};
+use crate::LockManager;
+
+const MS: Duration = Duration::from_millis(1);
+/// A refresh every 200 ms.
+const QUEUE_TIMEOUT: Duration = Duration::from_millis(600);
+
+/// A link to a fake node that counts the calls that reach it, by kind.
+struct Counted {
+    fake: Arc<FakeNode>,
+    calls: Arc<Mutex<HashMap<&'static str, u64>>>,
+}
+
+impl TestNode for Counted {
+    fn fake(&self) -> &FakeNode {
+        &self.fake
+    }
+
+    fn reach<T: Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
+        *locked(&self.calls).entry(what).or_default() += 1;
+        self.fake.reach(what, script)
+    }
+}
+
+/// A manager of waiters over `fakes` (queue timeout 600 ms), and the count
+/// of its calls by kind, over every node.
+fn waiters(fakes: &[Arc<FakeNode>]) -> (LockManager, Arc<Mutex<HashMap<&'static str, u64>>>) {
+    let calls = Arc::new(Mutex::new(HashMap::new()));
+    let links: Vec<Arc<dyn NodeOps>> = fakes
+        .iter()
+        .map(|f| {
+            Arc::new(Counted {
+                fake: Arc::clone(f),
+                calls: Arc::clone(&calls),
+            }) as Arc<dyn NodeOps>
+        })
+        .collect();
+    let m = LockManager::builder()
+        .lease(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+        .node_timeout(100 * MS)
+        .queue_timeout(QUEUE_TIMEOUT)
+        .build_with(links)
+        .expect("valid fake cluster");
+    (m, calls)
+}
+
+/// The holder of the tests' locks: a lease of a minute, so that the
+/// waiters' fallback (the holder's known expiry) stays beyond each test and
+/// only their refreshes call the nodes.
+fn holder(fakes: &[Arc<FakeNode>]) -> LockManager {
+    LockManager::builder()
+        .lease(Duration::from_secs(60))
+        .node_timeout(100 * MS)
+        .build_with(nodes(fakes))
+        .expect("valid fake cluster")
+}
+
+fn count(calls: &Mutex<HashMap<&'static str, u64>>, what: &str) -> u64 {
+    locked(calls).get(what).copied().unwrap_or(0)
+}
+
+fn keys(name: &str) -> Keys {
+    Keys::new("quorumlock:", name)
+}
+
+/// Before the batches, each refresh was an attempt on every node: about
+/// 20 per node in these 4 s (one per 200 ms), 60 in all.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_on_a_held_lock_keeps_its_place_in_batches_instead_of_attempting() {
+    let fakes = fakes(3);
+    let holder = holder(&fakes);
+    let g = holder.lock("x").await.expect("lock");
+    let (m, calls) = waiters(&fakes);
+    let m = Arc::new(m);
+    let w = {
+        let m = Arc::clone(&m);
+        tokio::spawn(async move {
+            m.request("x")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (acquires, keeps) = (count(&calls, "acquire"), count(&calls, "keep"));
+    assert!(acquires <= 2 * 3, "{acquires} attempts' calls in 4 s");
+    assert!(keeps >= 15 * 3, "{keeps} keep calls in 4 s");
+    for f in &fakes {
+        assert_eq!(
+            f.queued(&keys("x")).len(),
+            1,
+            "the place outlives its 600 ms timeout on {}",
+            f.addr()
+        );
+    }
+    let released = tokio::time::Instant::now();
+    g.release().await.expect("release");
+    let won = w.await.expect("task").expect("the waiter takes the lock");
+    assert!(released.elapsed() < 100 * MS, "{:?}", released.elapsed());
+    won.release().await.expect("release");
+}
+
+/// Fifty waiters, each on a held lock of its own: their places go out
+/// together, a call per node per round, not one per waiter.
+#[tokio::test(start_paused = true)]
+async fn the_places_of_many_waiters_share_their_calls() {
+    let fakes = fakes(3);
+    let holder = holder(&fakes);
+    let names: Vec<String> = (0..50).map(|i| format!("many-{i}")).collect();
+    let mut guards = Vec::new();
+    for n in &names {
+        guards.push(holder.lock(n).await.expect("lock"));
+    }
+    let (m, calls) = waiters(&fakes);
+    let m = Arc::new(m);
+    let tasks: Vec<_> = names
+        .iter()
+        .cloned()
+        .map(|n| {
+            let m = Arc::clone(&m);
+            tokio::spawn(async move { m.request(n).wait(Duration::from_secs(30)).acquire().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = (count(&calls, "acquire"), count(&calls, "keep"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let acquires = count(&calls, "acquire") - before.0;
+    let keeps = count(&calls, "keep") - before.1;
+    // 15 refresh intervals: once 50 × 15 attempts on each node.
+    assert_eq!(acquires, 0, "no attempt while every lock stays held");
+    assert!(keeps <= 2 * 15 * 3, "{keeps} keep calls for 50 waiters in 3 s");
+    for n in &names {
+        assert_eq!(fakes[0].queued(&keys(n)).len(), 1, "{n}'s place is kept");
+    }
+    for g in guards {
+        g.release().await.expect("release");
+    }
+    for t in tasks {
+        let g = t.await.expect("task").expect("each waiter takes its lock");
+        g.release().await.expect("release");
+    }
+}
+
+/// A lock whose key expires unannounced (a holder the waiter last saw with
+/// a minute left, gone without a release: a crash, or a release whose
+/// message named a dead waiter): the next place refresh finds it free, and
+/// the waiter attempts at once.
+#[tokio::test(start_paused = true)]
+async fn a_lock_freed_without_a_message_is_taken_at_the_next_refresh() {
+    let fakes = fakes(3);
+    let k = keys("quiet");
+    for f in &fakes {
+        f.take(&k.lock, "ghost", Duration::from_secs(60));
+    }
+    let (m, calls) = waiters(&fakes);
+    let m = Arc::new(m);
+    let w = {
+        let m = Arc::clone(&m);
+        tokio::spawn(async move {
+            m.request("quiet")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(count(&calls, "keep") > 0, "the place was kept by then");
+    for f in &fakes {
+        f.take(&k.lock, "ghost", MS);
+    }
+    let freed = tokio::time::Instant::now();
+    let g = w.await.expect("task").expect("the waiter takes the lock");
+    // A refresh interval (200 ms), its round and the attempt.
+    assert!(freed.elapsed() <= 300 * MS, "{:?}", freed.elapsed());
+    g.release().await.expect("release");
+}
