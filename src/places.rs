@@ -98,9 +98,15 @@ impl Keeper {
 /// was gone.
 pub(crate) fn kept<'a>(answers: impl Iterator<Item = Option<&'a Renewed>>, required: usize) -> bool {
     let mut kept = 0;
+    #[cfg(test)]
+    let free_kept =
+        crate::hooks::mutation::active(crate::hooks::mutation::Mutation::KeepIgnoresFree);
+    #[cfg(not(test))]
+    let free_kept = false;
     for a in answers {
         match a {
             Some(Renewed::Extended) => kept += 1,
+            Some(Renewed::Missing) if free_kept => kept += 1,
             Some(Renewed::Failed) | None => {}
             Some(_) => return false,
         }

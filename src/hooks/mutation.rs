@@ -64,6 +64,10 @@ pub(crate) enum Mutation {
     /// The fake nodes' `write.lua` grants a writer beside live reader keys
     /// (`tests::fake::scripts::rw`).
     WriterIgnoresReaders,
+    /// A place counts as kept where a node answered that its lock is free
+    /// (`places::kept`): a waiter whose release message named a dead
+    /// waiter sleeps on until the holder's known expiry.
+    KeepIgnoresFree,
 }
 
 impl Mutation {
@@ -85,6 +89,7 @@ impl Mutation {
             Self::ReaderQuorumOne => 8192,
             Self::NoWriterHoldBack => 16384,
             Self::WriterIgnoresReaders => 32768,
+            Self::KeepIgnoresFree => 65536,
         }
     }
 }

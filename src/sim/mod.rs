@@ -101,7 +101,9 @@
 //! - `semaphore`, `rw`: the semaphore and rw modes' tasks (see
 //!   "Semaphores and read-write locks" below);
 //! - `scenario`: hand-built liveness histories (a waiter deferred behind a
-//!   dead waiter; a plain request behind a stuck fair waiter);
+//!   dead waiter; a plain request behind a stuck fair waiter); the first
+//!   also catches `keep-ignores-free` (a kept place where its lock is free:
+//!   the waiter sleeps past the release that named a dead waiter);
 //! - `replay`: a run's names (`Setup`: mode, layout, sharded), the
 //!   replay command a failing test prints, and the replay test;
 //! - `tests`: the CI budget and the must-fail tests; the mutations they
@@ -127,7 +129,7 @@
 //!   `QUORUMLOCK_SIM_DET_ELECTION_SEEDS` the election seeds replayed);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|semaphore|rw|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry|minority-quorum|reader-quorum-one|no-writer-hold-back|writer-ignores-readers]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry|minority-quorum|reader-quorum-one|no-writer-hold-back|writer-ignores-readers|keep-ignores-free]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under

@@ -68,6 +68,7 @@ pub(super) fn mutation_name(m: Mutation) -> &'static str {
         Mutation::ReaderQuorumOne => "reader-quorum-one",
         Mutation::NoWriterHoldBack => "no-writer-hold-back",
         Mutation::WriterIgnoresReaders => "writer-ignores-readers",
+        Mutation::KeepIgnoresFree => "keep-ignores-free",
     }
 }
 
@@ -131,6 +132,7 @@ fn replay() {
         Ok("reader-quorum-one") => Some(Mutation::ReaderQuorumOne),
         Ok("no-writer-hold-back") => Some(Mutation::NoWriterHoldBack),
         Ok("writer-ignores-readers") => Some(Mutation::WriterIgnoresReaders),
+        Ok("keep-ignores-free") => Some(Mutation::KeepIgnoresFree),
         _ => None,
     };
     let _m = m.map(mutation::enable);

@@ -518,6 +518,14 @@ fn mutation_defer_to_fair_is_caught() {
     scenario_must_catch(Scenario::PlainBehindFair, Mutation::DeferToFair);
 }
 
+/// A keeper that counts a free lock as a kept place: the waiter whose
+/// release message named a dead waiter is never told to attempt by its
+/// refreshes, and sleeps until the holder's known expiry.
+#[test]
+fn mutation_keep_ignores_free_is_caught() {
+    scenario_must_catch(Scenario::DeferredBehindDead, Mutation::KeepIgnoresFree);
+}
+
 #[test]
 fn deferred_waiter_behind_a_dead_waiter_makes_progress() {
     scenario_keeps_progress(Scenario::DeferredBehindDead);
