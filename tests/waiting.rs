@@ -360,3 +360,40 @@ async fn a_release_naming_a_dead_waiter_stalls_a_plain_waiter_briefly_only() {
             .expect("DEL");
     }
 }
+
+/// A waiter on a held lock keeps its place on the nodes with its
+/// manager's batches of places (`keep.lua`), not with attempts: with a
+/// 600 ms queue timeout (a refresh every 200 ms), node 0 runs no queued
+/// acquire for the lock in 2 s but about ten kept places, and the place
+/// outlives its timeout. Before, each refresh was a queued attempt on every
+/// node (about ten `HEXISTS` on node 0 in those 2 s, no `ZADD XX`).
+#[tokio::test]
+async fn a_waiter_on_a_held_lock_keeps_its_place_without_attempting() {
+    let holder = manager(Quorum::Majority).await;
+    let name = unique("kept");
+    let g = support::hold_as_new_owner(&holder, &name).await;
+    let m = support::builder()
+        .quorum(Quorum::Majority)
+        .queue_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .expect("build");
+    let waiter = spawn_waiter(&m, &name);
+    // Its first miss, its subscription and its place.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = support::monitored(&nodes().url(0), &key(&name), Duration::from_secs(2)).await;
+    let (attempts, keeps) = support::attempts_and_keeps(&lines);
+    assert_eq!(attempts, 0, "{lines:#?}");
+    assert!(keeps >= 5, "{keeps} kept places in 2 s: {lines:#?}");
+    let mut c = raw(0).await;
+    let queued: usize = redis::cmd("ZCARD")
+        .arg(format!("{}:timeouts", key(&name)))
+        .query_async(&mut c)
+        .await
+        .expect("ZCARD");
+    assert_eq!(queued, 1, "the place outlives its 600 ms timeout");
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let acquired = waiter.await.expect("waiter task");
+    assert!(acquired.duration_since(released) < Duration::from_secs(1));
+}

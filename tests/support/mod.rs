@@ -174,3 +174,30 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
         .lock()
         .await
 }
+
+/// What the server at `url` runs for `for_` (`MONITOR`, commands run by
+/// scripts included), the lines that contain `needle`.
+pub async fn monitored(url: &str, needle: &str, for_: Duration) -> Vec<String> {
+    use futures::StreamExt;
+    let client = redis::Client::open(url).expect("server url");
+    let monitor = client.get_async_monitor().await.expect("MONITOR");
+    let lines = monitor.into_on_message::<String>();
+    let until = tokio::time::sleep(for_);
+    lines
+        .take_until(until)
+        .filter(|l| std::future::ready(l.contains(needle)))
+        .collect()
+        .await
+}
+
+/// Of `monitored` lines, those of a queued acquire (`acquire_queued.lua`
+/// reads the lock with `HEXISTS`; nothing else a waiter sends does) and
+/// those of a kept place (`keep.lua`'s `ZADD ... XX`).
+pub fn attempts_and_keeps(lines: &[String]) -> (usize, usize) {
+    let attempts = lines.iter().filter(|l| l.contains("\"hexists\"")).count();
+    let keeps = lines
+        .iter()
+        .filter(|l| l.contains("\"zadd\"") && l.contains("\"XX\""))
+        .count();
+    (attempts, keeps)
+}
