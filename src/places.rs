@@ -96,7 +96,10 @@ impl Keeper {
 /// answers, and the waiter attempts, as every refresh once did: an
 /// attempt takes a free lock, and queues the waiter again where its place
 /// was gone.
-pub(crate) fn kept<'a>(answers: impl Iterator<Item = Option<&'a Renewed>>, required: usize) -> bool {
+pub(crate) fn kept<'a>(
+    answers: impl Iterator<Item = Option<&'a Renewed>>,
+    required: usize,
+) -> bool {
     let mut kept = 0;
     #[cfg(test)]
     let free_kept =
@@ -147,8 +150,13 @@ mod tests {
     #[test]
     fn a_round_carries_at_most_its_share_and_the_rest_wait() {
         let k = Keeper::default();
-        let rx: Vec<_> = (0..PLACES_PER_ROUND + 5).map(|i| k.add(item(i)).0).collect();
-        assert_eq!(k.next_round().map(|r| r.items.len()), Some(PLACES_PER_ROUND));
+        let rx: Vec<_> = (0..PLACES_PER_ROUND + 5)
+            .map(|i| k.add(item(i)).0)
+            .collect();
+        assert_eq!(
+            k.next_round().map(|r| r.items.len()),
+            Some(PLACES_PER_ROUND)
+        );
         let rest = k.next_round().expect("the rest");
         assert_eq!(rest.items.len(), 5);
         assert_eq!(&*rest.items[0].owner, format!("w{PLACES_PER_ROUND}"));
@@ -171,7 +179,10 @@ mod tests {
         assert!(kept([e, e, e, None, Some(&Failed)].into_iter(), 3));
         assert!(!kept([e, e, None, None, Some(&Failed)].into_iter(), 3));
         for against in [Missing, Conflict, WrongType] {
-            assert!(!kept([e, e, e, e, Some(&against)].into_iter(), 3), "{against:?}");
+            assert!(
+                !kept([e, e, e, e, Some(&against)].into_iter(), 3),
+                "{against:?}"
+            );
         }
     }
 }

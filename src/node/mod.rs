@@ -38,9 +38,9 @@ mod script_keys;
 mod sentinel;
 mod spec;
 
-pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 #[cfg(test)]
 pub(crate) use self::batch::BatchKind;
+pub(crate) use self::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
 #[cfg(feature = "tls-rustls")]
 pub(crate) use self::cluster::Certs;
 #[cfg(test)]

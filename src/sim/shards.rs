@@ -412,9 +412,8 @@ impl TestNode for ShardedNode {
                         }
                     }
                     let resend = Resend::AfterBrokenConnection;
-                    let call = self.routed(what, keys, resend, move |s| {
-                        Ok(fake_batch(s, &items, kind))
-                    });
+                    let call =
+                        self.routed(what, keys, resend, move |s| Ok(fake_batch(s, &items, kind)));
                     (ix, call)
                 })
                 .collect();

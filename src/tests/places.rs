@@ -92,12 +92,7 @@ async fn a_waiter_on_a_held_lock_keeps_its_place_in_batches_instead_of_attemptin
     let m = Arc::new(m);
     let w = {
         let m = Arc::clone(&m);
-        tokio::spawn(async move {
-            m.request("x")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
+        tokio::spawn(async move { m.request("x").wait(Duration::from_secs(30)).acquire().await })
     };
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (acquires, keeps) = (count(&calls, "acquire"), count(&calls, "keep"));
@@ -146,7 +141,10 @@ async fn the_places_of_many_waiters_share_their_calls() {
     let keeps = count(&calls, "keep") - before.1;
     // 15 refresh intervals: once 50 × 15 attempts on each node.
     assert_eq!(acquires, 0, "no attempt while every lock stays held");
-    assert!(keeps <= 2 * 15 * 3, "{keeps} keep calls for 50 waiters in 3 s");
+    assert!(
+        keeps <= 2 * 15 * 3,
+        "{keeps} keep calls for 50 waiters in 3 s"
+    );
     for n in &names {
         assert_eq!(fakes[0].queued(&keys(n)).len(), 1, "{n}'s place is kept");
     }
