@@ -1476,12 +1476,18 @@ async fn one_server_as_two_members_connected_later_is_refused_once() {
 
 /// A waiter's place on a cluster member is kept by the per-shard batch of
 /// places (`keep.lua` behind `shard_prelude.lua`), not by attempts: the
-/// shard that serves the lock's slot runs no queued acquire for it in 2 s
-/// of waiting, only kept places, and the place outlives its 600 ms
-/// timeout.
+/// shard runs kept places for the lock in 2 s of waiting and no queued
+/// acquire, and the place outlives its 600 ms timeout. A one-node cluster
+/// of its own, so that `MONITOR` slows no other test.
 #[tokio::test]
 async fn a_waiters_place_on_a_cluster_member_is_kept_without_attempting() {
-    let holder = build(mixed()).await;
+    let single = LocalCluster::start_single();
+    let over = || {
+        LockManager::builder()
+            .cluster(single.urls())
+            .node_timeout(Duration::from_millis(500))
+    };
+    let holder = build(over()).await;
     let name = unique("cluster-kept");
     let g = holder
         .request(&name)
@@ -1489,22 +1495,21 @@ async fn a_waiters_place_on_a_cluster_member_is_kept_without_attempting() {
         .acquire()
         .await
         .expect("lock");
-    let m = build(mixed().queue_timeout(Duration::from_millis(600))).await;
+    let m = build(over().queue_timeout(Duration::from_millis(600))).await;
     let waiter = {
         let (m, name) = (m.clone(), name.clone());
         tokio::spawn(async move { m.lock(&name).await.expect("the waiter locks") })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let port = cluster().port_of_slot(lock_slot(&name).unwrap());
     let key = format!("quorumlock:{{{name}}}");
-    let url = format!("redis://127.0.0.1:{port}");
+    let url = single.urls()[0].clone();
     let lines = support::monitored(&url, &key, Duration::from_secs(2)).await;
     let (attempts, keeps) = support::attempts_and_keeps(&lines);
     assert_eq!(attempts, 0, "{lines:#?}");
     assert!(keeps >= 5, "{keeps} kept places in 2 s: {lines:#?}");
     let queued: usize = redis::cmd("ZCARD")
         .arg(format!("{key}:timeouts"))
-        .query_async(&mut raw_at(port).await)
+        .query_async(&mut raw_at(single.nodes.port(0)).await)
         .await
         .expect("ZCARD");
     assert_eq!(queued, 1, "the place outlives its 600 ms timeout");
