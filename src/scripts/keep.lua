@@ -10,7 +10,9 @@
 --
 -- Returns one code per waiter:
 --   1 kept: the lock is held (by anyone), the waiter is queued, and its
---     deadline is now + timeout (the queue's keys live at least as long);
+--     deadline is now + timeout (the queue's keys live at least as long:
+--     when they would not, they are given twice that, so that the next
+--     keeps of the queue's waiters need not extend them again);
 --   3 free: no lock key; nothing is written (the waiter attempts: it may
 --     take the lock, and its attempt keeps its place);
 --   0 not queued: the lock is held but the waiter has no place here (it
@@ -42,8 +44,8 @@ for i = 1, nk / 3 do
   else
     redis.call('zadd', timeouts, 'XX', now + timeout, waiter)
     if redis.call('pttl', timeouts) < timeout then
-      redis.call('pexpire', timeouts, timeout)
-      redis.call('pexpire', queue, timeout)
+      redis.call('pexpire', timeouts, 2 * timeout)
+      redis.call('pexpire', queue, 2 * timeout)
     end
     out[i] = 1
   end

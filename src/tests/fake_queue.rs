@@ -13,7 +13,9 @@ pub(crate) struct Queue {
     pub(crate) waiters: HashMap<String, (u64, Instant)>,
     /// When the queue's keys expire: the latest deadline among its waiters
     /// when one was last queued or refreshed (not shortened by a leave or a
-    /// grant, as the scripts do not shorten the keys' TTL).
+    /// grant, as the scripts do not shorten the keys' TTL); a keep that
+    /// finds them expiring before its deadline gives them twice its
+    /// timeout.
     pub(crate) expires: Option<Instant>,
 }
 

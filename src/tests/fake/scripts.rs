@@ -78,7 +78,9 @@ fn keep(s: &mut State, item: &RenewItem) -> Renewed {
         return Renewed::Conflict;
     };
     *d = deadline;
-    q.expires = q.expires.max(Some(deadline));
+    if q.expires.is_none_or(|e| e < deadline) {
+        q.expires = Some(Instant::now() + 2 * item.lease);
+    }
     Renewed::Extended
 }
 

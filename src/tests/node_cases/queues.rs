@@ -97,11 +97,11 @@ pub(super) fn cases() -> Vec<Case> {
             .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Missing]))
             .step(place("a", H2, W1, 0, true, Q), granted(2))
             .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Conflict])),
-        Case::new("keep: the queue's keys live as long as the kept deadline")
+        Case::new("keep: the queue's keys outlive the kept deadline, twice its timeout when extended")
             .step(acquire("a", H1, L, 1), granted(1))
             .step(place("a", H2, W1, 0, true, 100), queued(L, 1))
-            .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[Extended]))
-            .act(Op::Sleep(300))
+            .step(Op::Keep(vec![("a", W1, 300)]), renewed(&[Extended]))
+            .act(Op::Sleep(450))
             .step(Op::Queue("a"), queue(&[W1])),
         Case::new("keep: a waiter that left is not queued again")
             .two_waiters(Q, Q)
