@@ -144,13 +144,17 @@ impl Members {
             if !rest.is_empty() {
                 self.spawn(rest.for_each(|_, _| {}));
             }
+            let mut kept = 0;
             for (j, tx) in round.answers.into_iter().enumerate() {
                 let each = replies.iter().map(|r| match r {
                     Some(Ok(v)) => v.get(j),
                     _ => None,
                 });
-                let _ = tx.send(places::kept(each, required));
+                let verdict = places::kept(each, required);
+                kept += usize::from(verdict);
+                let _ = tx.send(verdict);
             }
+            self.metrics.places_kept(kept);
         }
     }
 

@@ -37,6 +37,7 @@ pub(super) const ACQUIRE_DURATION: &str = "quorumlock_acquire_duration_seconds";
 pub(super) const WAIT_DURATION: &str = "quorumlock_wait_duration_seconds";
 pub(super) const ROLLBACKS: &str = "quorumlock_rollbacks_total";
 pub(super) const FENCE_RAISES: &str = "quorumlock_fence_raises_total";
+pub(super) const PLACES_KEPT: &str = "quorumlock_places_kept_total";
 pub(super) const LOCKS_HELD: &str = "quorumlock_locks_held";
 pub(super) const HOLD_DURATION: &str = "quorumlock_hold_duration_seconds";
 pub(super) const WAITERS: &str = "quorumlock_waiters";
@@ -93,6 +94,13 @@ pub(crate) const METRICS: &[Spec] = &[
         unit: Unit::Count,
         labels: &[],
         help: "Fence counters raised on a lagging node so that a quorum shows the token (one per node call).",
+    },
+    Spec {
+        name: PLACES_KEPT,
+        kind: Kind::Counter,
+        unit: Unit::Count,
+        labels: &[],
+        help: "Waiters' places a batch of places kept on a quorum of nodes while their locks were held (`keep.lua`): each one a refresh that needed no attempt.",
     },
     Spec {
         name: LOCKS_HELD,

@@ -25,7 +25,7 @@ pub(crate) use self::catalog::*;
 #[cfg(feature = "metrics")]
 use self::catalog::{
     ACQUIRE_ATTEMPTS, ACQUIRE_DURATION, ACQUISITIONS, FENCE_RAISES, HOLD_DURATION, LOCKS_HELD,
-    LOSSES, RENEWALS, RENEWAL_LAG, REPAIRS, ROLLBACKS, WAITERS, WAIT_DURATION, WAVES,
+    LOSSES, PLACES_KEPT, RENEWALS, RENEWAL_LAG, REPAIRS, ROLLBACKS, WAITERS, WAIT_DURATION, WAVES,
 };
 #[cfg(feature = "metrics")]
 use self::guards::AcquiringOn;
@@ -58,6 +58,7 @@ struct Handles {
     wait_duration: Histogram,
     rollbacks: Counter,
     fence_raises: Counter,
+    places_kept: Counter,
     locks_held: Gauge,
     hold_duration: Histogram,
     waiters: Gauge,
@@ -104,6 +105,7 @@ impl Metrics {
                 wait_duration: metrics::histogram!(WAIT_DURATION),
                 rollbacks: metrics::counter!(ROLLBACKS),
                 fence_raises: metrics::counter!(FENCE_RAISES),
+                places_kept: metrics::counter!(PLACES_KEPT),
                 locks_held: metrics::gauge!(LOCKS_HELD),
                 hold_duration: metrics::histogram!(HOLD_DURATION),
                 waiters: metrics::gauge!(WAITERS),
@@ -168,6 +170,16 @@ impl Metrics {
         #[cfg(feature = "metrics")]
         if let Some(h) = &self.on {
             h.fence_raises.increment(nodes as u64);
+        }
+    }
+
+    /// A batch of places kept `n` waiters' places without an attempt.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn places_kept(&self, n: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(h) = &self.on {
+            h.places_kept.increment(n as u64);
         }
     }
 

@@ -349,3 +349,27 @@ fn same_slot_as(name: &str, stem: &str) -> String {
         .find(|n| crate::keys::name_slot(n) == slot)
         .unwrap_or_else(|| stem.to_owned())
 }
+
+/// A waiter on a held lock whose refresh interval ends (5 s queue timeout:
+/// at 1.67 s) keeps its place in a batch of places: one kept place
+/// counted. Its attempts: the miss, the one once subscribed, the winning
+/// one (none for the refresh).
+#[tokio::test(start_paused = true)]
+async fn a_kept_place_is_counted() {
+    let (m, fakes, snap) = metered_cluster(3);
+    let mut rec = Recorded::default();
+    let holder = crate::tests::fake::peer(&fakes);
+    let g = holder.lock("k").await.expect("lock");
+    let w = {
+        let m = m.clone();
+        tokio::spawn(async move { m.lock("k").await })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rec.take(&snap);
+    assert_eq!(rec.counter("quorumlock_places_kept_total", &[]), 1);
+    g.release().await.expect("release");
+    let won = w.await.expect("task").expect("the waiter takes it");
+    won.release().await.expect("release");
+    rec.take(&snap);
+    assert_eq!(rec.samples("quorumlock_acquire_attempts", &[]), [3.0]);
+}
