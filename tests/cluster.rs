@@ -1500,9 +1500,11 @@ async fn a_waiters_place_on_a_cluster_member_is_kept_without_attempting() {
         let (m, name) = (m.clone(), name.clone());
         tokio::spawn(async move { m.lock(&name).await.expect("the waiter locks") })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let key = format!("quorumlock:{{{name}}}");
     let url = single.urls()[0].clone();
+    // Its first miss, its subscription, and the attempt that takes its
+    // place: from then on it only refreshes the place.
+    support::until_queued(&url, &key, 1).await;
     let lines = support::monitored(&url, &key, Duration::from_secs(2)).await;
     let (attempts, keeps) = support::attempts_and_keeps(&lines);
     assert_eq!(attempts, 0, "{lines:#?}");

@@ -385,8 +385,9 @@ async fn a_waiter_on_a_held_lock_keeps_its_place_without_attempting() {
         .await
         .expect("build");
     let waiter = spawn_waiter(&m, &name);
-    // Its first miss, its subscription and its place.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its first miss, its subscription, and the attempt that takes its
+    // place: from then on it only refreshes the place.
+    support::until_queued(&own.url(0), &key(&name), 1).await;
     let lines = support::monitored(&own.url(0), &key(&name), Duration::from_secs(2)).await;
     let (attempts, keeps) = support::attempts_and_keeps(&lines);
     assert_eq!(attempts, 0, "{lines:#?}");

@@ -201,3 +201,29 @@ pub fn attempts_and_keeps(lines: &[String]) -> (usize, usize) {
         .count();
     (attempts, keeps)
 }
+
+/// Waits (at most 5 s) until the server at `url` has `n` waiters queued
+/// for `lock` (the key of a lock: its timeouts are `<lock>:timeouts`).
+pub async fn until_queued(url: &str, lock: &str, n: usize) {
+    let mut c = redis::Client::open(url)
+        .expect("server url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let queued: usize = redis::cmd("ZCARD")
+            .arg(format!("{lock}:timeouts"))
+            .query_async(&mut c)
+            .await
+            .expect("ZCARD");
+        if queued == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{queued} queued for {lock}, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
