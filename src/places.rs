@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 use crate::node::{RenewItem, Renewed};
 use crate::sync::locked;
 
-/// Places per round at most: about 2,000 × 5 Redis commands on each node,
+/// Places per round at most: about 2,000 × 4 Redis commands on each node,
 /// a few milliseconds of its time, in calls of `RENEW_CHUNK` places. The
 /// rest wait for the next round.
 pub(crate) const PLACES_PER_ROUND: usize = 2_000;
