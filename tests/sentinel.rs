@@ -16,6 +16,7 @@
 //! | `a_sentinel_member_over_tls_trusts_a_ca_of_its_own` (feature `tls-rustls`) | none | a group of its own over TLS only, passwords | `sentinel_with_tls` locks; without the CA `build()` fails; plain URLs refused |
 //! | `a_silent_master_gets_a_probe_not_every_call` | the master SIGSTOPped for about 0.4 s, under the sentinels' `down-after` (no failover) | the member alone, node timeout 20 ms | after two node timeouts of silence, calls fail at once ("not sent") but for a probe; the member grants again once the master answers |
 //! | `a_failover_asked_mid_acquisition_keeps_the_history_clean` | `SENTINEL FAILOVER` while four clients contend | two masters and the member | history clean; locking resumes |
+//! | `a_waiters_place_on_a_sentinel_member_is_kept_without_attempting` | none | the member alone, `replica_wait(1, 100 ms)`, queue timeout 600 ms | the waiter's place kept on the master by batches of places (no `WAIT`), no queued acquire in 2 s |
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -537,4 +538,49 @@ async fn a_silent_master_gets_a_probe_not_every_call() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     g.wait_healthy(Duration::from_secs(30)).await;
+}
+
+/// A waiter's place on a Sentinel member is kept by the batch of places on
+/// the current master, not by attempts, and without `WAIT` even with
+/// `replica_wait` set (a place is not a hold): the master runs kept places
+/// for the lock in 2 s of waiting, no queued acquire and no `WAIT`.
+#[tokio::test]
+async fn a_waiters_place_on_a_sentinel_member_is_kept_without_attempting() {
+    let _serial = serial().await;
+    let wait = Duration::from_millis(100);
+    let holder = member_only().build().await.unwrap();
+    let name = unique("sentinel-kept");
+    let g = holder.lock(&name).await.unwrap();
+    let m = member_only()
+        .replica_wait(1, wait)
+        .queue_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let waiter = {
+        let (m, name) = (m.clone(), name.clone());
+        tokio::spawn(async move { m.lock(&name).await.unwrap() })
+    };
+    let url = format!(
+        "redis://:{}@127.0.0.1:{}",
+        sentinel::MASTER_PASSWORD,
+        master_port().await
+    );
+    let key = support::key(&name);
+    support::until_queued(&url, &key, 1).await;
+    // Every command, so that a `WAIT` (which names no key) shows too; the
+    // tests of this binary run one at a time.
+    let all = support::monitored(&url, "", Duration::from_secs(2)).await;
+    let lines: Vec<String> = all.iter().filter(|l| l.contains(&key)).cloned().collect();
+    let (attempts, keeps) = support::attempts_and_keeps(&lines);
+    assert_eq!(attempts, 0, "{lines:#?}");
+    assert!(keeps >= 5, "{keeps} kept places in 2 s: {lines:#?}");
+    let waits = all.iter().filter(|l| l.contains("\"WAIT\"")).count();
+    assert_eq!(waits, 0, "a kept place waits for no replica: {all:#?}");
+    g.release().await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter takes the lock after the release")
+        .unwrap();
+    won.release().await.unwrap();
 }
