@@ -13,14 +13,13 @@
 //! of attempts on the one lock were always in flight, each answered after
 //! the node timeout, and none won: the head's attempts timed out too.
 
-use std::fmt::Debug;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::node::{Answer, NodeOps};
-use crate::tests::fake::{cluster_with, fakes, FakeNode, Mode, Script, TestNode};
+use crate::node::NodeOps;
+use crate::tests::fake::{cluster_with, counted, fakes, FakeNode, Mode};
 use crate::{LockManager, Quorum};
 
 /// Calls that the fakes served so far.
@@ -86,29 +85,6 @@ async fn only_the_head_of_a_crowd_attempts_while_attempts_time_out() {
     );
 }
 
-/// A node that counts the acquire calls it serves.
-struct Counted {
-    fake: Arc<FakeNode>,
-    acquires: Arc<AtomicUsize>,
-}
-
-impl TestNode for Counted {
-    fn fake(&self) -> &FakeNode {
-        &self.fake
-    }
-
-    fn reach<T: Debug + Send + 'static>(
-        &self,
-        what: &'static str,
-        script: impl Script<T>,
-    ) -> Answer<T> {
-        if what.starts_with("acquire") {
-            self.acquires.fetch_add(1, Ordering::Relaxed);
-        }
-        self.fake.reach(what, script)
-    }
-}
-
 /// 200 waiters of one manager queue behind a lock another process holds
 /// and never releases: its key expires, which publishes nothing. Each
 /// waiter knows the expiry (the holder's PTTL in its miss), but only the
@@ -122,16 +98,7 @@ impl TestNode for Counted {
 async fn a_crowd_behind_an_attempting_head_does_not_wake_at_the_holders_expiry() {
     const WAITERS: usize = 200;
     let fakes = fakes(5);
-    let acquires = Arc::new(AtomicUsize::new(0));
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| {
-            Arc::new(Counted {
-                fake: Arc::clone(f),
-                acquires: Arc::clone(&acquires),
-            }) as Arc<dyn NodeOps>
-        })
-        .collect();
+    let (nodes, calls) = counted(&fakes);
     let m = LockManager::builder()
         .quorum(Quorum::Majority)
         .node_timeout(Duration::from_millis(100))
@@ -156,7 +123,8 @@ async fn a_crowd_behind_an_attempting_head_does_not_wake_at_the_holders_expiry()
         tokio::time::timeout(within, all).await.is_ok(),
         "the crowd was not served within {within:?}"
     );
-    let acquires = acquires.load(Ordering::Relaxed);
+    let acquires =
+        usize::try_from(calls.of(|what| what.starts_with("acquire"))).unwrap_or(usize::MAX);
     println!("{acquires} acquire calls for {WAITERS} waiters");
     // Five per waiter for its first attempt and five for its winning one,
     // and the head's refreshes and retries: well under a herd's 1,000 more.

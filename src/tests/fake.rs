@@ -23,7 +23,7 @@ mod scripts;
 mod test_node;
 
 pub(crate) use self::scripts::batch;
-pub(crate) use self::test_node::{Script, TestNode};
+pub(crate) use self::test_node::{counted, Calls, Script, TestNode};
 use super::fake_queue::Queue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,55 +3,22 @@
 //! place without attempting, the places of many waiters share their calls,
 //! and a lock freed without a message is still taken within a refresh.
 
-use std::collections::HashMap;
-use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::node::{Answer, NodeOps};
-use crate::sync::locked;
-use crate::tests::fake::{fakes, nodes, FakeNode, Script, TestNode};
+use crate::node::NodeOps;
+use crate::tests::fake::{counted, fakes, nodes, Calls, FakeNode};
 use crate::LockManager;
 
 const MS: Duration = Duration::from_millis(1);
 /// A refresh every 200 ms.
 const QUEUE_TIMEOUT: Duration = Duration::from_millis(600);
 
-/// A link to a fake node that counts the calls that reach it, by kind.
-struct Counted {
-    fake: Arc<FakeNode>,
-    calls: Arc<Mutex<HashMap<&'static str, u64>>>,
-}
-
-impl TestNode for Counted {
-    fn fake(&self) -> &FakeNode {
-        &self.fake
-    }
-
-    fn reach<T: Debug + Send + 'static>(
-        &self,
-        what: &'static str,
-        script: impl Script<T>,
-    ) -> Answer<T> {
-        *locked(&self.calls).entry(what).or_default() += 1;
-        self.fake.reach(what, script)
-    }
-}
-
 /// A manager of waiters over `fakes` (queue timeout 600 ms), and the count
 /// of its calls by kind, over every node.
-fn waiters(fakes: &[Arc<FakeNode>]) -> (LockManager, Arc<Mutex<HashMap<&'static str, u64>>>) {
-    let calls = Arc::new(Mutex::new(HashMap::new()));
-    let links: Vec<Arc<dyn NodeOps>> = fakes
-        .iter()
-        .map(|f| {
-            Arc::new(Counted {
-                fake: Arc::clone(f),
-                calls: Arc::clone(&calls),
-            }) as Arc<dyn NodeOps>
-        })
-        .collect();
+fn waiters(fakes: &[Arc<FakeNode>]) -> (LockManager, Calls) {
+    let (links, calls) = counted(fakes);
     let m = LockManager::builder()
         .lease(Duration::from_secs(3))
         .renew_interval(Duration::from_secs(1))
@@ -73,8 +40,8 @@ fn holder(fakes: &[Arc<FakeNode>]) -> LockManager {
         .expect("valid fake cluster")
 }
 
-fn count(calls: &Mutex<HashMap<&'static str, u64>>, what: &str) -> u64 {
-    locked(calls).get(what).copied().unwrap_or(0)
+fn count(calls: &Calls, kind: &str) -> u64 {
+    calls.of(|what| what == kind)
 }
 
 fn keys(name: &str) -> Keys {

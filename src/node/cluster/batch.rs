@@ -23,7 +23,7 @@ use super::map::SlotMap;
 use super::route::{
     by_shard, confirmed, next, send_calls, slot_groups, Next, Redirect, Route, Shards,
 };
-use crate::node::batch::{RenewBatch, RenewItem, RENEW_CHUNK};
+use crate::node::batch::{BatchKind, RenewBatch, RenewItem, RENEW_CHUNK};
 use crate::node::ops::{BatchCost, Renewed};
 use crate::node::reply;
 use crate::node::script_call::{map_err, no_script};
@@ -48,6 +48,8 @@ pub(super) async fn send_batch(
     batch: Arc<RenewBatch>,
     wait: Option<ReplicaWait>,
 ) -> Result<Vec<Renewed>, NodeError> {
+    // A place is not a hold: kept places wait for no replica.
+    let wait = wait.filter(|_| batch.kind() != BatchKind::Keep);
     if locked(&shards.map).shards.is_empty() {
         shards.refresh().await;
     }

@@ -321,10 +321,10 @@ impl ClusterNode {
         }
     }
 
-    /// The way to the shards for one batch.
-    fn renewals(&self) -> Shards {
+    /// The way to the shards for one batch of `kind`.
+    fn batches(&self, kind: BatchKind) -> Shards {
         Shards {
-            conn: self.link.renewals(),
+            conn: self.link.batches(kind),
             ..self.shards()
         }
     }
@@ -479,10 +479,7 @@ impl Server for ClusterNode {
     /// A renew or repair batch (see `batch`), on the renewal
     /// connection; a keep batch on the calls' connection, without `WAIT`.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let sent = match batch.kind() {
-            BatchKind::Keep => send_batch(self.shards(), batch, None),
-            BatchKind::Renew | BatchKind::Repair => send_batch(self.renewals(), batch, self.wait),
-        };
+        let sent = send_batch(self.batches(batch.kind()), batch, self.wait);
         let (watch, suspect_after) = (Arc::clone(&self.watch), self.suspect_after);
         Box::pin(async move {
             let on_wire = Unanswered::new(&watch, suspect_after);

@@ -40,6 +40,7 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::node::batch::BatchKind;
 use crate::node::order::Lane;
 use crate::sync::locked;
 
@@ -87,9 +88,14 @@ impl Link {
         }
     }
 
-    /// The connection new batches go over.
-    pub(super) fn renewals(&self) -> ClusterConnection {
-        locked(&self.conns).renewals.clone()
+    /// The connection new batches of `kind` go over: the renewals' own,
+    /// and for kept places the calls' (they are the attempts' work).
+    pub(super) fn batches(&self, kind: BatchKind) -> ClusterConnection {
+        let conns = locked(&self.conns);
+        match kind {
+            BatchKind::Keep => conns.calls.clone(),
+            BatchKind::Renew | BatchKind::Repair => conns.renewals.clone(),
+        }
     }
 
     fn replace(&self, conns: Conns) {

@@ -222,3 +222,54 @@ impl<N: TestNode> NodeOps for N {
         self.reach("status", move |s| scripts::status(s, &keys))
     }
 }
+
+/// The calls that reached a set of [`Counted`] links, by kind (`what`).
+#[derive(Default, Clone)]
+pub(crate) struct Calls(Arc<std::sync::Mutex<std::collections::HashMap<&'static str, u64>>>);
+
+impl Calls {
+    /// The calls of the kinds `kind` accepts.
+    pub(crate) fn of(&self, kind: impl Fn(&str) -> bool) -> u64 {
+        crate::sync::locked(&self.0)
+            .iter()
+            .filter(|(what, _)| kind(what))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// A link to a fake node that counts the calls reaching it, by kind.
+pub(crate) struct Counted {
+    fake: Arc<FakeNode>,
+    calls: Calls,
+}
+
+impl TestNode for Counted {
+    fn fake(&self) -> &FakeNode {
+        &self.fake
+    }
+
+    fn reach<T: Debug + Send + 'static>(
+        &self,
+        what: &'static str,
+        script: impl Script<T>,
+    ) -> Answer<T> {
+        *crate::sync::locked(&self.calls.0).entry(what).or_default() += 1;
+        self.fake.reach(what, script)
+    }
+}
+
+/// Links to `fakes` that count their calls in one tally.
+pub(crate) fn counted(fakes: &[Arc<FakeNode>]) -> (Vec<Arc<dyn NodeOps>>, Calls) {
+    let calls = Calls::default();
+    let links = fakes
+        .iter()
+        .map(|f| {
+            Arc::new(Counted {
+                fake: Arc::clone(f),
+                calls: calls.clone(),
+            }) as Arc<dyn NodeOps>
+        })
+        .collect();
+    (links, calls)
+}
