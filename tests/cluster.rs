@@ -404,10 +404,17 @@ async fn a_waiter_on_the_mixed_members_is_woken_by_a_release_within_a_few_ms() {
         lat.push(wake_ms(&a, &b, &unique(&format!("wake{i}"))).await);
     }
     let p = p50(lat.clone());
-    eprintln!("wake-up after release, mixed members: p50 {p:.2} ms, all {lat:.1?}");
-    // Without the cluster member's messages (before sharded pub/sub) a
-    // waiter here woke a few ms after the masters' two: p50 8.8 ms.
-    assert!(p < 5.0, "p50 {p:.2} ms: {lat:?}");
+    let fastest = lat.iter().copied().fold(f64::INFINITY, f64::min);
+    eprintln!("wake-up after release, mixed members: p50 {p:.2} ms, fastest {fastest:.2} ms, all {lat:.1?}");
+    // With `Quorum::All`, a waiter rung by fewer than all three members'
+    // messages waits out the quorum grace (5 ms and up to 2 ms of jitter)
+    // from the first message, which comes after the release began. So a
+    // wake-up under 5 ms can only come from all three messages, the cluster
+    // member's included. Without that message (before sharded pub/sub) no
+    // wake-up was under 5 ms (p50 8.8 ms). The fastest of 11 is checked,
+    // not the median: on a busy machine most wake-ups are late for reasons
+    // of its own (CI once saw a p50 of 8.2 ms, fastest 3.4 ms).
+    assert!(fastest < 5.0, "fastest {fastest:.2} ms: {lat:?}");
 }
 
 #[tokio::test]
