@@ -79,9 +79,10 @@ impl Members {
 
     /// Keeps `waiter`'s place in the queue of `keys` on the nodes for
     /// another `timeout`, in one batch per node with the places of this
-    /// manager's other waiters (`places`): resolves to `true` when a quorum
+    /// manager's other waiters (`places`): resolves to `Some` when a quorum
     /// kept it and no node answered that the lock is free or the place gone
-    /// there; `false` tells the waiter to attempt instead. Answered within
+    /// there, with until when the lock's key is known to last; `None` tells
+    /// the waiter to attempt instead. Answered within
     /// the node timeout of the round that carries it (rounds follow one
     /// another; each waits for a quorum of answers, the rest land in the
     /// background).
@@ -96,7 +97,7 @@ impl Members {
         keys: &Arc<Keys>,
         waiter: &Arc<str>,
         timeout: Duration,
-    ) -> impl Future<Output = bool> + Send + 'static {
+    ) -> impl Future<Output = Option<places::Kept>> + Send + 'static {
         let (verdict, start) = self.places.add(RenewItem::place(keys, waiter, timeout));
         if start {
             let nodes = Arc::clone(self);
@@ -111,7 +112,9 @@ impl Members {
         async move {
             tokio::time::timeout(patience, verdict)
                 .await
-                .is_ok_and(|v| v.unwrap_or(false))
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
         }
     }
 
@@ -136,6 +139,9 @@ impl Members {
             };
             let batch = Arc::new(RenewBatch::keep(round.items));
             let required = self.required();
+            // Each node read its PTTLs after this: an expiry counted from
+            // here is never later than the key's.
+            let sent = tokio::time::Instant::now();
             let mut fan = self.fan_out(self.config.node_timeout, |i| {
                 Leg::Call(self.node(i).keep(Arc::clone(&batch)))
             });
@@ -150,8 +156,10 @@ impl Members {
                     Some(Ok(v)) => v.get(j),
                     _ => None,
                 });
-                let verdict = places::kept(each, required);
-                kept += usize::from(verdict);
+                let verdict = places::kept(each, required).map(|left| places::Kept {
+                    holder_until: left.and_then(|l| sent.checked_add(l)),
+                });
+                kept += usize::from(verdict.is_some());
                 let _ = tx.send(verdict);
             }
             self.metrics.places_kept(kept);

@@ -19,8 +19,10 @@
 //! longer polls asks for none, so its place lapses as it did before.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::node::{RenewItem, Renewed};
 use crate::sync::locked;
@@ -39,7 +41,7 @@ pub(crate) struct Keeper {
 #[derive(Default)]
 struct Pending {
     items: Vec<RenewItem>,
-    answers: Vec<oneshot::Sender<bool>>,
+    answers: Vec<oneshot::Sender<Option<Kept>>>,
     /// A round is running: it takes what is pending when it ends.
     running: bool,
 }
@@ -47,13 +49,23 @@ struct Pending {
 /// The places of one round and where each one's verdict goes.
 pub(crate) struct Round {
     pub(crate) items: Vec<RenewItem>,
-    pub(crate) answers: Vec<oneshot::Sender<bool>>,
+    pub(crate) answers: Vec<oneshot::Sender<Option<Kept>>>,
+}
+
+/// A kept place's verdict: until when the lock's key is known to last, if
+/// a node that kept the place said (the earliest of what they said, from
+/// the time the round was sent: a lower bound). The waiter sleeps on to
+/// then at most, instead of attempting at an expiry it saw before the
+/// holder renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) holder_until: Option<Instant>,
 }
 
 impl Keeper {
     /// Adds a place to the next round. Returns where its verdict comes,
     /// and whether the caller starts the rounds (none is running).
-    pub(crate) fn add(&self, item: RenewItem) -> (oneshot::Receiver<bool>, bool) {
+    pub(crate) fn add(&self, item: RenewItem) -> (oneshot::Receiver<Option<Kept>>, bool) {
         let (tx, rx) = oneshot::channel();
         let mut p = locked(&self.pending);
         p.items.push(item);
@@ -84,7 +96,7 @@ impl Keeper {
         p.running = false;
         p.items.clear();
         for tx in p.answers.drain(..) {
-            let _ = tx.send(false);
+            let _ = tx.send(None);
         }
     }
 }
@@ -95,12 +107,14 @@ impl Keeper {
 /// queued there, or that a key has another type. Any of those, or too few
 /// answers, and the waiter attempts, as every refresh once did: an
 /// attempt takes a free lock, and queues the waiter again where its place
-/// was gone.
+/// was gone. Kept, it says how long the lock's key is known to last: the
+/// least PTTL the keeping nodes reported ([`Renewed::Kept`]), if any did.
 pub(crate) fn kept<'a>(
     answers: impl Iterator<Item = Option<&'a Renewed>>,
     required: usize,
-) -> bool {
+) -> Option<Option<Duration>> {
     let mut kept = 0;
+    let mut left: Option<Duration> = None;
     #[cfg(test)]
     let free_kept =
         crate::hooks::mutation::active(crate::hooks::mutation::Mutation::KeepIgnoresFree);
@@ -109,12 +123,16 @@ pub(crate) fn kept<'a>(
     for a in answers {
         match a {
             Some(Renewed::Extended) => kept += 1,
+            Some(Renewed::Kept(pttl)) => {
+                kept += 1;
+                left = Some(left.map_or(*pttl, |l| l.min(*pttl)));
+            }
             Some(Renewed::Missing) if free_kept => kept += 1,
             Some(Renewed::Failed) | None => {}
-            Some(_) => return false,
+            Some(_) => return None,
         }
     }
-    kept >= required
+    (kept >= required).then_some(left)
 }
 
 #[cfg(test)]
@@ -168,7 +186,7 @@ mod tests {
         let k = Keeper::default();
         let (rx, _) = k.add(item(0));
         k.abandon();
-        assert_eq!(rx.await, Ok(false));
+        assert_eq!(rx.await, Ok(None));
         assert!(k.add(item(1)).1, "abandoning stops the rounds");
     }
 
@@ -176,13 +194,30 @@ mod tests {
     fn a_place_is_kept_only_by_a_quorum_and_no_node_against_it() {
         use Renewed::{Conflict, Extended, Failed, Missing, WrongType};
         let e = Some(&Extended);
-        assert!(kept([e, e, e, None, Some(&Failed)].into_iter(), 3));
-        assert!(!kept([e, e, None, None, Some(&Failed)].into_iter(), 3));
+        assert_eq!(
+            kept([e, e, e, None, Some(&Failed)].into_iter(), 3),
+            Some(None)
+        );
+        assert_eq!(kept([e, e, None, None, Some(&Failed)].into_iter(), 3), None);
         for against in [Missing, Conflict, WrongType] {
-            assert!(
-                !kept([e, e, e, e, Some(&against)].into_iter(), 3),
+            assert_eq!(
+                kept([e, e, e, e, Some(&against)].into_iter(), 3),
+                None,
                 "{against:?}"
             );
         }
+    }
+
+    /// A kept place says how long the lock is known to last: the least
+    /// PTTL the keeping nodes reported (a key without a TTL says nothing).
+    #[test]
+    fn a_kept_place_knows_the_least_pttl_reported() {
+        let s = |ms| Renewed::Kept(Duration::from_millis(ms));
+        let (a, b, e) = (s(900), s(400), Renewed::Extended);
+        let answers = [Some(&a), Some(&e), Some(&b), None];
+        let left = kept(answers.into_iter(), 3);
+        assert_eq!(left, Some(Some(Duration::from_millis(400))));
+        let short = [Some(&a), Some(&b), None, None];
+        assert_eq!(kept(short.into_iter(), 3), None, "two of three");
     }
 }

@@ -291,11 +291,17 @@ impl<'a> Turn<'a> {
             let kept = self.nodes.keep_place(&keys, waiter, timeout);
             // Never past the acquisition's deadline.
             let kept = match deadline {
-                Some(d) => tokio::time::timeout_at(d, kept).await.unwrap_or(false),
+                Some(d) => tokio::time::timeout_at(d, kept).await.ok().flatten(),
                 None => kept.await,
             };
-            if !kept {
+            let Some(kept) = kept else {
                 break woke;
+            };
+            // The holder renewed, if its key lasts past the expiry seen
+            // before: the waiter sleeps on to the new one, not attempting
+            // at the old.
+            if let Some(until) = kept.holder_until {
+                bell.holder_seen_until(until);
             }
             bell.kept();
         };

@@ -72,8 +72,12 @@ pub(crate) enum Released {
 /// How a node answered one lock of a renewal batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewed {
-    /// Our owner held it; extended.
+    /// Our owner held it; extended. In a keep batch: the place was kept,
+    /// and the lock's key has no TTL.
     Extended,
+    /// Keep batches only: the place was kept, and the lock's key had this
+    /// long left.
+    Kept(Duration),
     /// The key was missing and has been re-created for us (repair only).
     Repaired,
     /// The key is missing (renewal only; nothing was created).
@@ -246,8 +250,9 @@ pub(crate) trait NodeOps: Send + Sync + 'static {
 
     /// Keeps the waiters' places of a batch built with
     /// [`RenewBatch::keep`] (`scripts/keep.lua`): per place,
-    /// [`Renewed::Extended`] when its lock is held and the waiter's
-    /// deadline was extended, [`Renewed::Missing`] when the lock is free,
+    /// [`Renewed::Kept`] with the lock's PTTL when its lock is held and the
+    /// waiter's deadline was extended ([`Renewed::Extended`] if the key has
+    /// no TTL), [`Renewed::Missing`] when the lock is free,
     /// [`Renewed::Conflict`] when the waiter is not queued here (nothing
     /// written in either case). Sent on the connection of the attempts,
     /// never the watchdog's.

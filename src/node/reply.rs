@@ -145,6 +145,12 @@ pub(super) fn renewed_in_parts(codes: Vec<Option<i64>>) -> Result<Vec<Renewed>, 
 }
 
 fn renewed_code(code: i64) -> Result<Renewed, NodeError> {
+    if let Some(left) = code
+        .checked_sub(scripts::KEEP_KEPT_FOR)
+        .and_then(|ms| u64::try_from(ms).ok())
+    {
+        return Ok(Renewed::Kept(Duration::from_millis(left)));
+    }
     match code {
         scripts::RENEW_EXTENDED => Ok(Renewed::Extended),
         scripts::RENEW_REPAIRED => Ok(Renewed::Repaired),
@@ -265,6 +271,8 @@ mod tests {
         assert_eq!(renewed(codes.clone(), 5), Ok(all.to_vec()));
         assert!(renewed(codes, 4).is_err(), "one code per lock");
         assert!(renewed(vec![9], 1).is_err());
+        let kept = renewed(vec![scripts::KEEP_KEPT_FOR + 1_500], 1);
+        assert_eq!(kept, Ok(vec![Renewed::Kept(Duration::from_millis(1_500))]));
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl RenewalTally {
 /// What one answer says of the key on its node.
 fn held(answer: Option<Renewed>) -> Option<bool> {
     match answer? {
-        Renewed::Extended | Renewed::Repaired => Some(true),
+        Renewed::Extended | Renewed::Kept(_) | Renewed::Repaired => Some(true),
         Renewed::Missing | Renewed::Conflict | Renewed::WrongType => Some(false),
         Renewed::Failed => None,
     }

@@ -9,10 +9,14 @@
 --       read as A[ao + i]
 --
 -- Returns one code per waiter:
---   1 kept: the lock is held (by anyone), the waiter is queued, and its
---     deadline is now + timeout (the queue's keys live at least as long:
---     when they would not, they are given twice that, so that the next
---     keeps of the queue's waiters need not extend them again);
+--   16 + the lock's PTTL in milliseconds, kept: the lock is held (by
+--     anyone), the waiter is queued, and its deadline is now + timeout (the
+--     queue's keys live at least as long: when they would not, they are
+--     given twice that, so that the next keeps of the queue's waiters need
+--     not extend them again). The PTTL tells the waiter when the holder's
+--     key expires unless renewed, so that it attempts then, not at an
+--     expiry it saw before a renewal;
+--   1 kept, the lock's key having no TTL;
 --   3 free: no lock key; nothing is written (the waiter attempts: it may
 --     take the lock, and its attempt keeps its place);
 --   0 not queued: the lock is held but the waiter has no place here (it
@@ -47,7 +51,11 @@ for i = 1, nk / 3 do
       redis.call('pexpire', timeouts, 2 * timeout)
       redis.call('pexpire', queue, 2 * timeout)
     end
-    out[i] = 1
+    if pttl >= 0 then
+      out[i] = 16 + pttl
+    else
+      out[i] = 1
+    end
   end
 end
 return out

@@ -145,8 +145,9 @@ pub(crate) static REPAIR_SHARD: LazyLock<Lua> =
 
 /// Batched place keeping: extends the deadlines of waiters queued for
 /// locks that are held, reports free locks and lapsed places; its codes are
-/// the renew codes (kept [`RENEW_EXTENDED`], free [`RENEW_MISSING`], not
-/// queued [`RENEW_CONFLICT`], [`RENEW_WRONGTYPE`], [`RENEW_NOT_HERE`]).
+/// the renew codes (kept [`KEEP_KEPT_FOR`] and up, with the lock's PTTL,
+/// or [`RENEW_EXTENDED`] for a key without a TTL; free [`RENEW_MISSING`],
+/// not queued [`RENEW_CONFLICT`], [`RENEW_WRONGTYPE`], [`RENEW_NOT_HERE`]).
 pub(crate) static KEEP: LazyLock<Lua> =
     LazyLock::new(|| Lua::with_prelude(ONE_SHOT, BATCH_PRELUDE, include_str!("keep.lua")));
 
@@ -239,6 +240,10 @@ pub(crate) const RENEW_WRONGTYPE: i64 = -2;
 /// Renew reply code, per shard only: the lock's slot is not served by the
 /// node that ran the call (nothing was done for it).
 pub(crate) const RENEW_NOT_HERE: i64 = 4;
+/// Keep reply codes from here up: the place was kept, and the lock's key
+/// had `code - KEEP_KEPT_FOR` milliseconds left (a key without a TTL
+/// answers [`RENEW_EXTENDED`]). No renew or repair code reaches it.
+pub(crate) const KEEP_KEPT_FOR: i64 = 16;
 
 /// A duration as the scripts take it (leases, queue timeouts): whole
 /// milliseconds, at least 1 (a `PEXPIRE` of 0 would delete the key).

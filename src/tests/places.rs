@@ -157,3 +157,55 @@ async fn a_lock_freed_without_a_message_is_taken_at_the_next_refresh() {
     assert!(freed.elapsed() <= 300 * MS, "{:?}", freed.elapsed());
     g.release().await.expect("release");
 }
+
+/// A holder that renews (here every 300 ms, a 900 ms lease, as a watchdog
+/// would): each kept place tells the waiter how long the key lasts now, so
+/// it never attempts at an expiry it saw before a renewal. Before the keep
+/// said so, the waiter attempted at each such stale expiry: one attempt
+/// (three calls) every 600-900 ms here. When the renewals stop (the
+/// holder's process is gone), the waiter attempts at the key's expiry, not
+/// at its next refresh.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_on_a_renewed_lock_does_not_attempt_at_an_expiry_that_moved() {
+    let fakes = fakes(3);
+    let k = keys("renewed");
+    const LEASE: Duration = Duration::from_millis(900);
+    let renew = |fakes: &[Arc<FakeNode>]| {
+        for f in fakes {
+            f.take(&k.lock, "ghost", LEASE);
+        }
+    };
+    renew(&fakes);
+    let (m, calls) = waiters(&fakes);
+    let m = Arc::new(m);
+    let w = {
+        let m = Arc::clone(&m);
+        tokio::spawn(async move {
+            m.request("renewed")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    // 4 s of renewals, every 300 ms.
+    for _ in 0..13 {
+        tokio::time::sleep(300 * MS).await;
+        renew(&fakes);
+    }
+    let renewed_last = tokio::time::Instant::now();
+    let acquires = count(&calls, "acquire");
+    assert!(
+        acquires <= 2 * 3,
+        "{acquires} attempts' calls in 4 s on a lock its holder renews"
+    );
+    assert!(count(&calls, "keep") >= 15 * 3, "the place was kept");
+    let g = w.await.expect("task").expect("the waiter takes the lock");
+    let waited = renewed_last.elapsed();
+    // The key's expiry (900 ms after the last renewal), the jitter and the
+    // attempt; the next refresh could have come 200 ms later.
+    assert!(
+        waited >= LEASE && waited <= LEASE + 20 * MS,
+        "taken {waited:?} after the last renewal"
+    );
+    g.release().await.expect("release");
+}

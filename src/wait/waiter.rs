@@ -123,6 +123,11 @@ impl Waiter {
         self.chan.holder_seen(Instant::now().checked_add(pttl));
     }
 
+    /// Records that the lock's holder lasts until `until` on the nodes.
+    pub(crate) fn holder_seen_until(&self, until: Instant) {
+        self.chan.holder_seen(Some(until));
+    }
+
     /// How long until the current holder's key is known to expire, if known.
     pub(crate) fn holder_left(&self) -> Option<Duration> {
         self.chan

@@ -81,7 +81,11 @@ fn keep(s: &mut State, item: &RenewItem) -> Renewed {
     if q.expires.is_none_or(|e| e < deadline) {
         q.expires = Some(Instant::now() + 2 * item.lease);
     }
-    Renewed::Extended
+    // The lock key's PTTL (a key of another type there has none).
+    match s.locks.get(&keys.lock) {
+        Some(e) => Renewed::Kept(e.expires.saturating_duration_since(Instant::now())),
+        None => Renewed::Extended,
+    }
 }
 
 /// `acquire_all.lua`: reads every name first, then grants all or none.

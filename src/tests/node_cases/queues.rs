@@ -3,14 +3,14 @@
 
 use super::steps::{Op, Out, A_TWIN, H1, H2, L};
 use super::table::{
-    acquire, free, granted, held, leave, place, queue, queued, release, renewed, Case, H3, Q, W1,
-    W2, W3, WRONG_TYPE,
+    acquire, free, granted, held, kept, leave, place, queue, queued, release, renewed, Case, H3, Q,
+    W1, W2, W3, WRONG_TYPE,
 };
 use crate::node::{Released, Renewed};
 
 pub(super) fn cases() -> Vec<Case> {
     use Released::{Deleted, Lowered};
-    use Renewed::{Conflict, Extended, Missing};
+    use Renewed::{Conflict, Missing};
     vec![
         Case::new("queue: first waiter on a held lock gets ticket 1, the next tail+1, a refresh keeps it")
             .step(acquire("a", H1, L, 1), granted(1))
@@ -87,7 +87,7 @@ pub(super) fn cases() -> Vec<Case> {
             .two_waiters(200, Q)
             .step(
                 Op::Keep(vec![("a", W1, 1_000), ("a", W3, 1_000), ("b", W1, 1_000)]),
-                renewed(&[Extended, Conflict, Missing]),
+                renewed(&[kept(L), Conflict, Missing]),
             )
             .act(Op::Sleep(400))
             .step(Op::Queue("a"), queue(&[W1, W2]))
@@ -100,13 +100,13 @@ pub(super) fn cases() -> Vec<Case> {
         Case::new("keep: the queue's keys outlive the kept deadline, twice its timeout when extended")
             .step(acquire("a", H1, L, 1), granted(1))
             .step(place("a", H2, W1, 0, true, 100), queued(L, 1))
-            .step(Op::Keep(vec![("a", W1, 300)]), renewed(&[Extended]))
+            .step(Op::Keep(vec![("a", W1, 300)]), renewed(&[kept(L)]))
             .act(Op::Sleep(450))
             .step(Op::Queue("a"), queue(&[W1])),
         Case::new("keep: a waiter that left is not queued again")
             .two_waiters(Q, Q)
             .step(leave("a", W1), Out::Left(true))
-            .step(Op::Keep(vec![("a", W1, 1_000), ("a", W2, 1_000)]), renewed(&[Conflict, Extended]))
+            .step(Op::Keep(vec![("a", W1, 1_000), ("a", W2, 1_000)]), renewed(&[Conflict, kept(L)]))
             .step(Op::Queue("a"), queue(&[W2])),
         Case::new("queue timeout: the keys live to the latest deadline set, a leave does not cut it")
             .two_waiters(100, 1_000)

@@ -178,6 +178,13 @@ pub(super) fn same(a: &Out, b: &Out) -> bool {
                 fence: f2,
             },
         ) => h1 == h2 && c1 == c2 && f1 == f2 && near(p1, p2),
+        (Out::Renewed(x), Out::Renewed(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|pair| match pair {
+                    (Renewed::Kept(p), Renewed::Kept(q)) => near(&Some(*p), &Some(*q)),
+                    (p, q) => p == q,
+                })
+        }
         _ => a == b,
     }
 }

@@ -125,6 +125,11 @@ pub(super) fn renewed(codes: &[Renewed]) -> Out {
     Out::Renewed(codes.to_vec())
 }
 
+/// A keep's answer for a kept place whose lock has about `pttl` ms left.
+pub(super) fn kept(pttl: u64) -> Renewed {
+    Renewed::Kept(ms(pttl))
+}
+
 pub(super) const WRONG_TYPE: Out = Out::Failed(NodeErrorKind::WrongType);
 
 /// A named list of steps, each with the answer both nodes must give.
