@@ -180,7 +180,24 @@ async fn one_wake(
         red_holder.lock().await;
         None
     } else {
-        Some(holder.lock(&name).await.expect("holder"))
+        let g = holder.lock(&name).await.expect("holder");
+        // `lock()` returns at a quorum's grants: the last master's may
+        // still be on its way (or, on a busy machine, timed out and left
+        // to the watchdog's repair). A waiter started before it lands
+        // there could take that master at once, as an `RLock` of that
+        // master alone does, and never wait.
+        let everywhere = support::eventually(Duration::from_secs(10), || async {
+            let s = holder.status(&name).await.expect("status");
+            s.nodes
+                .iter()
+                .all(|n| n.state.as_ref().is_ok_and(|st| st.holder.is_some()))
+        })
+        .await;
+        assert!(
+            everywhere,
+            "{way:?}: the holder's lock never reached every master"
+        );
+        Some(g)
     };
     let (task, listening) = match way {
         Way::QuorumlockToQuorumlock | Way::RedLockToQuorumlock => {
