@@ -15,6 +15,11 @@
 //! - `QUORUMLOCK_SCALE_QUEUE_TIMEOUT_MS`: the waiters' manager's
 //!   `queue_timeout` (default the library's, 5 s): a waiter with a place
 //!   refreshes it every third of it;
+//! - `QUORUMLOCK_SCALE_HOLD_S`: once the waiters have settled, the holders
+//!   hold on for this many seconds more before they release (default 0),
+//!   and the CPU the waiting costs meanwhile (client, and the nodes' sum)
+//!   is reported per waiter and second: the upkeep of waiting on held
+//!   locks (place refreshes, attempts at the holders' expiries);
 //! - `QUORUMLOCK_SCALE_MILLION=1`: also hold 1,000,000 locks at the default
 //!   30 s lease (takes several minutes).
 //!
@@ -130,6 +135,27 @@ async fn node_sum(conns: &[MultiplexedConnection], section: &str, fields: &[&str
     total
 }
 
+/// How many times every node ran `command` (`INFO commandstats`, which
+/// counts the commands scripts call too), summed.
+async fn node_calls(conns: &[MultiplexedConnection], command: &str) -> f64 {
+    let mut total = 0.0;
+    let key = format!("cmdstat_{command}:calls=");
+    for c in conns {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c.clone())
+            .await
+            .unwrap_or_default();
+        for line in info.lines() {
+            if let Some(rest) = line.strip_prefix(&key) {
+                let calls = rest.split(',').next().unwrap_or("0");
+                total += calls.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+    }
+    total
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -167,6 +193,9 @@ struct WaitRow {
     after_release: (Duration, Duration),
     /// Acquisitions or releases that returned an error.
     failed: usize,
+    /// With `QUORUMLOCK_SCALE_HOLD_S`: the client's and the nodes' CPU
+    /// while the waiters waited on held locks, µs per waiter per second.
+    upkeep: Option<(f64, f64)>,
 }
 
 /// `waiters` tasks queue on `locks` locks held by one holder each, then
@@ -253,6 +282,7 @@ async fn waiters(
         settling.elapsed().as_secs_f64()
     );
     let queued_bytes = live().saturating_sub(live0);
+    let upkeep = hold_on(conns, waiters).await;
     let (cpu0, wake0) = (cpu_secs(), m.pubsub_stats().wakeups);
     let began = Instant::now();
     let _ = start.set(began);
@@ -293,7 +323,36 @@ async fn waiters(
         worst_wait: Duration::from_micros(worst.load(Ordering::Relaxed)),
         after_release: (pct(&after, 0.5), after.last().copied().unwrap_or_default()),
         failed: failed.load(Ordering::Relaxed),
+        upkeep,
     })
+}
+
+/// Holds on for `QUORUMLOCK_SCALE_HOLD_S` seconds, if set: the client's and
+/// the nodes' CPU meanwhile, µs per waiter per second.
+async fn hold_on(conns: &[MultiplexedConnection], waiters: usize) -> Option<(f64, f64)> {
+    let secs: f64 = std::env::var("QUORUMLOCK_SCALE_HOLD_S")
+        .ok()?
+        .parse()
+        .ok()?;
+    let fields = ["used_cpu_sys", "used_cpu_user"];
+    let (cpu0, ncpu0) = (cpu_secs(), node_sum(conns, "cpu", &fields).await);
+    // `HEXISTS` runs in attempts (`acquire_queued.lua`), not in place
+    // refreshes (`keep.lua`) nor renewals.
+    let attempts0 = node_calls(conns, "hexists").await;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    let (cpu, ncpu) = (
+        cpu_secs() - cpu0,
+        node_sum(conns, "cpu", &fields).await - ncpu0,
+    );
+    let attempts = node_calls(conns, "hexists").await - attempts0;
+    let per_waiter_s = |cpu: f64| per(cpu * 1e6 / t0.elapsed().as_secs_f64(), waiters);
+    #[allow(clippy::cast_precision_loss)]
+    let per_node = attempts / conns.len().max(1) as f64;
+    eprintln!(
+        "held on {secs} s: client {cpu:.2} s of CPU, nodes {ncpu:.2} s; {per_node:.0} attempts per node"
+    );
+    Some((per_waiter_s(cpu), per_waiter_s(ncpu)))
 }
 
 /// Waits until the nodes have processed no command for 300 ms (at most
@@ -315,11 +374,14 @@ async fn settle(conns: &[MultiplexedConnection]) {
 
 fn wait_table(rows: &[WaitRow]) -> String {
     let mut t = String::from(
-        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) | held after its lock's release, p50 / worst (ms) | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| waiters (one process) | handoffs/s | client CPU per handoff (µs) | memory per queued waiter (bytes) | wake-ups per handoff | worst wait (s) | held after its lock's release, p50 / worst (ms) | errors | while held, CPU per waiter-second: client / nodes (µs) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
+        let upkeep = r
+            .upkeep
+            .map_or_else(|| "—".to_owned(), |(c, n)| format!("{c:.1} / {n:.1}"));
         t.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} / {:.1} | {} |\n",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} / {:.1} | {} | {upkeep} |\n",
             r.label,
             r.handoffs_per_s,
             r.cpu_us_per_handoff,
