@@ -437,9 +437,17 @@ async fn a_release_on_each_shard_wakes_its_waiter() {
             lat.push(wake_ms(&a, &b, name).await);
         }
         let p = p50(lat.clone());
+        let fastest = lat.iter().copied().fold(f64::INFINITY, f64::min);
         eprintln!("wake-up after release, shard {port}: p50 {p:.2} ms, all {lat:.1?}");
-        // Without messages it woke by polling, about 51 ms after the release.
-        assert!(p < 20.0, "shard {port}: p50 {p:.2} ms: {lat:?}");
+        // Without messages it never wakes this soon: it woke by polling,
+        // about 51 ms after the release, when this test was written, and
+        // 1.5 s after it now (the feed's messages dropped, 2026-11-29). The
+        // fastest of three is checked, not the median, which a busy machine
+        // moves (see the mixed members' test).
+        assert!(
+            fastest < 20.0,
+            "shard {port}: fastest {fastest:.2} ms: {lat:?}"
+        );
     }
 }
 
