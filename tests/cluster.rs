@@ -395,26 +395,53 @@ fn slow_backoff(b: LockManagerBuilder) -> LockManagerBuilder {
         .backoff(backoff.expect("backoff"))
 }
 
+/// A waiter on two masters and a cluster member (`Quorum::All`) hears each
+/// release from all three members, the cluster member's sharded message
+/// included, and wakes by them. Before sharded pub/sub it heard the two
+/// masters only, and woke at the quorum grace after them (p50 8.8 ms,
+/// against about 3 ms with the third message on an idle machine).
+///
+/// The mechanism is what is checked: three messages per release, counted
+/// by the waiting manager between the release and its own. The wake-up
+/// time is printed, and bounded only far above the grace (a waiter that
+/// heard no message would poll, seconds later): a bound near the grace was
+/// a timed test, and a busy CI machine put every one of 11 wake-ups past it
+/// (5.1-13.8 ms) with all three messages arriving.
 #[tokio::test]
-async fn a_waiter_on_the_mixed_members_is_woken_by_a_release_within_a_few_ms() {
+async fn a_waiter_on_the_mixed_members_hears_every_members_release_message() {
     let a = build(slow_backoff(mixed())).await;
     let b = build(slow_backoff(mixed())).await;
     let mut lat = Vec::new();
     for i in 0..11 {
-        lat.push(wake_ms(&a, &b, &unique(&format!("wake{i}"))).await);
+        let name = unique(&format!("wake{i}"));
+        let held = a.lock(&name).await.expect("a locks");
+        let waiter = async {
+            let g = b.lock(&name).await.expect("b locks after the release");
+            (std::time::Instant::now(), g)
+        };
+        let releaser = async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let before = b.pubsub_stats().messages;
+            let t0 = std::time::Instant::now();
+            held.release().await.expect("a releases");
+            (t0, before)
+        };
+        let ((t1, g), (t0, before)) = tokio::join!(waiter, releaser);
+        let heard = support::eventually(Duration::from_secs(2), || async {
+            b.pubsub_stats().messages - before >= 3
+        })
+        .await;
+        let got = b.pubsub_stats().messages - before;
+        assert!(
+            heard,
+            "release {i}: {got} messages of 3 (two masters, the cluster member)"
+        );
+        g.release().await.expect("b releases");
+        lat.push(t1.duration_since(t0).as_secs_f64() * 1000.0);
     }
     let p = p50(lat.clone());
-    let fastest = lat.iter().copied().fold(f64::INFINITY, f64::min);
-    eprintln!("wake-up after release, mixed members: p50 {p:.2} ms, fastest {fastest:.2} ms, all {lat:.1?}");
-    // With `Quorum::All`, a waiter rung by fewer than all three members'
-    // messages waits out the quorum grace (5 ms and up to 2 ms of jitter)
-    // from the first message, which comes after the release began. So a
-    // wake-up under 5 ms can only come from all three messages, the cluster
-    // member's included. Without that message (before sharded pub/sub) no
-    // wake-up was under 5 ms (p50 8.8 ms). The fastest of 11 is checked,
-    // not the median: on a busy machine most wake-ups are late for reasons
-    // of its own (CI once saw a p50 of 8.2 ms, fastest 3.4 ms).
-    assert!(fastest < 5.0, "fastest {fastest:.2} ms: {lat:?}");
+    eprintln!("wake-up after release, mixed members: p50 {p:.2} ms, all {lat:.1?}");
+    assert!(p < 500.0, "p50 {p:.2} ms: {lat:?}");
 }
 
 #[tokio::test]
