@@ -40,6 +40,20 @@ fn holder(fakes: &[Arc<FakeNode>]) -> LockManager {
         .expect("valid fake cluster")
 }
 
+/// A waiter for `name` on `m` (30 s at most), in a task of its own.
+fn spawn_waiter(
+    m: &Arc<LockManager>,
+    name: &str,
+) -> tokio::task::JoinHandle<Result<crate::LockGuard, crate::Error>> {
+    let (m, name) = (Arc::clone(m), name.to_owned());
+    tokio::spawn(async move {
+        m.request(name)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    })
+}
+
 fn count(calls: &Calls, kind: &str) -> u64 {
     calls.of(|what| what == kind)
 }
@@ -137,15 +151,7 @@ async fn a_lock_freed_without_a_message_is_taken_at_the_next_refresh() {
     }
     let (m, calls) = waiters(&fakes);
     let m = Arc::new(m);
-    let w = {
-        let m = Arc::clone(&m);
-        tokio::spawn(async move {
-            m.request("quiet")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
+    let w = spawn_waiter(&m, "quiet");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(count(&calls, "keep") > 0, "the place was kept by then");
     for f in &fakes {
@@ -178,15 +184,7 @@ async fn a_waiter_on_a_renewed_lock_does_not_attempt_at_an_expiry_that_moved() {
     renew(&fakes);
     let (m, calls) = waiters(&fakes);
     let m = Arc::new(m);
-    let w = {
-        let m = Arc::clone(&m);
-        tokio::spawn(async move {
-            m.request("renewed")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
+    let w = spawn_waiter(&m, "renewed");
     // 4 s of renewals, every 300 ms.
     for _ in 0..13 {
         tokio::time::sleep(300 * MS).await;
