@@ -607,8 +607,11 @@ pub(crate) fn floor_owner(task: usize) -> Arc<str> {
 /// keys, so they get a prefix; quorumlock, the floor and the limit add their
 /// own.
 pub(crate) fn names(run: &str, who: Who, case: &str, round: usize, n: usize) -> Vec<String> {
+    (0..n).map(|i| name(run, who, case, round, i)).collect()
+}
+
+/// The `i`-th of [`names`].
+pub(crate) fn name(run: &str, who: Who, case: &str, round: usize, i: usize) -> String {
     let prefix = if who == Who::Rslock { "rslock:" } else { "" };
-    (0..n)
-        .map(|i| format!("{prefix}{run}-{case}-{round}-{i}"))
-        .collect()
+    format!("{prefix}{run}-{case}-{round}-{i}")
 }

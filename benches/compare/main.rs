@@ -57,7 +57,7 @@ mod settings;
 mod watchdog;
 
 use cases::{handoff, throughput, uncontended, Managers};
-use contenders::{floor_owner, names, order, Lockers, Who, ALL};
+use contenders::{floor_owner, name, names, order, Lockers, Who, ALL};
 use measures::{pct, Cpu, Results};
 use report::fmt_num;
 use settings::Settings;
@@ -120,6 +120,25 @@ async fn uncontended_round(r: &Run, round: usize, res: &mut [Results; 4]) {
         eprintln!("  uncontended {:<10} p50 {} µs", who.name(), fmt_num(p50));
         out.unc_round_p50_us.extend(p50);
         out.unc_ns.extend(samples);
+    }
+}
+
+/// Case 1 again, interleaved: cycle `i` of the round runs each contender
+/// once, in the order of `order(round + i)`, so that every contender's
+/// samples span the same stretch of time. The blocks above measure CPU per
+/// cycle (which needs a contender alone on the machine); this pass is the
+/// one the latency ratios are read from, since a change of load between
+/// blocks (this machine's runs move by ±5%) moves one contender's
+/// samples only.
+async fn uncontended_mixed(r: &Run, round: usize, res: &mut [Results; 4]) {
+    let owner = floor_owner(0);
+    for i in 0..r.s.cycles {
+        for who in order(round + i) {
+            let out = &mut res[who.index()];
+            let one = [name(&r.id, who, "m", round, i)];
+            let samples = uncontended(&r.l, who, &one, &owner, out).await;
+            out.unc_mixed_ns.extend(samples);
+        }
     }
 }
 
@@ -206,6 +225,7 @@ async fn rounds(r: &Run, m: &mut Measured) {
         );
         if r.s.runs("uncontended") {
             uncontended_round(r, round, &mut m.res).await;
+            uncontended_mixed(r, round, &mut m.res).await;
         }
         if r.s.runs("throughput") {
             throughput_round(r, round, &mut m.res).await;

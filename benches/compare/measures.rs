@@ -93,6 +93,10 @@ pub(crate) struct Results {
     pub(crate) tp_cpu: Cpu,
     pub(crate) unc_ns: Vec<u64>,
     pub(crate) unc_round_p50_us: Vec<f64>,
+    /// Cycles of the interleaved pass: the contenders take turns cycle by
+    /// cycle, so that a change in the machine's load between blocks does
+    /// not land on one contender's samples only.
+    pub(crate) unc_mixed_ns: Vec<u64>,
     pub(crate) unc_errors: u64,
     pub(crate) unc_first_error: Option<String>,
     pub(crate) tp_rounds: Vec<Value>,
@@ -117,6 +121,12 @@ impl Results {
     pub(crate) fn unc_us(&mut self, p: f64) -> Option<f64> {
         self.unc_ns.sort_unstable();
         pct(&self.unc_ns, p).map(|n| n / 1e3)
+    }
+
+    /// The interleaved pass's percentile `p`, in µs.
+    pub(crate) fn mixed_us(&mut self, p: f64) -> Option<f64> {
+        self.unc_mixed_ns.sort_unstable();
+        pct(&self.unc_mixed_ns, p).map(|n| n / 1e3)
     }
 
     pub(crate) fn ho_ms(&mut self, p: f64) -> Option<f64> {

@@ -135,6 +135,34 @@ fn uncontended_rows(res: &mut [Results; 4], rows: &mut Vec<Row>, targets: &mut V
     });
     targets.push(json!({"name": "uncontended p50 ≤ 1.0× floor", "ratio": vs_floor, "limit": 1.0, "met": ok_floor}));
     targets.push(json!({"name": "uncontended p50 ≤ 0.8× rslock", "ratio": vs_rs, "limit": 0.8, "met": ok_rs}));
+    let m50 = [
+        floor.mixed_us(50.0),
+        ql.mixed_us(50.0),
+        rs.mixed_us(50.0),
+        lim.mixed_us(50.0),
+    ];
+    if m50.iter().any(Option::is_some) {
+        let vs_limit = ratio(m50[1], m50[3]);
+        let ok_limit = vs_limit.map(|r| r <= 1.05);
+        rows.push(Row {
+            metric: "uncontended p50, contenders interleaved cycle by cycle (µs)".into(),
+            better: "lower",
+            values: m50,
+            target: "≤1.05× limit".into(),
+            status: format!("limit {}", check(ok_limit)),
+        });
+        targets.push(json!({"name": "uncontended p50 (interleaved) ≤ 1.05× limit", "ratio": vs_limit, "limit": 1.05, "met": ok_limit}));
+        rows.push(info_row(
+            "uncontended p99, contenders interleaved cycle by cycle (µs)",
+            "lower",
+            [
+                floor.mixed_us(99.0),
+                ql.mixed_us(99.0),
+                rs.mixed_us(99.0),
+                lim.mixed_us(99.0),
+            ],
+        ));
+    }
     for p in [99.0, 99.9] {
         rows.push(info_row(
             format!("uncontended lock+unlock p{p} (µs)"),
@@ -560,6 +588,7 @@ fn contender_json(r: &mut Results) -> Value {
         "uncontended": {
             "samples": r.unc_ns.len(),
             "p50_us": r.unc_us(50.0), "p99_us": r.unc_us(99.0), "p99_9_us": r.unc_us(99.9),
+            "interleaved": { "samples": r.unc_mixed_ns.len(), "p50_us": r.mixed_us(50.0), "p99_us": r.mixed_us(99.0) },
             "round_p50_us": r.unc_round_p50_us,
             "median_round_p50_us": median(&r.unc_round_p50_us),
             "errors": r.unc_errors,
@@ -592,6 +621,7 @@ fn ratios_json(m: &mut Measured) -> Value {
     let [floor, ql, rs, lim] = &mut m.res;
     json!({
         "uncontended_p50": { "vs_rslock": ratio(ql.unc_us(50.0), rs.unc_us(50.0)), "vs_floor": ratio(ql.unc_us(50.0), floor.unc_us(50.0)), "vs_limit": ratio(ql.unc_us(50.0), lim.unc_us(50.0)) },
+        "uncontended_p50_interleaved": { "vs_rslock": ratio(ql.mixed_us(50.0), rs.mixed_us(50.0)), "vs_floor": ratio(ql.mixed_us(50.0), floor.mixed_us(50.0)), "vs_limit": ratio(ql.mixed_us(50.0), lim.mixed_us(50.0)) },
         "uncontended_p99": { "vs_rslock": ratio(ql.unc_us(99.0), rs.unc_us(99.0)), "vs_floor": ratio(ql.unc_us(99.0), floor.unc_us(99.0)), "vs_limit": ratio(ql.unc_us(99.0), lim.unc_us(99.0)) },
         "uncontended_p99_9": { "vs_rslock": ratio(ql.unc_us(99.9), rs.unc_us(99.9)), "vs_floor": ratio(ql.unc_us(99.9), floor.unc_us(99.9)), "vs_limit": ratio(ql.unc_us(99.9), lim.unc_us(99.9)) },
         "throughput": { "vs_rslock": ratio(ql.tp(), rs.tp()), "vs_floor": ratio(ql.tp(), floor.tp()), "vs_limit": ratio(ql.tp(), lim.tp()) },
