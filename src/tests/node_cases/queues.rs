@@ -66,7 +66,9 @@ pub(super) fn cases() -> Vec<Case> {
         Case::new("queue timeout: a gone head of a held lock is dropped; the caller goes behind the rest")
             .two_waiters(100, Q)
             .act(Op::Sleep(300))
-            .step(place("a", H2, W3, 0, true, Q), queued(L, 3))
+            // The holder's time left, less the sleep: within the slack
+            // even when the machine stalls the case for 400 ms more.
+            .step(place("a", H2, W3, 0, true, Q), queued(L - 300, 3))
             .step(Op::Queue("a"), queue(&[W2, W3])),
         Case::new("queue timeout: the queue goes away with its last waiter")
             .step(acquire("a", H1, L, 1), granted(1))
@@ -74,7 +76,7 @@ pub(super) fn cases() -> Vec<Case> {
             .step(place("a", H3, W2, 0, false, 100), queued(L, 2))
             .act(Op::Sleep(300))
             .step(Op::Queue("a"), queue(&[]))
-            .step(place("a", H3, W2, 0, false, Q), queued(L, 1)),
+            .step(place("a", H3, W2, 0, false, Q), queued(L - 300, 1)),
         Case::new("queue timeout: a later waiter's shorter timeout does not cut an earlier one's")
             .two_waiters(Q, 100)
             .act(Op::Sleep(300))
@@ -100,8 +102,10 @@ pub(super) fn cases() -> Vec<Case> {
         Case::new("keep: the queue's keys outlive the kept deadline, twice its timeout when extended")
             .step(acquire("a", H1, L, 1), granted(1))
             .step(place("a", H2, W1, 0, true, 100), queued(L, 1))
-            .step(Op::Keep(vec![("a", W1, 300)]), renewed(&[kept(L)]))
-            .act(Op::Sleep(450))
+            .step(Op::Keep(vec![("a", W1, 1_000)]), renewed(&[kept(L)]))
+            // Past the kept deadline (1 s), well before the keys' end (2 s):
+            // a stall of the machine up to 700 ms changes nothing.
+            .act(Op::Sleep(1_300))
             .step(Op::Queue("a"), queue(&[W1])),
         Case::new("keep: a waiter that left is not queued again")
             .two_waiters(Q, Q)
