@@ -491,10 +491,28 @@ pub async fn node_id(port: u16) -> String {
 /// Kills every connection of the node on `port` that holds a sharded
 /// subscription (`ssub` above 0 in `CLIENT LIST`); returns how many.
 pub async fn kill_shard_subscribers(port: u16) -> usize {
+    let ids = shard_subscriber_ids(port).await;
+    for id in &ids {
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("ID").arg(id);
+        let _: i64 = query(port, &kill).await;
+    }
+    ids.len()
+}
+
+/// How many clients of the shard at `port` are subscribed to a sharded
+/// channel (`SSUBSCRIBE`).
+pub async fn shard_subscribers(port: u16) -> usize {
+    shard_subscriber_ids(port).await.len()
+}
+
+/// The ids of the clients of the shard at `port` subscribed to a sharded
+/// channel.
+async fn shard_subscriber_ids(port: u16) -> Vec<String> {
     let mut list = redis::cmd("CLIENT");
     list.arg("LIST");
     let text: String = query(port, &list).await;
-    let mut killed = 0;
+    let mut ids = Vec::new();
     for line in text.lines() {
         let field = |name: &str| {
             line.split_whitespace()
@@ -502,11 +520,8 @@ pub async fn kill_shard_subscribers(port: u16) -> usize {
         };
         let subscribed = field("ssub=").and_then(|n| n.parse::<u32>().ok()) > Some(0);
         if let (true, Some(id)) = (subscribed, field("id=")) {
-            let mut kill = redis::cmd("CLIENT");
-            kill.arg("KILL").arg("ID").arg(id);
-            let _: i64 = query(port, &kill).await;
-            killed += 1;
+            ids.push(id);
         }
     }
-    killed
+    ids
 }
