@@ -326,9 +326,10 @@ async fn a_dropped_fair_waiter_leaves_the_queue_on_every_node() {
         .duration_since(released);
     println!("dropped fair waiter: next waiter granted {handoff:?} after the release");
     // Without the leave it would wait for the dropped waiter's deadline
-    // (up to 5 s); without the wake, for its refresh timer (1.7 s).
+    // (up to 5 s); without the wake, for its refresh timer (1.7 s). A few
+    // ms on an idle machine; the bound leaves a loaded one room to stall.
     assert!(
-        handoff < Duration::from_millis(500),
+        handoff < Duration::from_secs(1),
         "the waiter behind a dropped one got the lock only after {handoff:?}"
     );
 }
@@ -566,7 +567,7 @@ async fn a_plain_request_is_not_held_back_by_a_local_fair_waiter() {
     let took = started.elapsed();
     println!("plain request beside a local fair waiter: granted in {took:?}");
     assert!(
-        took < Duration::from_millis(500),
+        took < Duration::from_secs(1),
         "the plain request took {took:?}"
     );
     plain.release().await.expect("release");

@@ -430,7 +430,8 @@ async fn reads_and_writes_on_a_cluster_member_beside_two_masters() {
 /// gives up: leaving the waiting writers (`scripts/leave.lua`) publishes on
 /// `<family>:writer_released`, where waiting readers listen. Before it did,
 /// the reader got in only at its next refresh, up to `queue_timeout / 3`
-/// later (2.4 s here, against the 500 ms asserted).
+/// later (2.4 s here, against the 1 s asserted; a few ms on an idle
+/// machine).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_waiting_behind_a_writer_that_gave_up_gets_in_soon() {
     let queue_timeout = Duration::from_secs(9);
@@ -479,5 +480,5 @@ async fn a_reader_waiting_behind_a_writer_that_gave_up_gets_in_soon() {
     );
     g.release().await.expect("release");
     held.release().await.expect("release");
-    assert!(waited < Duration::from_millis(500), "{waited:?}");
+    assert!(waited < Duration::from_secs(1), "{waited:?}");
 }
