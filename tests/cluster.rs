@@ -872,6 +872,14 @@ async fn woken_after(
     t1.duration_since(t0).as_secs_f64() * 1000.0
 }
 
+/// Whether the shard at `port` lists a sharded subscription within 10 s.
+async fn subscribed_on(port: u16) -> bool {
+    support::eventually(Duration::from_secs(10), || async {
+        shard_subscribers(port).await >= 1
+    })
+    .await
+}
+
 fn wait_for(
     m: &LockManager,
     name: &str,
@@ -911,17 +919,15 @@ async fn a_waiter_is_woken_by_a_release_after_its_slot_moved_or_its_feed_dropped
     // Waiting (subscribed on `from`) while the slot moves to `to`.
     let held = a.lock(&name).await.expect("a locks");
     let waiter = wait_for(&b, &name);
-    let waiting = support::eventually(Duration::from_secs(10), || async {
-        shard_subscribers(from).await >= 1
-    })
-    .await;
-    assert!(waiting, "the waiter's feed subscribed on {from}");
+    assert!(
+        subscribed_on(from).await,
+        "the waiter's feed subscribed on {from}"
+    );
     Migration::run(reshard_cluster(), slot, to).await;
-    let followed = support::eventually(Duration::from_secs(10), || async {
-        shard_subscribers(to).await >= 1
-    })
-    .await;
-    assert!(followed, "the waiter's feed subscribed on {to}");
+    assert!(
+        subscribed_on(to).await,
+        "the waiter's feed subscribed on {to}"
+    );
     let moved = woken_after(held, waiter).await;
     eprintln!("woken {moved:.2} ms after a release on the slot's new shard");
     assert!(
@@ -935,11 +941,10 @@ async fn a_waiter_is_woken_by_a_release_after_its_slot_moved_or_its_feed_dropped
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = kill_shard_subscribers(to).await;
     assert!(killed >= 1, "the waiter's feed was subscribed on {to}");
-    let back = support::eventually(Duration::from_secs(10), || async {
-        shard_subscribers(to).await >= 1
-    })
-    .await;
-    assert!(back, "the waiter's feed subscribed again on {to}");
+    assert!(
+        subscribed_on(to).await,
+        "the waiter's feed subscribed again on {to}"
+    );
     let dropped = woken_after(held, waiter).await;
     eprintln!("woken {dropped:.2} ms after a release following a dropped feed connection");
     assert!(
