@@ -110,10 +110,7 @@ async fn fan_out(ask: &Ask<'_>, spot: Option<&mut Spot>) -> Result<Won, Error> {
     let start = clock::now();
     // Armed from the start: dropped with this future, it sends the release
     // of every name to every node in the background.
-    let restore = Claim {
-        count: ask.restore(),
-        ..ask.claim.clone()
-    };
+    let restore = Claim::new(Arc::clone(&ask.claim.holder), lease, ask.restore());
     let mut rollback = Rollback::new(nodes, target, restore);
     let mut spot = spot;
     let place = spot.as_deref_mut().map(Spot::place);

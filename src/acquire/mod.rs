@@ -108,11 +108,7 @@ impl Acquisition<'_> {
                 let ask = Ask {
                     nodes: self.nodes,
                     target,
-                    claim: Claim {
-                        holder: Arc::clone(&holder_id),
-                        lease,
-                        count: 1,
-                    },
+                    claim: Claim::new(Arc::clone(&holder_id), lease, 1),
                     kind: Kind::Fresh,
                     attempt: turn.misses(),
                 };
@@ -192,11 +188,7 @@ pub(crate) async fn reenter(hold: Arc<Hold>) -> Result<LockGuard, Error> {
     let ask = Ask {
         nodes,
         target: &Target::one(&hold.keys),
-        claim: Claim {
-            holder: Arc::clone(&hold.holder_id),
-            lease: hold.lease,
-            count,
-        },
+        claim: Claim::new(Arc::clone(&hold.holder_id), hold.lease, count),
         kind: Kind::Reenter,
         attempt: 0,
     };

@@ -291,11 +291,7 @@ impl Hold {
             holder = %self.holder_id,
             count = left,
         );
-        let claim = Claim {
-            holder: Arc::clone(&self.holder_id),
-            lease: self.lease,
-            count: left,
-        };
+        let claim = Claim::new(Arc::clone(&self.holder_id), self.lease, left);
         let skip = self.unreached_nodes();
         let release = self
             .nodes

@@ -24,6 +24,7 @@ use super::order::{pair, Lane, Order, Stamp};
 use super::reply::{self, grant};
 use super::script_call::Resend;
 use super::script_keys;
+use super::shared::HolderArgs;
 
 /// How calls reach one real member's server.
 pub(crate) trait Server: Send + Sync + 'static {
@@ -47,6 +48,13 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// exits: [`Lane::Frees`]) on a connection of their own, as
     /// [`Call::stamp`]'s lane says; if not, every call goes on one.
     fn frees_apart(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Server::eval`] sends a call's shared command
+    /// ([`Call::share`]); a server that builds every command itself is not
+    /// given one.
+    fn sends_shared(&self) -> bool {
         false
     }
 
@@ -98,6 +106,11 @@ pub(crate) struct Call<T, R, A, F> {
     pub(crate) confirm: Confirm,
     pub(crate) args: A,
     pub(crate) read: F,
+    /// The `EVALSHA` command the call's fan-out shares, when it is the
+    /// one this call would build (see `shared`); `args` writes the same
+    /// arguments, for a server that builds its own (an `EVAL`, a cluster
+    /// member's).
+    pub(crate) share: Option<Arc<redis::Cmd>>,
     reads: PhantomData<fn(T) -> R>,
 }
 
@@ -129,6 +142,7 @@ impl<T, R, A: Args, F: Read<T, R>> Call<T, R, A, F> {
             confirm,
             args,
             read,
+            share: None,
             reads: PhantomData,
         }
     }
@@ -186,6 +200,31 @@ impl<S: Server> Member<S> {
     ) -> Answer<R> {
         self.0.eval(Call::new(script, names, how, args, read))
     }
+
+    /// [`Member::run`] with a holder's arguments `args`, sending the
+    /// `EVALSHA` command of the fan-out `claim` belongs to (see `shared`).
+    fn run_shared<T: redis::FromRedisValue + Send + 'static, R: Send + 'static>(
+        &self,
+        (script, names, claim): (&'static scripts::Lua, script_keys::Names, &Claim),
+        how: (Resend, Confirm, Stamp),
+        args: HolderArgs,
+        read: impl Read<T, R>,
+    ) -> Answer<R> {
+        let share = if self.0.sends_shared() {
+            claim.shared.command(script, &names, &args)
+        } else {
+            None
+        };
+        let mut call = Call::new(
+            script,
+            names,
+            how,
+            move |c: &mut redis::Cmd| args.write(c),
+            read,
+        );
+        call.share = share;
+        self.0.eval(call)
+    }
 }
 
 impl<S: Server> NodeOps for Member<S> {
@@ -221,11 +260,9 @@ impl<S: Server> NodeOps for Member<S> {
         let read = |reply: Vec<Value>| grant(&reply, "acquire");
         let Some(p) = place.cloned() else {
             let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Calls);
-            let args = move |c: &mut redis::Cmd| {
-                c.arg(&*owner).arg(ms(lease)).arg(count);
-            };
-            let names = script_keys::acquire(keys);
-            return self.run(&scripts::ACQUIRE, names, grant_call(stamp), args, read);
+            let args = HolderArgs::new(owner, [ms(lease), count.into()]);
+            let call = (&*scripts::ACQUIRE, script_keys::acquire(keys), claim);
+            return self.run_shared(call, grant_call(stamp), args, read);
         };
         let stamp = self.stamp(
             keys.slot(),
@@ -293,13 +330,11 @@ impl<S: Server> NodeOps for Member<S> {
         let (owner, lease, count) = (Arc::clone(&claim.holder), claim.lease, claim.count);
         let names = script_keys::release(keys);
         let stamp = self.stamp(keys.slot(), &[holder(keys, &owner)], Lane::Frees);
-        let sharded = self.sharded();
-        let args = move |c: &mut redis::Cmd| {
-            c.arg(&*owner).arg(count).arg(ms(lease)).arg(token);
-            c.arg(sharded);
-        };
+        let sharded = self.sharded().into();
+        let args = HolderArgs::new(owner, [count.into(), ms(lease), token, sharded]);
         let how = (Resend::AfterBrokenConnection, Confirm::Master, stamp);
-        self.run(&scripts::RELEASE, names, how, args, reply::released)
+        let call = (&*scripts::RELEASE, names, claim);
+        self.run_shared(call, how, args, reply::released)
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {

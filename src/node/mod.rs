@@ -12,6 +12,8 @@
 //!   not run is never sent again once a later call of its hold was made);
 //! - `script_keys`: the key names each script call passes, all in the
 //!   lock's hash slot for a call about one lock;
+//! - `shared`: the one command the calls of a fan-out share, sent only
+//!   by calls that would have built the same;
 //! - `ops`: [`NodeOps`], the calls the coordinator makes of a member, and
 //!   their answers;
 //! - `reply`: what a real master's replies mean (no I/O);
@@ -35,7 +37,9 @@ mod redis_node;
 mod reply;
 mod script_call;
 mod script_keys;
+
 mod sentinel;
+mod shared;
 mod spec;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 
 use super::batch::{RenewBatch, RENEW_CHUNK};
 use super::feed::Feed;
+use super::shared::Shared;
 use crate::error::NodeError;
 use crate::keys::Keys;
 
@@ -32,12 +33,25 @@ pub(crate) enum Grant {
 
 /// Who a lock call is for and on what terms: the holder id written into the
 /// lock hash, the lease, and the hold count (to set, or to leave on a
-/// release).
+/// release); and the command its fan-out's calls share ([`Shared`]: a
+/// call sends it only when it would have built the same one).
 #[derive(Debug, Clone)]
 pub(crate) struct Claim {
     pub(crate) holder: Arc<str>,
     pub(crate) lease: Duration,
     pub(crate) count: u32,
+    pub(crate) shared: Shared,
+}
+
+impl Claim {
+    pub(crate) fn new(holder: Arc<str>, lease: Duration, count: u32) -> Self {
+        Self {
+            holder,
+            lease,
+            count,
+            shared: Shared::default(),
+        }
+    }
 }
 
 /// A waiter's place in a lock's queue, sent with each of its attempts

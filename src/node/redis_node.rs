@@ -374,6 +374,10 @@ impl Server for RedisNode {
         true
     }
 
+    fn sends_shared(&self) -> bool {
+        true
+    }
+
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
         BatchCost::of_one_pipeline(batch)
     }
@@ -403,6 +407,7 @@ impl Server for RedisNode {
             });
         let barrier = call.stamp.barrier().map(|l| (l, lane(l).clone()));
         Box::pin(async move {
+            let share = call.share;
             let stamp = &call.stamp;
             let reply = async {
                 let sender = sender?;
@@ -414,7 +419,12 @@ impl Server for RedisNode {
                     stamp.passed(l);
                 }
                 sender
-                    .run(call.script, &call.keys, (call.resend, stamp), call.args)
+                    .run(
+                        call.script,
+                        &call.keys,
+                        (call.resend, stamp),
+                        (call.args, share.as_deref()),
+                    )
                     .await
             }
             .await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
+use super::shared::Command;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use crate::sync::locked;
@@ -280,7 +281,7 @@ impl ScriptCall {
         script: &scripts::Lua,
         keys: &super::script_keys::Names,
         (resend, stamp): (Resend, &super::order::Stamp),
-        args: impl Fn(&mut redis::Cmd),
+        (args, share): (impl Fn(&mut redis::Cmd), Option<&redis::Cmd>),
     ) -> Result<T, NodeError> {
         let mut tries = if resend == Resend::Never { 1 } else { 2 };
         let mut no_script_resent = false;
@@ -298,8 +299,16 @@ impl ScriptCall {
             tries -= 1;
             let loaded = &self.loaded[script.id];
             let send_body = !loaded.load(Ordering::Acquire);
-            let mut cmd = keys.call(script, send_body);
-            args(&mut cmd);
+            // The fan-out's `EVALSHA` when it is the one this call would
+            // build (`shared`), else its own.
+            let cmd = match share {
+                Some(shared) if !send_body => Command::Kept(shared),
+                _ => {
+                    let mut cmd = keys.call(script, send_body);
+                    args(&mut cmd);
+                    Command::Own(cmd)
+                }
+            };
             self.breaker.sent();
             let reply = cmd.query_async(&mut self.conn).await;
             self.breaker.heard();

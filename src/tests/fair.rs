@@ -254,11 +254,7 @@ async fn a_waiter_that_stops_calling_is_skipped_after_the_queue_timeout() {
         timeout: QUEUE_TIMEOUT,
         fair: true,
     };
-    let claim = Claim {
-        holder: "dead-holder".into(),
-        lease: Duration::from_secs(10),
-        count: 1,
-    };
+    let claim = Claim::new("dead-holder".into(), Duration::from_secs(10), 1);
     for f in &fakes {
         let r = f.acquire(&k, &claim, Some(&dead)).await;
         assert!(matches!(r, Ok(Grant::Taken(_, 1))), "{r:?}");

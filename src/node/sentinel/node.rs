@@ -425,6 +425,12 @@ impl Server for SentinelNode {
         true
     }
 
+    /// Its calls go through the current master's [`RedisNode`], which
+    /// sends them.
+    fn sends_shared(&self) -> bool {
+        true
+    }
+
     fn batch_cost(&self, batch: &RenewBatch) -> BatchCost {
         BatchCost::of_one_pipeline(batch)
     }

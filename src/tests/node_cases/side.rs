@@ -293,9 +293,5 @@ impl Side {
 
 /// A call's claim from a case's plain values (a lease in milliseconds).
 fn claim(holder: &str, lease_ms: u64, count: u32) -> Claim {
-    Claim {
-        holder: Arc::from(holder),
-        lease: ms(lease_ms),
-        count,
-    }
+    Claim::new(Arc::from(holder), ms(lease_ms), count)
 }
