@@ -479,6 +479,69 @@ async fn a_release_on_each_shard_wakes_its_waiter() {
     }
 }
 
+/// A release that its shard answers late (frozen, as by SIGSTOP; here
+/// `CLIENT PAUSE`), past the node timeout but within the release's
+/// patience (two node timeouts), runs once and is reported released.
+/// redis-rs's response timeout was the node timeout, and its `TimedOut`,
+/// an I/O error, read as a broken connection: the release was sent again
+/// behind its first copy, still queued on the same connection; the first
+/// deleted the key, the second answered "missing", and `release()` failed
+/// with `Expired` although it had released (4 of 10 runs of
+/// `a_release_on_each_shard_wakes_its_waiter` under SIGSTOP stress). On
+/// a one-node cluster of its own: a pause of the shared cluster would
+/// hold up the other tests' calls.
+#[tokio::test]
+async fn a_release_answered_after_the_node_timeout_runs_once_and_is_released() {
+    let single = LocalCluster::start_single();
+    let port = single.nodes.port(0);
+    let node_timeout = Duration::from_millis(400);
+    let m = build(
+        LockManager::builder()
+            .cluster(single.urls())
+            .node_timeout(node_timeout)
+            .lease(Duration::from_secs(30)),
+    )
+    .await;
+    let name = unique("late-release");
+    // The scripts loaded first: the paused release is then one EVALSHA
+    // that runs (a first EVALSHA answers NOSCRIPT and runs nothing).
+    m.lock(&name).await.unwrap().release().await.unwrap();
+    let held = m.lock(&name).await.expect("lock");
+    assert!(has_lock_at(port, &name).await);
+    // Nothing answered for 1.5 node timeouts: past the node timeout,
+    // within the release's two.
+    let mut c = raw_at(port).await;
+    let before = evalsha_calls(&mut c).await;
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(node_timeout.as_millis() * 3 / 2)
+        .arg("ALL")
+        .query_async(&mut c)
+        .await
+        .expect("CLIENT PAUSE");
+    let released = held.release().await;
+    let gone = !has_lock_at(port, &name).await;
+    assert!(gone, "the release ran: the key is deleted");
+    assert!(
+        released.is_ok(),
+        "the release ran, yet release() said {released:?}"
+    );
+    assert_eq!(evalsha_calls(&mut c).await - before, 1, "sent once");
+}
+
+/// How many `EVALSHA` calls the server ran (`INFO commandstats`).
+async fn evalsha_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
 // ---- Resharding: a lock's slot moved to another shard while held ----
 //
 // On a cluster of its own (`reshard_cluster`), so that the shared

@@ -89,12 +89,17 @@ pub(crate) fn next(e: &RedisError) -> Next {
     }
 }
 
-/// What a try's error proves, for [`super::retry::Retry::after`].
+/// What a try's error proves, for [`super::retry::Retry::after`]. A
+/// response timeout (redis-rs's, an I/O error `TimedOut`) is not a broken
+/// connection: the connection lives on, and the call, queued on it, may
+/// still run when the shard answers (a frozen master that resumes). Sent
+/// again, it would run twice: a release's second copy answered "missing"
+/// after its first had deleted the key, and `release()` said `Expired`.
 pub(crate) fn failure(e: &RedisError) -> Failure {
     Failure {
         next: next(e),
         no_script: no_script(e),
-        broken: broken(e),
+        broken: broken(e) && !e.is_timeout(),
     }
 }
 
@@ -356,6 +361,9 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    use crate::node::cluster::retry::{Retry, Step};
+    use crate::node::script_call::Resend;
+
     fn server_error(text: &str) -> RedisError {
         let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("parses");
         v.extract_error().expect_err("an error reply")
@@ -415,6 +423,20 @@ mod tests {
         assert!(!again(&cut), "a reset connection may have run it");
         let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(!again(&timeout), "a timeout may have run it");
+        assert!(failure(&cut).broken);
+        assert!(
+            !failure(&timeout).broken,
+            "a timeout left the call queued on a live connection"
+        );
+        // A release (sent again after a broken connection) that timed out
+        // is not sent again; one whose connection broke is, once.
+        let patience = Duration::from_secs(1);
+        let release = || Retry::new(Resend::AfterBrokenConnection, patience);
+        assert_eq!(release().after(&failure(&timeout)), Step::Stop);
+        assert_eq!(
+            release().after(&failure(&cut)),
+            Step::Again { moved: false }
+        );
         let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(again(&refused), "a refused connection sent nothing");
     }

@@ -40,6 +40,7 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::config::RELEASE_PATIENCE;
 use crate::node::batch::BatchKind;
 use crate::node::order::Lane;
 use crate::sync::locked;
@@ -124,9 +125,14 @@ pub(super) struct Dial {
 impl Dial {
     /// A cluster client over `first` nodes: redis-rs's retries off (every
     /// call is sent again only by `retry`'s rules), its responses
-    /// bounded by the node timeout (which bounds its own topology
-    /// refreshes too: one that asked a frozen node would hold every call
-    /// of the connection), no Nagle delay.
+    /// bounded by the longest wait of a caller, a release's
+    /// ([`RELEASE_PATIENCE`] node timeouts; the bound holds its own
+    /// topology refreshes too: one that asked a frozen node would hold
+    /// every call of the connection), no Nagle delay. Bounded by the node
+    /// timeout, a release answered between one node timeout and two had
+    /// its answer dropped by redis-rs, and could not count as its caller
+    /// says it does; a call whose caller stops waiting sooner is dropped
+    /// by the caller.
     pub(super) fn client(
         &self,
         first: Vec<ConnectionInfo>,
@@ -136,7 +142,7 @@ impl Dial {
             .builder(first)
             .retries(0)
             .connection_timeout(self.connect_timeout)
-            .response_timeout(self.node_timeout)
+            .response_timeout(self.node_timeout.saturating_mul(RELEASE_PATIENCE))
             .tcp_settings(tcp)
             .build()
     }
