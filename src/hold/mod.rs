@@ -3,11 +3,11 @@
 //! (count, validity, granting nodes, a renewal in flight) is its
 //! [`record`], changed only through the verbs there.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::clock;
@@ -42,6 +42,28 @@ pub enum HoldState {
     /// Renewal stopped at `max_hold`; it stays valid until `valid_until`,
     /// then it is `Lost`.
     MaxHoldReached,
+}
+
+impl HoldState {
+    /// The phase as a word ([`Hold`] keeps it in an atomic).
+    fn code(self) -> u8 {
+        match self {
+            Self::Held => 0,
+            Self::Released => 1,
+            Self::Lost => 2,
+            Self::MaxHoldReached => 3,
+        }
+    }
+
+    /// The phase of [`HoldState::code`]'s word.
+    fn of_code(code: u8) -> Self {
+        match code {
+            0 => Self::Held,
+            1 => Self::Released,
+            2 => Self::Lost,
+            _ => Self::MaxHoldReached,
+        }
+    }
 }
 
 /// Held or stopped at `max_hold`: usable, until its validity ends.
@@ -116,8 +138,13 @@ pub(crate) struct Hold {
     /// Per node: this hold's acquire was never sent there
     /// ([`Acquired::unreached`]).
     unreached: Vec<bool>,
-    /// The phase, watched by `lost()` waiters.
-    phase: watch::Sender<HoldState>,
+    /// The phase ([`HoldState::code`]): a word, where a channel made per
+    /// hold cost every acquisition an allocation that most holds, never
+    /// waited on, do not need.
+    phase: AtomicU8,
+    /// Woken at each change of phase (`lost()` waiters, see
+    /// [`Hold::wait_phase`]).
+    phase_changed: Notify,
     /// Woken when a renewal wave that included this hold ends.
     renew_done: Notify,
     on_drop: OnDrop,
@@ -150,7 +177,8 @@ impl Hold {
             max_hold: if renewed { nodes.config.max_hold } else { None },
             record: Mutex::new(Record::new(acquired.valid_until, acquired.granted)),
             unreached: acquired.unreached,
-            phase: watch::Sender::new(HoldState::Held),
+            phase: AtomicU8::new(HoldState::Held.code()),
+            phase_changed: Notify::new(),
             renew_done: Notify::new(),
             on_drop,
         })
@@ -177,7 +205,7 @@ impl Hold {
     /// The phase as last recorded, without checking the deadline (for code
     /// that holds the record's lock and checks `valid_until` itself).
     pub(crate) fn stored_phase(&self) -> HoldState {
-        *self.phase.borrow()
+        HoldState::of_code(self.phase.load(Ordering::SeqCst))
     }
 
     /// Still usable for re-entry: not released and not lost.
@@ -197,14 +225,18 @@ impl Hold {
     /// to a phase that is not live ends the hold (counted once: such a
     /// phase is never left).
     pub(crate) fn transition(&self, to: HoldState) -> bool {
-        let moved = self.phase.send_if_modified(|p| {
-            if is_live(*p) && *p != to {
-                *p = to;
-                true
-            } else {
-                false
-            }
-        });
+        let moved = self
+            .phase
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {
+                let p = HoldState::of_code(p);
+                (is_live(p) && p != to).then_some(to.code())
+            })
+            .is_ok();
+        if moved {
+            // After the store: a waiter that read the old phase had
+            // registered first (see `wait_phase`), and is woken.
+            self.phase_changed.notify_waiters();
+        }
         if moved && !is_live(to) {
             self.nodes.metrics.hold_ended(self.acquired_at);
         }
@@ -237,11 +269,14 @@ impl Hold {
     /// and re-arm the timer: a validity that ran out during the suspend is
     /// seen lost at resume (within [`POLL`](crate::resume::POLL)).
     pub(crate) async fn wait_phase(&self, done: impl Fn(HoldState) -> bool) -> HoldState {
-        let mut rx = self.phase.subscribe();
         // Subscribed on the first wait for a deadline only: a wait that ends
         // at once starts no watcher.
         let mut resumes = None;
         loop {
+            // Registered before the phase is read: a change after the read
+            // wakes it (`notify_waiters` wakes every `Notified` made
+            // before it, polled or not).
+            let changed = self.phase_changed.notified();
             let phase = self.phase();
             if done(phase) {
                 return phase;
@@ -258,12 +293,7 @@ impl Hold {
                 continue;
             }
             tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        // The sender lives in this hold: unreachable.
-                        return self.phase();
-                    }
-                }
+                () = changed => {}
                 () = sleep_until_some(deadline) => {}
                 () = resumed(resumes.as_mut()) => {}
             }
