@@ -36,6 +36,11 @@ pub(crate) enum Mutation {
     /// one that may have run too (an acquire, a forced release): caught
     /// as `Resent` by the sharded runs of the simulator.
     ResendMayHaveRun,
+    /// A cluster member reads a response timeout as a broken connection
+    /// (`route::failure`, the code before the fix): a release whose try
+    /// timed out is sent again behind its own first copy, caught as
+    /// `ResentAfterTimeout` by the sharded runs of the simulator.
+    TimeoutIsBroken,
     /// A quorum read of an election's leader trusts the first member that
     /// answers (`leader::read`): a record only a minority holds, or one a
     /// member kept after a later leader took over, is reported.
@@ -90,6 +95,7 @@ impl Mutation {
             Self::NoWriterHoldBack => 16384,
             Self::WriterIgnoresReaders => 32768,
             Self::KeepIgnoresFree => 65536,
+            Self::TimeoutIsBroken => 131072,
         }
     }
 }

@@ -87,6 +87,9 @@ pub(crate) enum Invariant {
     /// ran on a shard and whose reply was lost) was sent again (see
     /// `shards`).
     Resent,
+    /// Any call was sent again after a try that ran and whose response
+    /// timed out, its connection alive (see `shards`).
+    ResentAfterTimeout,
     /// Two leaderships of the election believed themselves leader at once
     /// ([`Invariant::MutualExclusion`] of the election's lock, the belief
     /// being `Leadership::is_leader`).

@@ -55,9 +55,10 @@
 //!   each process through `ShardedNode`: each call routed by the keys it
 //!   names, each shard answering `MOVED`, `ASK` or `TRYAGAIN` as Redis 7
 //!   does mid-migration, each error read and acted on by the production
-//!   retry rules (`node::cluster::retry`); the invariant
+//!   retry rules (`node::cluster::retry`); the invariants
 //!   [`checker::Invariant::Resent`] (an acquire or a forced release sent
-//!   again after a try that ran) is checked there;
+//!   again after a try that ran) and `ResentAfterTimeout` (any call sent
+//!   again after a try that ran and timed out) are checked there;
 //! - `liveness`: progress ([`checker::Invariant::Progress`]), sampled from
 //!   the nodes' actual keys every 5 ms: while a live waiter (its process
 //!   neither stalled nor dead) wants a lock that is free on a quorum of the
@@ -81,8 +82,8 @@
 //! - `faults`: the fault schedule of a run, per [`Mode`];
 //! - `shard_faults`: a sharded run's migrations (one at a time, keys moved
 //!   every 2 to 8 ms, sometimes after a pause) and shard faults (fail
-//!   fast, black hole, slow, replies reset after the call ran), alongside
-//!   `faults`;
+//!   fast, black hole, slow, replies reset or timed out after the call
+//!   ran), alongside `faults`;
 //! - `clients`: processes (one manager each, one
 //!   [`crate::clock::test::Process`] each: see "Suspends" below) with
 //!   several tasks doing
@@ -117,9 +118,9 @@
 //!   safe-mode and 200 each of fair- and pause-heavy-mode seeds with node 0
 //!   sharded, 300 election-mode seeds (and 24 replayed twice), the unsafe
 //!   modes and the mutations (two of them in Redisson's layout too,
-//!   `resend-may-have-run` sharded, four in election mode, two in
-//!   semaphore mode, five in rw mode), 150 semaphore-mode and 150
-//!   rw-mode seeds;
+//!   `resend-may-have-run` and `timeout-is-broken` sharded, four in
+//!   election mode, two in semaphore mode, five in rw mode), 150
+//!   semaphore-mode and 150 rw-mode seeds;
 //! - `QUORUMLOCK_SIM_SEEDS=N` runs N safe-mode seeds (a soak);
 //!   `QUORUMLOCK_SIM_{PAUSE,RESET,SETS,FAIR}_SEEDS` and
 //!   `QUORUMLOCK_SIM_REDISSON{,_SETS,_FAIR}_SEEDS` and
@@ -129,7 +130,7 @@
 //!   `QUORUMLOCK_SIM_DET_ELECTION_SEEDS` the election seeds replayed);
 //! - `QUORUMLOCK_SIM_SEED=S [QUORUMLOCK_SIM_MODE=pauses|resets|sets|fair|election|semaphore|rw|unsafe-restart|unsafe-clock]
 //!   [QUORUMLOCK_SIM_LAYOUT=redisson] [QUORUMLOCK_SIM_SHARDS=1]
-//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|trust-first-answer|no-fence|leader-ignores-expiry|minority-quorum|reader-quorum-one|no-writer-hold-back|writer-ignores-readers|keep-ignores-free]
+//!   [QUORUMLOCK_SIM_MUTATION=no-rollback|renew-lapsed|single-try-fence|per-node-order|deferred-unbounded|defer-to-fair|ring-quorum|ignore-resume|resend-may-have-run|timeout-is-broken|trust-first-answer|no-fence|leader-ignores-expiry|minority-quorum|reader-quorum-one|no-writer-hold-back|writer-ignores-readers|keep-ignores-free]
 //!   [QUORUMLOCK_SIM_TRACE=1]
 //!   cargo test --all-features --lib sim::replay::replay -- --nocapture`
 //!   prints the history of seed S (with every node call and reply under

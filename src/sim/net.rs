@@ -144,6 +144,10 @@ pub(crate) enum Cut {
     /// command connection was reset after the node ran the call); the
     /// pub/sub connection still delivers.
     Resets,
+    /// Requests are applied; each reply comes after the client's response
+    /// timeout, which ends the try with a timeout error (the connection
+    /// lives on: a sharded member's shard connections only).
+    TimesOut,
 }
 
 /// A request in flight on a slow link, applied when it arrives.

@@ -168,6 +168,7 @@ impl SimNode {
                 Ok(r) => r,
                 Err(Lost::Refused) => Err(NodeError::new(NodeErrorKind::Connection, "refused")),
                 Err(Lost::Reset) => Err(NodeError::new(NodeErrorKind::Connection, "reset")),
+                Err(Lost::TimedOut) => Err(NodeError::timeout()),
             }
         })
     }
@@ -180,6 +181,9 @@ pub(crate) enum Lost {
     Refused,
     /// The connection was reset after the node ran the call.
     Reset,
+    /// The node ran the call; the client's response timeout ended the try
+    /// before its reply came (the connection lives on).
+    TimedOut,
 }
 
 /// One shard of a sharded member on one client's way: its switches and
@@ -291,8 +295,10 @@ impl Path<'_> {
             if cut == Cut::Replies {
                 return never().await;
             }
-            if cut == Cut::Resets {
-                return Err(Lost::Reset);
+            match cut {
+                Cut::Resets => return Err(Lost::Reset),
+                Cut::TimesOut => return Err(Lost::TimedOut),
+                _ => {}
             }
             if !back.is_zero() {
                 tokio::time::sleep(back).await;

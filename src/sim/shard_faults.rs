@@ -42,8 +42,9 @@ async fn migrate(member: Arc<Member>, log: Log) {
 
 /// The shard faults of a sharded run, until the fault phase ends: slot
 /// migrations (one at a time), shards that refuse or never answer, slow
-/// shards, and shards whose replies are lost to resets after the call ran
-/// (on every process's connection). Each heals after 10 to 310 ms.
+/// shards, and shards whose replies are lost to resets, or come after the
+/// clients' response timeout, after the call ran (on every process's
+/// connection). Each heals after 10 to 310 ms.
 pub(crate) async fn faults(member: Arc<Member>, log: Log, params: Params) {
     let n = member.shards.len();
     let mut busy = vec![Instant::now(); n];
@@ -54,7 +55,7 @@ pub(crate) async fn faults(member: Arc<Member>, log: Log, params: Params) {
         let now = Instant::now();
         let k = up_to(n as u64 - 1) as usize;
         let dur = Duration::from_millis(10 + up_to(300));
-        let kind = up_to(5);
+        let kind = up_to(6);
         if kind <= 1 {
             if migration.as_ref().is_none_or(|m| m.is_finished()) {
                 let (m, l) = (Arc::clone(&member), log.clone());
@@ -80,11 +81,17 @@ pub(crate) async fn faults(member: Arc<Member>, log: Log, params: Params) {
                 shard.set_slow(params.node_timeout * 2);
                 "Slow"
             }
-            _ => {
+            5 => {
                 for links in &member.links {
                     links[k].set(Cut::Resets);
                 }
                 "ResetReplies"
+            }
+            _ => {
+                for links in &member.links {
+                    links[k].set(Cut::TimesOut);
+                }
+                "TimeoutReplies"
             }
         };
         log.push(

@@ -3,7 +3,8 @@
 //! member's, so that the checks, the feed and the member-wide faults see
 //! it whole); each lock's hash slot ([`crate::lock_slot`]) is served by one
 //! shard ([`Member`]), and each shard has switches of its own (down, black
-//! hole, slow, replies reset after the call ran) and one connection per
+//! hole, slow, replies reset after the call ran, replies late past the
+//! client's response timeout after the call ran) and one connection per
 //! process. Slots migrate during the run, key by key, as `MIGRATE` moves
 //! them.
 //!
@@ -25,11 +26,16 @@
 //! slot (`node::cluster::route`'s `slot_groups`), each part's locks answered, a
 //! failed part's [`Renewed::Failed`]. Release messages come from the
 //! member as a whole (its feed is the member's: shard faults do not touch
-//! pub/sub).
+//! pub/sub). A response timeout (`Cut::TimesOut`) ends the try with an
+//! I/O error `TimedOut` one node timeout after the send (redis-rs's
+//! response timeout before the fix that made it a release's two node
+//! timeouts: harsher than production), the connection living on.
 //!
-//! The invariant [`Invariant::Resent`]: a call that must never be sent
+//! The invariants: [`Invariant::Resent`], a call that must never be sent
 //! again (an acquire, a forced release: `Resend::Never`) is sent again
-//! after a try that ran on a shard.
+//! after a try that ran on a shard; [`Invariant::ResentAfterTimeout`], any
+//! call is sent again after a try that ran and timed out (its first copy,
+//! queued on the live connection, may still run: a second runs twice).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -273,17 +279,18 @@ impl ShardedNode {
         Box::pin(async move {
             let mut retry = Retry::new(resend, patience);
             let ran = Arc::new(AtomicBool::new(false));
-            let mut flagged = false;
+            // Whether a try ran and timed out (its copy may still run).
+            let (mut timed_out, mut flagged) = (false, false);
             loop {
-                if resend == Resend::Never && ran.load(Ordering::Relaxed) && !flagged {
+                let again = match (timed_out, ran.load(Ordering::Relaxed)) {
+                    (true, _) => Some((Invariant::ResentAfterTimeout, "its response timed out")),
+                    (false, true) if resend == Resend::Never => Some((Invariant::Resent, "it ran")),
+                    _ => None,
+                };
+                if let (Some((inv, why)), false) = (again, flagged) {
                     flagged = true;
-                    spin.log.push(
-                        WORLD,
-                        Ev::Violation(
-                            Invariant::Resent,
-                            format!("p{proc}: {what} over {keys:?} sent again after it ran"),
-                        ),
-                    );
+                    let what = format!("p{proc}: {what} over {keys:?} sent again after {why}");
+                    spin.log.push(WORLD, Ev::Violation(inv, what));
                 }
                 let (k, asking) = match retry.route() {
                     Redirect::BySlot => {
@@ -304,18 +311,17 @@ impl ShardedNode {
                     process: &process,
                     shard: Some(&way),
                 };
-                let (m, names, run, ran) = (
-                    Arc::clone(&member),
-                    keys.clone(),
-                    script.clone(),
-                    Arc::clone(&ran),
-                );
+                let (m, names, run) = (Arc::clone(&member), keys.clone(), script.clone());
+                let this = Arc::new(AtomicBool::new(false));
+                let (ran, this_ran) = (Arc::clone(&ran), Arc::clone(&this));
+                let sent = tokio::time::Instant::now();
                 let reply = path.send(&trace, what, move |fake| {
                     fake.reach(what, move |s| {
                         Ok(match m.route(k, &names, asking, s) {
                             Err(line) => Try::Refused(line),
                             Ok(()) => {
                                 ran.store(true, Ordering::Relaxed);
+                                this_ran.store(true, Ordering::Relaxed);
                                 Try::Ran(run(s))
                             }
                         })
@@ -327,6 +333,12 @@ impl ShardedNode {
                     Ok(Ok(Try::Refused(line))) => server_error(&line),
                     Err(Lost::Refused) => io_error(std::io::ErrorKind::ConnectionRefused),
                     Err(Lost::Reset) => io_error(std::io::ErrorKind::ConnectionReset),
+                    Err(Lost::TimedOut) => {
+                        // The response timeout: one node timeout from the send.
+                        timed_out |= this.load(Ordering::Relaxed);
+                        tokio::time::sleep_until(sent + patience).await;
+                        io_error(std::io::ErrorKind::TimedOut)
+                    }
                 };
                 match retry.after(&failure(&e)) {
                     Step::Again { moved } => {

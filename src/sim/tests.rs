@@ -394,6 +394,10 @@ sweeps! {
     /// seen on the shard that runs it twice.
     mutation_resend_may_have_run_is_caught:
         Safe on Shards with ResendMayHaveRun => breaks[Resent];
+    /// Reading a response timeout as a broken connection (the code before
+    /// the fix) sends a release again behind its own first copy.
+    mutation_timeout_is_broken_is_caught:
+        Safe on Shards with TimeoutIsBroken => breaks[ResentAfterTimeout];
 
     /// Processes campaigning on one election and observing it (`election`):
     /// one leader at a time, increasing terms, observers that never go

@@ -161,6 +161,15 @@ fn resend_may_have_run() -> bool {
     false
 }
 
+/// The simulator's mutation that reads a response timeout as a broken
+/// connection (`route::failure` before the fix).
+pub(super) fn timeout_is_broken() -> bool {
+    #[cfg(test)]
+    return crate::hooks::mutation::active(crate::hooks::mutation::Mutation::TimeoutIsBroken);
+    #[cfg(not(test))]
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,7 +99,7 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
     Failure {
         next: next(e),
         no_script: no_script(e),
-        broken: broken(e) && !e.is_timeout(),
+        broken: broken(e) && (!e.is_timeout() || super::retry::timeout_is_broken()),
     }
 }
 
