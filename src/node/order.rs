@@ -22,7 +22,8 @@
 //!
 //! Only script calls about locks are stamped; renewal and repair batches
 //! are ordered by the hold itself (a release waits for a renewal in
-//! flight), and a fence raise only ever raises a counter.
+//! flight, on the client side only: see `hold::record` for a batch given
+//! up unanswered), and a fence raise only ever raises a counter.
 //!
 //! **Lanes.** A member whose server has a connection of its own for the
 //! calls that free ([`Lane::Frees`]: releases and queue exits; every
