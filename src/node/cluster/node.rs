@@ -20,19 +20,16 @@
 //! it retries on I/O errors and dropped connections too: a script that ran
 //! but whose reply was lost would run twice (an acquire landing behind its
 //! own rollback, a force-release deleting a lock taken meanwhile). Its
-//! retries are therefore off (`retries(0)`; its response timeout is the
-//! longest wait of a caller, a release's two node timeouts, so that its
-//! own topology refreshes cannot hang on a frozen node and a release
-//! answered late within its wait still counts), and this module
-//! re-sends a call only
-//! after an answer that proves the script did not run: `MOVED` (sent again
+//! retries are therefore off (`retries(0)`; its response timeout is a
+//! caller's longest wait, a release's: its refreshes cannot hang on a
+//! frozen node, and a late answer within that wait counts), and this
+//! module re-sends a call only after an answer that proves the script did not run: `MOVED` (sent again
 //! to the address named), `ASK` (sent again there after `ASKING`),
 //! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` (after a
 //! pause, 5 ms doubling up to 100 ms, for as long as the caller waits, at
 //! most the node timeout), `NOSCRIPT` (sent again as `EVAL`), a refused
 //! connection, or no connection to the slot's node yet. After a broken
-//! connection (not a response timeout, which leaves the call queued on a
-//! live connection, to run when the shard answers) a call is
+//! connection (not a response timeout: the call may still run) a call is
 //! sent again only where a standalone member would send it again (release,
 //! leave, raise-fence: `Resend::AfterBrokenConnection`), and renewal
 //! batches, which a release waits for, as on a standalone member. No call

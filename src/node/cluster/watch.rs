@@ -125,14 +125,9 @@ pub(super) struct Dial {
 impl Dial {
     /// A cluster client over `first` nodes: redis-rs's retries off (every
     /// call is sent again only by `retry`'s rules), its responses
-    /// bounded by the longest wait of a caller, a release's
-    /// ([`RELEASE_PATIENCE`] node timeouts; the bound holds its own
-    /// topology refreshes too: one that asked a frozen node would hold
-    /// every call of the connection), no Nagle delay. Bounded by the node
-    /// timeout, a release answered between one node timeout and two had
-    /// its answer dropped by redis-rs, and could not count as its caller
-    /// says it does; a call whose caller stops waiting sooner is dropped
-    /// by the caller.
+    /// bounded by a caller's longest wait, a release's [`RELEASE_PATIENCE`]
+    /// node timeouts (so a late answer within it counts; the bound holds
+    /// its topology refreshes too), no Nagle delay.
     pub(super) fn client(
         &self,
         first: Vec<ConnectionInfo>,
