@@ -3,6 +3,8 @@
 //! These tests stop nodes and read server-wide counters, so each takes the
 //! binary's `serial()` lock and leaves every node running when it ends.
 
+#[path = "support/gate.rs"]
+mod gate;
 mod support;
 
 use std::time::Duration;
@@ -430,6 +432,66 @@ async fn a_flushed_script_cache_is_resent_once_as_eval() {
     g.release()
         .await
         .expect("release after NOSCRIPT everywhere");
+    m.flush().await;
+    assert_eq!(nodes_with_key(&name).await, 0);
+}
+
+/// A repair given up at its timeout still sits in its node's queue; the
+/// hold's release must run after it there, not before, or the repair
+/// re-creates the released key for a full lease. The repair's bytes are
+/// held on their way to node 0 until the release has returned.
+#[tokio::test]
+async fn a_repair_given_up_at_its_timeout_never_brings_a_released_key_back() {
+    let _s = serial().await;
+    let repair = gate::repair_script();
+    let gate = gate::Gate::start(nodes().port(0), repair.get_hash())
+        .await
+        .expect("gate proxy");
+    // Cached on node 0 beforehand, as on a server that ran a repair before:
+    // a repair answered `NOSCRIPT` would run nothing.
+    let mut c = raw(0).await;
+    let _: String = repair
+        .prepare_invoke()
+        .load_async(&mut c)
+        .await
+        .expect("SCRIPT LOAD");
+    let lease = Duration::from_secs(3);
+    let m = LockManager::builder()
+        .nodes([gate.url.clone(), nodes().url(1), nodes().url(2)])
+        .quorum(Quorum::Majority)
+        .lease(lease)
+        .renew_interval(PERIOD)
+        .node_timeout(Duration::from_millis(150))
+        .build()
+        .await
+        .expect("build");
+    let name = unique("stale-repair");
+    let g = m.lock(&name).await.expect("lock");
+    assert!(has_key(0, &name).await);
+    // Node 0 loses the key; the next wave repairs it there, and the gate
+    // holds the repair.
+    gate.arm();
+    let _: i64 = redis::cmd("DEL")
+        .arg(support::key(&name))
+        .query_async(&mut c)
+        .await
+        .expect("DEL");
+    assert!(
+        gate.holding(PERIOD * 4).await,
+        "no repair reached node 0's gate"
+    );
+    // The release waits for the wave, whose repair is given up at its
+    // timeout, then goes out; a quorum answers.
+    g.release().await.expect("release");
+    gate.open();
+    // Both reach node 0 now, each in its connection's order; the repair
+    // re-creates the key for a full lease if it runs last.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = support::masters::pttl(nodes(), 0, &name).await;
+    assert_eq!(
+        left, -2,
+        "node 0 has the released lock's key back (PTTL {left} ms): the repair ran after the release"
+    );
     m.flush().await;
     assert_eq!(nodes_with_key(&name).await, 0);
 }

@@ -12,17 +12,14 @@
 //! after its repairs) or the end the wave marked has passed: a renewal or a
 //! repair answered in time never lands on the nodes after the release.
 //!
-//! The rule is the client's, and one gap is left open: a batch given up at
-//! its timeout may still sit in its node's queue on the renewal
-//! connection, while the release goes on another connection. When the
-//! node catches up, it may run the release first. A renewal that then
-//! lands finds no key and does nothing. A repair that lands re-creates the
-//! released hold's key for a full lease, renewed by nobody. This is a
-//! matter of liveness, not safety: that node's vote is taken for up to one
-//! lease. It needs a node that lost the key, a repair sent to it, and that
-//! repair held up past its timeout (a slow link, or a pipeline of more than
-//! one server read behind a freeze). Ordering the release behind the
-//! given-up batch on the renewal connection is what closes it.
+//! The rule is the client's. A batch given up at its timeout may still sit
+//! in its node's queue on the renewal connection; the release must not
+//! overtake it there on another connection, or a repair run after it
+//! re-creates the released key for a full lease. The member's order sees
+//! to that: a repair given up unanswered leaves its holds unsettled on the
+//! renewal connection, and their releases go there, behind it
+//! (`node::order`, [`Lane::Renewals`](crate::node::Lane)). A renewal run
+//! late finds no key and does nothing.
 
 use tokio::time::Instant;
 

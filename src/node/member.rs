@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::error::NodeError;
+use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::{Keys, Role};
 use crate::scripts::{self, ms};
 
@@ -179,6 +179,35 @@ impl<S: Server> Member<S> {
         self.1.stamp(pairs, prefer, slot)
     }
 
+    /// A renew or repair batch, stamped in the member's order on the
+    /// renewal connection (`repairs`: a repair's items as (slot, pair)):
+    /// an answer proves that what was sent there before it has run.
+    fn ordered_batch(
+        &self,
+        batch: Arc<RenewBatch>,
+        repairs: &[(u16, u64)],
+    ) -> Answer<Vec<Renewed>> {
+        let Some(stamp) = self.1.batch(repairs) else {
+            return self.0.batch(batch);
+        };
+        let items = Arc::clone(&batch);
+        let answer = self.0.batch(batch);
+        Box::pin(async move {
+            let r = answer.await;
+            match &r {
+                Ok(codes) => stamp.answered(codes.len(), |i| {
+                    let slot = items.items.get(i).map_or(0, |it| it.keys.slot());
+                    (codes.get(i) != Some(&Renewed::Failed)).then_some(slot)
+                }),
+                // No answer on a live connection: it may still run there
+                // (the stamp's drop says so).
+                Err(e) if e.kind == NodeErrorKind::Timeout => drop(stamp),
+                Err(_) => stamp.failed(),
+            }
+            r
+        })
+    }
+
     /// The last argument of every script that publishes (`release`,
     /// `leave`, `force_release`, `acquire_queued`): `1` on a cluster member,
     /// whose messages go out with `SPUBLISH` (sharded pub/sub, received on
@@ -338,11 +367,18 @@ impl<S: Server> NodeOps for Member<S> {
     }
 
     fn renew(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.0.batch(batch)
+        self.ordered_batch(batch, &[])
     }
 
+    /// A repair's holds are unsettled on the renewal connection while it
+    /// may run there: a release made meanwhile goes behind it (`order`).
     fn repair(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        self.0.batch(batch)
+        let items: Vec<(u16, u64)> = batch
+            .items
+            .iter()
+            .map(|it| (it.keys.slot(), holder(&it.keys, &it.owner)))
+            .collect();
+        self.ordered_batch(batch, &items)
     }
 
     fn keep(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {

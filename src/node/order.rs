@@ -20,10 +20,11 @@
 //! ran, so nothing is lost: the later call finds what it would have found
 //! had the earlier one failed at once.
 //!
-//! Only script calls about locks are stamped; renewal and repair batches
-//! are ordered by the hold itself (a release waits for a renewal in
-//! flight, on the client side only: see `hold::record` for a batch given
-//! up unanswered), and a fence raise only ever raises a counter.
+//! Script calls about locks are stamped, and renewal and repair batches
+//! (`order/batch`): a batch is ordered by the hold itself while in flight
+//! (a release waits for a renewal in flight, on the client side), and here
+//! once given up unanswered (below). A fence raise only ever raises a
+//! counter.
 //!
 //! **Lanes.** A member whose server has a connection of its own for the
 //! calls that free ([`Lane::Frees`]: releases and queue exits; every
@@ -57,10 +58,22 @@
 //!   crowd, from [`CROWDED`] calls in flight on [`Lane::Calls`]; with
 //!   fewer it prefers [`Lane::Calls`], whose writes and reads it then
 //!   shares.
-//! - a call of several pairs unsettled on both lanes (a queued acquire, or
-//!   a set's, whose pairs' histories differ) goes on the lane it prefers
-//!   after a barrier on the other: a `PING` there, answered, proves that
-//!   everything sent there before it ran.
+//! - a third lane, [`Lane::Renewals`], is the watchdog's renewal
+//!   connection. A repair batch (the only batch that writes: it re-creates
+//!   a missing key) keeps its holds' pairs unsettled there while it may
+//!   run, and one given up unanswered leaves them so until a later batch,
+//!   or call, is answered there. A call of such a pair (a release made
+//!   after its hold's wave gave the repair up) goes on the renewal
+//!   connection, behind the repair, and not on another where it could run
+//!   first and let the repair re-create the released key for a full
+//!   lease. A `PING` barrier would not do: behind a frozen node it times
+//!   out, and the release would never be sent.
+//! - a call of several pairs unsettled on several lanes (a queued acquire,
+//!   or a set's, whose pairs' histories differ, or a release behind both
+//!   its acquire and a repair) goes on [`Lane::Renewals`] if it is one of
+//!   them, else on the lane it prefers, after a barrier on each of the
+//!   others: a `PING` there, answered, proves that everything sent there
+//!   before it ran.
 //!
 //! So no call of a (lock, party) pair runs before a call of that pair made
 //! earlier, as on one connection.
@@ -84,6 +97,8 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use self::lane::LANES;
+pub(crate) use self::lane::{Barriers, Lane};
 use self::pairs::Pairs;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::sync::locked;
@@ -125,43 +140,17 @@ impl Hasher for Identity {
     }
 }
 
-/// Which of a member's connections a call goes on (see the module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lane {
-    /// The connection of acquisitions and of every call not below.
-    Calls,
-    /// The connection of the calls that free (a release, a queue exit),
-    /// on a member whose server has one.
-    Frees,
-}
-
-impl Lane {
-    fn index(self) -> usize {
-        match self {
-            Self::Calls => 0,
-            Self::Frees => 1,
-        }
-    }
-
-    fn other(self) -> Self {
-        match self {
-            Self::Calls => Self::Frees,
-            Self::Frees => Self::Calls,
-        }
-    }
-}
-
 /// One pair's calls: the stamp of the latest, how many stamps are alive,
 /// and per lane how many of its calls may still run there.
 struct Entry {
     latest: u64,
     live: usize,
-    unsettled: [usize; 2],
+    unsettled: [usize; LANES],
 }
 
 impl Entry {
     fn idle(&self) -> bool {
-        self.live == 0 && self.unsettled == [0, 0]
+        self.live == 0 && self.unsettled == [0; LANES]
     }
 }
 
@@ -177,27 +166,35 @@ struct State {
     /// The last stamp made.
     next: u64,
     /// Per lane, per route: the calls dropped unanswered there.
-    dropped: [Dropped; 2],
+    dropped: [Dropped; LANES],
     /// The tracked calls on [`Lane::Calls`] that have not ended: the
     /// client-side queue a call that frees would wait behind there.
     on_calls: usize,
 }
 
 impl State {
-    /// The lane for a call of `pairs` that prefers `prefer`, and the lane
-    /// to pass a barrier on first, if any (see the module doc).
-    fn lane(&self, pairs: &[u64], prefer: Lane) -> (Lane, Option<Lane>) {
-        let (mut calls, mut frees) = (false, false);
+    /// The lane for a call of `pairs` that prefers `prefer`, and the lanes
+    /// to pass a barrier on first (see the module doc).
+    fn lane(&self, pairs: &[u64], prefer: Lane) -> (Lane, Barriers) {
+        let mut unsettled = [false; LANES];
         for e in pairs.iter().filter_map(|p| self.pairs.get(p)) {
-            calls |= e.unsettled[Lane::Calls.index()] > 0;
-            frees |= e.unsettled[Lane::Frees.index()] > 0;
+            for (u, n) in unsettled.iter_mut().zip(e.unsettled) {
+                *u |= n > 0;
+            }
         }
-        match (calls, frees) {
-            (true, true) => (prefer, Some(prefer.other())),
-            (true, false) => (Lane::Calls, None),
-            (false, true) => (Lane::Frees, None),
-            (false, false) => (prefer, None),
-        }
+        let on = |l: Lane| unsettled[l.index()];
+        let lane = if on(Lane::Renewals) {
+            Lane::Renewals
+        } else if on(prefer) {
+            prefer
+        } else {
+            Lane::ALL.into_iter().find(|&l| on(l)).unwrap_or(prefer)
+        };
+        let barriers = Lane::ALL
+            .into_iter()
+            .filter(|&l| l != lane && on(l))
+            .fold(Barriers::NONE, Barriers::with);
+        (lane, barriers)
     }
 
     /// Everything sent on `lane` by `route` before stamp `seq` was made has
@@ -310,7 +307,7 @@ impl Order {
             route: if self.per_slot { slot } else { 0 },
             pairs,
             lane: if self.lanes { prefer } else { Lane::Calls },
-            barrier: None,
+            barriers: Barriers::NONE,
             tracked: false,
             done: AtomicBool::new(false),
         };
@@ -327,7 +324,7 @@ impl Order {
             } else {
                 prefer
             };
-            (stamp.lane, stamp.barrier) = state.lane(pairs, prefer);
+            (stamp.lane, stamp.barriers) = state.lane(pairs, prefer);
             stamp.tracked = true;
             if stamp.lane == Lane::Calls {
                 state.on_calls += 1;
@@ -338,7 +335,7 @@ impl Order {
             let entry = state.pairs.entry(p).or_insert(Entry {
                 latest: seq,
                 live: 0,
-                unsettled: [0, 0],
+                unsettled: [0; LANES],
             });
             entry.latest = seq;
             entry.live += 1;
@@ -367,8 +364,8 @@ pub(crate) struct Stamp {
     route: u16,
     pairs: Pairs,
     lane: Lane,
-    /// A lane to pass a barrier on before sending (see the module doc).
-    barrier: Option<Lane>,
+    /// The lanes to pass a barrier on before sending (see the module doc).
+    barriers: Barriers,
     /// Whether the order counts this call among its pairs' unsettled ones.
     tracked: bool,
     /// Ended: answered, failed, or never sent.
@@ -384,7 +381,7 @@ impl Stamp {
             route: 0,
             pairs: Pairs::none(),
             lane: Lane::Calls,
-            barrier: None,
+            barriers: Barriers::NONE,
             tracked: false,
             done: AtomicBool::new(false),
         }
@@ -395,10 +392,9 @@ impl Stamp {
         self.lane
     }
 
-    /// The lane where a `PING` must be answered before the call is sent,
-    /// if any.
-    pub(crate) fn barrier(&self) -> Option<Lane> {
-        self.barrier
+    /// The lanes where a `PING` must be answered before the call is sent.
+    pub(crate) fn barriers(&self) -> Barriers {
+        self.barriers
     }
 
     /// The barrier's `PING` was answered on `lane` (on a cluster member,
@@ -491,6 +487,8 @@ impl Drop for Stamp {
     }
 }
 
+mod batch;
+mod lane;
 mod pairs;
 #[cfg(test)]
 mod tests;

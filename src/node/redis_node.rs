@@ -5,7 +5,8 @@
 //! multiplexed connection answers in the order it sends): `conn` for
 //! acquisitions and every other call, `free_conn` for the calls that free
 //! (releases and queue exits, [`Lane::Frees`]), `renew_conn` for the
-//! watchdog's renewal and repair pipelines. A release never waits behind a
+//! watchdog's renewal and repair pipelines ([`Lane::Renewals`], and a
+//! release behind a repair given up there). A release never waits behind a
 //! crowd of attempts, nor behind a long renewal batch: with thousands of
 //! attempts per node in `conn`'s queue at once (20,000 waiters on one
 //! lock), a release behind them timed out (issue 35; `tests/crowd.rs`).
@@ -296,6 +297,15 @@ impl RedisNode {
     }
 
     /// The connection, unless the node was found not to be a master.
+    /// The connection of `lane`.
+    fn lane(&self, lane: Lane) -> &ConnectionManager {
+        match lane {
+            Lane::Calls => &self.conn,
+            Lane::Frees => &self.free_conn,
+            Lane::Renewals => &self.renew_conn,
+        }
+    }
+
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
         self.checked_conn(&self.conn)
     }
@@ -394,24 +404,22 @@ impl Server for RedisNode {
         A: Args,
         F: Read<T, R>,
     {
-        let lane = |l: Lane| match l {
-            Lane::Calls => &self.conn,
-            Lane::Frees => &self.free_conn,
-        };
         let sender = self
-            .checked_conn(lane(call.stamp.lane()))
+            .checked_conn(self.lane(call.stamp.lane()))
             .map(|conn| ScriptCall {
                 conn,
                 loaded: Arc::clone(&self.loaded),
                 breaker: Arc::clone(&self.breaker),
             });
-        let barrier = call.stamp.barrier().map(|l| (l, lane(l).clone()));
+        let barriers: Vec<(Lane, ConnectionManager)> = (call.stamp.barriers().iter())
+            .map(|l| (l, self.lane(l).clone()))
+            .collect();
         Box::pin(async move {
             let share = call.share;
             let stamp = &call.stamp;
             let reply = async {
                 let sender = sender?;
-                if let Some((l, mut conn)) = barrier {
+                for (l, mut conn) in barriers {
                     let _: String = redis::cmd("PING")
                         .query_async(&mut conn)
                         .await
@@ -437,10 +445,10 @@ impl Server for RedisNode {
     /// Sends a renew or repair batch on the renewal connection (a keep
     /// batch on the attempts'): one pipeline, one round trip.
     fn batch(&self, batch: Arc<RenewBatch>) -> Answer<Vec<Renewed>> {
-        let conn = self.checked_conn(match batch.kind() {
-            BatchKind::Keep => &self.conn,
-            BatchKind::Renew | BatchKind::Repair => &self.renew_conn,
-        });
+        let conn = self.checked_conn(self.lane(match batch.kind() {
+            BatchKind::Keep => Lane::Calls,
+            BatchKind::Renew | BatchKind::Repair => Lane::Renewals,
+        }));
         let loaded = Arc::clone(&self.loaded);
         Box::pin(async move {
             let mut conn = conn?;

@@ -26,7 +26,9 @@
 //! - `sentinel.rs`: a local master group under three sentinels, passwords
 //!   on both, and a TLS-only one (`tests/sentinel.rs`, `cli/tests/cli.rs`);
 //! - `sentinel_clients.rs`: managers over that group and contending
-//!   clients (`tests/sentinel.rs`).
+//!   clients (`tests/sentinel.rs`);
+//! - `gate.rs`: a proxy that holds one connection's requests from the
+//!   first that carries a script's digest (`tests/watchdog.rs`).
 //!
 //! The command line's tests (`cli/tests/`, the `quorumlock-cli` package)
 //! include this harness by path, so both packages share the one harness.

@@ -415,7 +415,7 @@ impl Server for ClusterNode {
             let order = &stamp;
             let reply = async move {
                 let stamp = order;
-                if let Some(lane) = stamp.barrier() {
+                for lane in stamp.barriers().iter() {
                     let on_wire = Unanswered::new(&watch, suspect_after);
                     let ping = ping_slot(&mut link.lane(lane), slot).await;
                     on_wire.answered(ping.is_ok());

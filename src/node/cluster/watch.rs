@@ -86,6 +86,7 @@ impl Link {
         match lane {
             Lane::Calls => conns.calls.clone(),
             Lane::Frees => conns.frees.clone(),
+            Lane::Renewals => conns.renewals.clone(),
         }
     }
 

@@ -24,7 +24,7 @@ fn a_release_frees_apart_only_once_its_acquire_answered() {
     assert_eq!(acquire.lane(), Lane::Calls);
     let early = on(&order, &[("a", "h1")], Lane::Frees);
     assert_eq!(early.lane(), Lane::Calls, "behind its acquire in flight");
-    assert_eq!(early.barrier(), None);
+    assert_eq!(early.barriers(), Barriers::NONE);
     let other = on(&order, &[("a", "h2")], Lane::Frees);
     assert_eq!(other.lane(), Lane::Frees, "another hold's release");
     for call in [&acquire, &early, &other] {
@@ -95,7 +95,7 @@ fn a_call_follows_its_hold_to_the_other_lane_or_waits_for_a_barrier() {
     drop(queued);
     let both = on(&order, &[("a", "h1"), ("a", "w1")], Lane::Calls);
     assert_eq!(both.lane(), Lane::Calls);
-    assert_eq!(both.barrier(), Some(Lane::Frees));
+    assert_eq!(both.barriers(), Barriers::NONE.with(Lane::Frees));
     release.ended(true);
     next.ended(true);
     drop((release, next));
@@ -188,7 +188,7 @@ fn on_a_cluster_member_an_answer_settles_only_its_own_slot() {
     drop((c, d));
     let leave = at(&[("c", "w2")], Lane::Frees, 9);
     let queued = at(&[("c", "h2"), ("c", "w2")], Lane::Frees, 9);
-    assert_eq!(queued.barrier(), Some(Lane::Calls));
+    assert_eq!(queued.barriers(), Barriers::NONE.with(Lane::Calls));
     queued.passed(Lane::Calls);
     leave.ended(true);
     queued.ended(true);
@@ -240,4 +240,93 @@ fn a_release_frees_apart_only_behind_a_crowd() {
     drop(acquire);
     let again = on(&order, &[("a", "h4")], Lane::Frees);
     assert_eq!(again.lane(), Lane::Calls, "the crowd is gone");
+}
+
+/// A repair given up unanswered keeps its holds on the renewal connection:
+/// their releases go there, behind it, until a later batch there answers;
+/// a repair that answered or failed leaves them free.
+#[test]
+fn a_release_goes_behind_a_repair_given_up_on_the_renewal_connection() {
+    let order = lanes();
+    let repair = order.batch(&[(0, pair("a", "h1"))]).expect("lanes");
+    drop(repair);
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Renewals, "behind the dropped repair");
+    assert_eq!(release.barriers(), Barriers::NONE);
+    let other = on(&order, &[("b", "h1")], Lane::Frees);
+    assert_eq!(other.lane(), Lane::Frees, "another hold's release");
+    release.ended(false);
+    other.ended(true);
+    // A renewal made after the drop answered there: the repair has run.
+    let renewal = order.batch(&[]).expect("lanes");
+    renewal.answered(1, |_| Some(0));
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Frees, "the repair has run");
+    release.ended(true);
+    assert_eq!(order.in_flight(), 0);
+
+    for answered in [true, false] {
+        let repair = order.batch(&[(0, pair("c", "h1"))]).expect("lanes");
+        if answered {
+            repair.answered(1, |_| Some(0));
+        } else {
+            repair.failed();
+        }
+        let release = on(&order, &[("c", "h1")], Lane::Frees);
+        assert_eq!(release.lane(), Lane::Frees, "answered: {answered}");
+        release.ended(true);
+    }
+    assert_eq!(order.in_flight(), 0);
+    // One connection for all: nothing to order.
+    assert!(Arc::new(Order::new(false, false)).batch(&[]).is_none());
+}
+
+/// A release behind a dropped repair whose acquire was dropped on the
+/// calls' connection too goes on the renewal connection after a barrier
+/// there; the release's answer settles the repair.
+#[test]
+fn a_release_behind_a_repair_and_an_acquire_passes_a_barrier() {
+    let order = lanes();
+    drop(on(&order, &[("a", "h1")], Lane::Calls));
+    drop(order.batch(&[(0, pair("a", "h1"))]));
+    let release = on(&order, &[("a", "h1")], Lane::Frees);
+    assert_eq!(release.lane(), Lane::Renewals);
+    assert_eq!(release.barriers(), Barriers::NONE.with(Lane::Calls));
+    release.passed(Lane::Calls);
+    release.ended(true);
+    assert_eq!(
+        order.in_flight(),
+        0,
+        "the release's answer proves the repair ran"
+    );
+}
+
+/// On a cluster member, a repair part that failed may still run on its
+/// shard; only a later answer in its slot settles it.
+#[test]
+fn a_cluster_repair_part_is_settled_only_by_an_answer_in_its_slot() {
+    let order = Arc::new(Order::new(true, true).crowded_at(0));
+    let at = |slot: u16| {
+        let pairs = [pair("a", "h1")];
+        order.stamp(&pairs, Lane::Frees, slot)
+    };
+    let repair = order.batch(&[(5, pair("a", "h1"))]).expect("lanes");
+    repair.answered(1, |_| None);
+    let release = at(5);
+    assert_eq!(release.lane(), Lane::Renewals, "its part failed");
+    drop(release);
+    // A renewal answered in slot 6 proves nothing about slot 5; one whose
+    // slot-5 part failed neither.
+    order
+        .batch(&[])
+        .expect("lanes")
+        .answered(2, |i| (i == 0).then_some(6));
+    let release = at(5);
+    assert_eq!(release.lane(), Lane::Renewals);
+    release.ended(false);
+    order.batch(&[]).expect("lanes").answered(1, |_| Some(5));
+    let release = at(5);
+    assert_eq!(release.lane(), Lane::Frees, "slot 5 answered after it");
+    release.ended(true);
+    assert_eq!(order.in_flight(), 0);
 }

@@ -18,12 +18,8 @@ impl RedisNode {
     /// connection for `None`), after the write it must confirm was
     /// answered there: `Ok` when enough replicas acknowledged every write
     /// the connection made, else [`NodeErrorKind::NotReplicated`].
-    pub(crate) fn wait_replicas(&self, lane: Option<Lane>, wait: ReplicaWait) -> Answer<()> {
-        let conn = match lane {
-            Some(Lane::Calls) => self.checked_conn(&self.conn),
-            Some(Lane::Frees) => self.checked_conn(&self.free_conn),
-            None => self.checked_conn(&self.renew_conn),
-        };
+    pub(crate) fn wait_replicas(&self, lane: Lane, wait: ReplicaWait) -> Answer<()> {
+        let conn = self.checked_conn(self.lane(lane));
         Box::pin(async move {
             let mut conn = conn?;
             let acks: Value = redis::cmd("WAIT")

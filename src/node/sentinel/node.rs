@@ -44,6 +44,7 @@ use crate::node::batch::{BatchKind, RenewBatch};
 use crate::node::feed::{Feed, FeedConn};
 use crate::node::member::{Args, Call, Confirm, Read, Server};
 use crate::node::ops::{Answer, BatchCost, NodeLockState, Renewed};
+use crate::node::order::Lane;
 use crate::node::redis_node::RedisNode;
 use crate::node::spec::NodeSpec;
 
@@ -445,7 +446,7 @@ impl Server for SentinelNode {
         match self.current() {
             Ok(c) => match self.shared.wait {
                 Some(wait) if call.confirm == Confirm::Replicas => {
-                    let confirm = c.node.wait_replicas(Some(call.stamp.lane()), wait);
+                    let confirm = c.node.wait_replicas(call.stamp.lane(), wait);
                     let answer = c.node.eval(call);
                     self.watched(Box::pin(async move {
                         let reply = answer.await?;
@@ -467,7 +468,7 @@ impl Server for SentinelNode {
         match self.current() {
             Ok(c) => match wait {
                 Some(wait) => {
-                    let confirm = c.node.wait_replicas(None, wait);
+                    let confirm = c.node.wait_replicas(Lane::Renewals, wait);
                     let answer = c.node.batch(batch);
                     self.watched(Box::pin(async move {
                         let renewed = answer.await?;
