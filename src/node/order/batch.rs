@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{settle, Entry, Lane, Order, Pairs, LANES};
+use super::{settle, Entry, Lane, Order, Pairs, State, LANES};
 use crate::sync::locked;
 
 /// One batch's place in its member's order (see the module doc).
@@ -82,11 +82,7 @@ impl BatchStamp {
             if part(i).is_some() {
                 settle(&mut state.pairs, lane, &[p]);
             } else {
-                let at = state.next;
-                state.dropped[lane.index()]
-                    .entry(route)
-                    .or_default()
-                    .push_back((at, Pairs::of(&[p])));
+                state.unanswered(route, p);
             }
         }
         if state.dropped[lane.index()].is_empty() {
@@ -124,12 +120,21 @@ impl Drop for BatchStamp {
         }
         let items = std::mem::take(&mut self.items);
         let mut state = locked(&self.order.state);
-        let at = state.next;
         for (route, p) in items {
-            state.dropped[Lane::Renewals.index()]
-                .entry(route)
-                .or_default()
-                .push_back((at, Pairs::of(&[p])));
+            state.unanswered(route, p);
         }
+    }
+}
+
+impl State {
+    /// A repair of pair `p` on `route` ended unanswered: it may still sit
+    /// in the renewal connection's queue, until a call made after now is
+    /// answered there.
+    fn unanswered(&mut self, route: u16, p: u64) {
+        let at = self.next;
+        self.dropped[Lane::Renewals.index()]
+            .entry(route)
+            .or_default()
+            .push_back((at, Pairs::of(&[p])));
     }
 }
