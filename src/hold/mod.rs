@@ -3,8 +3,8 @@
 //! (count, validity, granting nodes, a renewal in flight) is its
 //! [`record`], changed only through the verbs there.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
@@ -147,6 +147,9 @@ pub(crate) struct Hold {
     phase_changed: Notify,
     /// Woken when a renewal wave that included this hold ends.
     renew_done: Notify,
+    /// The watchdog's count of held renewed holds, once registered: the
+    /// hold leaves it as it leaves [`HoldState::Held`].
+    counted: OnceLock<Arc<AtomicUsize>>,
     on_drop: OnDrop,
 }
 
@@ -180,6 +183,7 @@ impl Hold {
             phase: AtomicU8::new(HoldState::Held.code()),
             phase_changed: Notify::new(),
             renew_done: Notify::new(),
+            counted: OnceLock::new(),
             on_drop,
         })
     }
@@ -221,17 +225,34 @@ impl Hold {
         self.transition(HoldState::MaxHoldReached)
     }
 
+    /// Counts this hold in `held` (the watchdog's count of renewed holds)
+    /// while it is [`HoldState::Held`]: it leaves the count as it leaves
+    /// that phase. The caller adds it.
+    pub(crate) fn count_in(&self, held: &Arc<AtomicUsize>) {
+        let _ = self.counted.set(Arc::clone(held));
+    }
+
     /// Moves from a live phase to `to`; returns whether it moved. Moving
     /// to a phase that is not live ends the hold (counted once: such a
-    /// phase is never left).
+    /// phase is never left). Leaving [`HoldState::Held`], it leaves the
+    /// watchdog's count of held holds ([`Hold::count_in`]).
     pub(crate) fn transition(&self, to: HoldState) -> bool {
-        let moved = self
+        let from = self
             .phase
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {
                 let p = HoldState::of_code(p);
                 (is_live(p) && p != to).then_some(to.code())
-            })
-            .is_ok();
+            });
+        let moved = from.is_ok();
+        if from.is_ok_and(|p| HoldState::of_code(p) == HoldState::Held) {
+            if let Some(held) = self.counted.get() {
+                // Never below zero: a hold that leaves the phase as it is
+                // registered leaves before its registration counts it.
+                let _ = held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(1))
+                });
+            }
+        }
         if moved {
             // After the store: a waiter that read the old phase had
             // registered first (see `wait_phase`), and is woken.

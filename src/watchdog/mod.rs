@@ -27,91 +27,11 @@ use crate::sync::locked;
 use crate::telemetry::Cause;
 
 mod order;
+mod stats;
 mod wave;
 
-/// Counters of the watchdog since the manager was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WatchdogStats {
-    /// Ticks that renewed at least one lock.
-    pub ticks: u64,
-    /// Round trips sent, summed over nodes (one pipeline per master per
-    /// wave; for a member that is a Redis Cluster, one per shard its locks
-    /// sit on). With a cluster member of several shards and more locks
-    /// than one wave takes, the holds follow the slots in one lane per
-    /// shard (the lanes run at the same time), so each wave's locks sit on
-    /// one shard of it: one round trip per wave there too, and one wave
-    /// more per shard (thus one pipeline more per master of the same
-    /// manager) per tick.
-    pub round_trips: u64,
-    /// Renewal and repair script calls sent, summed over nodes: one per
-    /// 100 locks on a master; on a cluster member, one per shard and 100
-    /// locks of it in a wave (a per-shard script renews locks of any slots
-    /// of its shard; the waves being cut at the shards' edges, a shard of
-    /// `n` locks costs `ceil(n / 100)` calls a tick, as a master of `n`
-    /// locks), and one per slot for locks of a slot no shard serves
-    /// in the member's map (the per-slot calls of locks a shard answers it
-    /// no longer serves, mid-resharding, are not counted).
-    pub script_calls: u64,
-    /// Lock-node renewals that extended a key.
-    pub extended: u64,
-    /// Lock-node renewals that re-created a missing key (repairs).
-    pub repairs: u64,
-    /// Lock-node renewals that found another owner.
-    pub conflicts: u64,
-    /// Lock-node renewals that failed (timeouts, refused connections).
-    pub node_errors: u64,
-    /// Renewed locks lost: each hold under renewal whose holder is told it
-    /// is lost ([`LockGuard::lost`](crate::LockGuard::lost) fires, an
-    /// operation on it fails with [`Error::Lost`](crate::Error::Lost)),
-    /// once, whatever noticed it first: a renewal wave (the lock is gone
-    /// or another's on too many nodes, or no quorum answered in time), its
-    /// validity running out before a renewal confirmed it (also while the
-    /// wave is still out), or a re-entry that found it gone. Not counted:
-    /// a fixed lease ([`LockManager::lock_with_lease`](crate::LockManager::lock_with_lease))
-    /// or a hold stopped at `max_hold` reaching the end of its validity
-    /// (`lost()` fires, but the lock expired as asked; the
-    /// `quorumlock_losses_total` metric counts these as
-    /// `cause="lease_ended"`, see `max_hold_stops` for the latter).
-    pub losses: u64,
-    /// Locks whose renewal stopped at `max_hold`.
-    pub max_hold_stops: u64,
-    /// Locks renewed, summed over ticks.
-    pub locks_renewed: u64,
-    /// Time spent in the watchdog's own work (building batches and reading
-    /// replies, not waiting on the network), summed over ticks, in µs.
-    pub busy_micros: u64,
-    /// Ticks that took longer than the renew interval: the lease is too
-    /// short for the number of locks held (each is logged as a warning).
-    pub overruns: u64,
-    /// The renewal cost per lock the last measured tick showed: the
-    /// cheapest of its waves that every member answered (a wave's time
-    /// from its start to its last answer, over its locks), `None` before
-    /// one was measured. It grows as a server saturates.
-    pub renewal_per_lock: Option<Duration>,
-    /// How many renewed holds this manager keeps at that cost, its
-    /// capacity (see [`Error::Overloaded`](crate::Error::Overloaded));
-    /// `None` before the first measured tick.
-    pub capacity: Option<u64>,
-    /// Acquisitions refused with [`Error::Overloaded`](crate::Error::Overloaded).
-    pub refused: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    ticks: AtomicU64,
-    round_trips: AtomicU64,
-    script_calls: AtomicU64,
-    extended: AtomicU64,
-    repairs: AtomicU64,
-    conflicts: AtomicU64,
-    node_errors: AtomicU64,
-    max_hold_stops: AtomicU64,
-    locks_renewed: AtomicU64,
-    busy_micros: AtomicU64,
-    overruns: AtomicU64,
-    refused: AtomicU64,
-}
+use self::stats::Counters;
+pub use self::stats::WatchdogStats;
 
 /// What the last measured tick says of the renewals' cost, and the
 /// capacity it gives: `u64::MAX` while nothing is measured.
@@ -119,9 +39,11 @@ struct Load {
     /// Renewal cost per lock, in nanoseconds (0: not measured).
     per_lock_nanos: AtomicU64,
     capacity: AtomicU64,
-    /// Holds registered for renewal (those gone are counted out at the
-    /// next tick).
-    registered: AtomicUsize,
+    /// Holds registered for renewal and still held: a hold leaves the
+    /// count when it leaves [`HoldState::Held`] (released, lost, stopped
+    /// at `max_hold`; see [`Hold::count_in`]), and each tick sets it to
+    /// the registry's live holds.
+    registered: Arc<AtomicUsize>,
 }
 
 impl Default for Load {
@@ -129,10 +51,14 @@ impl Default for Load {
         Self {
             per_lock_nanos: AtomicU64::new(0),
             capacity: AtomicU64::new(u64::MAX),
-            registered: AtomicUsize::new(0),
+            registered: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
+
+/// How many holds gone the registry keeps beyond twice those counted
+/// before it drops them (see [`Watchdog::register`]).
+const PRUNE_SLACK: usize = 1_024;
 
 /// Below this many renewed holds a manager is never refused: with few
 /// locks a wave's cost is its round trip, not the server's work per lock,
@@ -177,36 +103,14 @@ impl Watchdog {
         self.wave.store(locks.max(1), Ordering::Relaxed);
     }
 
-    fn interval(&self) -> Duration {
-        self.nodes.config.renew_interval
+    /// How many holds the registry keeps, gone ones included (tests).
+    #[cfg(test)]
+    pub(crate) fn registry_len(&self) -> usize {
+        locked(&self.holds).len()
     }
 
-    pub(crate) fn stats(&self) -> WatchdogStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        WatchdogStats {
-            ticks: get(&c.ticks),
-            round_trips: get(&c.round_trips),
-            script_calls: get(&c.script_calls),
-            extended: get(&c.extended),
-            repairs: get(&c.repairs),
-            conflicts: get(&c.conflicts),
-            node_errors: get(&c.node_errors),
-            losses: self.nodes.lost_holds.load(Ordering::Relaxed),
-            max_hold_stops: get(&c.max_hold_stops),
-            locks_renewed: get(&c.locks_renewed),
-            busy_micros: get(&c.busy_micros),
-            overruns: get(&c.overruns),
-            renewal_per_lock: match self.load.per_lock_nanos.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(Duration::from_nanos(n)),
-            },
-            capacity: match self.load.capacity.load(Ordering::Relaxed) {
-                u64::MAX => None,
-                n => Some(n),
-            },
-            refused: get(&c.refused),
-        }
+    fn interval(&self) -> Duration {
+        self.nodes.config.renew_interval
     }
 
     /// Admits a new renewed hold, or refuses it with
@@ -247,10 +151,21 @@ impl Watchdog {
         self.load.capacity.store(capacity, Ordering::Relaxed);
     }
 
-    /// Starts renewing `hold`; starts the task if it is not running.
+    /// Starts renewing `hold`; starts the task if it is not running. The
+    /// registry drops the holds gone (released, dropped) once it has grown
+    /// to twice the holds counted plus [`PRUNE_SLACK`]: a manager taking
+    /// short locks at a high rate keeps no more than that between ticks.
     pub(crate) fn register(self: &Arc<Self>, hold: &Arc<Hold>) {
-        locked(&self.holds).push(Arc::downgrade(hold));
-        self.load.registered.fetch_add(1, Ordering::Relaxed);
+        hold.count_in(&self.load.registered);
+        {
+            let mut holds = locked(&self.holds);
+            let held = self.load.registered.load(Ordering::Relaxed);
+            if holds.len() >= held.saturating_mul(2).saturating_add(PRUNE_SLACK) {
+                holds.retain(|weak| weak.strong_count() > 0);
+            }
+            holds.push(Arc::downgrade(hold));
+            self.load.registered.fetch_add(1, Ordering::Relaxed);
+        }
         let mut task = locked(&self.task);
         if task
             .as_ref()
@@ -267,7 +182,8 @@ impl Watchdog {
     /// here.
     fn live(&self, now: Instant) -> Vec<Arc<Hold>> {
         let mut live = Vec::new();
-        locked(&self.holds).retain(|weak| {
+        let mut holds = locked(&self.holds);
+        holds.retain(|weak| {
             let Some(hold) = weak.upgrade() else {
                 return false;
             };
@@ -286,7 +202,10 @@ impl Watchdog {
             live.push(hold);
             true
         });
+        // Under the registry's lock, so that no hold registered meanwhile
+        // is counted out.
         self.load.registered.store(live.len(), Ordering::Relaxed);
+        drop(holds);
         live
     }
 }
