@@ -56,8 +56,9 @@ impl Default for Load {
     }
 }
 
-/// How many holds gone the registry keeps beyond twice those counted
-/// before it drops them (see [`Watchdog::register`]).
+/// How many entries the registry takes beyond twice its length after it
+/// last dropped the holds gone, before it drops them again (see
+/// [`Watchdog::register`]).
 const PRUNE_SLACK: usize = 1_024;
 
 /// Below this many renewed holds a manager is never refused: with few
@@ -80,6 +81,9 @@ pub(crate) struct Watchdog {
     /// Most locks per wave: [`WAVE`], smaller in tests.
     wave: AtomicUsize,
     holds: Mutex<Vec<Weak<Hold>>>,
+    /// The registry's length from which a registration drops the holds
+    /// gone (see [`Watchdog::register`]); set under its lock.
+    prune_at: AtomicUsize,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     counters: Counters,
     load: Load,
@@ -91,6 +95,7 @@ impl Watchdog {
             nodes: Arc::clone(nodes),
             wave: AtomicUsize::new(WAVE),
             holds: Mutex::new(Vec::new()),
+            prune_at: AtomicUsize::new(PRUNE_SLACK),
             task: Mutex::new(None),
             counters: Counters::default(),
             load: Load::default(),
@@ -152,16 +157,17 @@ impl Watchdog {
     }
 
     /// Starts renewing `hold`; starts the task if it is not running. The
-    /// registry drops the holds gone (released, dropped) once it has grown
-    /// to twice the holds counted plus [`PRUNE_SLACK`]: a manager taking
-    /// short locks at a high rate keeps no more than that between ticks.
+    /// registry drops the holds gone (released and dropped) once it has
+    /// doubled, plus [`PRUNE_SLACK`], since it last did: a manager taking
+    /// short locks at a high rate keeps no more than that between ticks,
+    /// at a cost of one entry looked at per registration.
     pub(crate) fn register(self: &Arc<Self>, hold: &Arc<Hold>) {
         hold.count_in(&self.load.registered);
         {
             let mut holds = locked(&self.holds);
-            let held = self.load.registered.load(Ordering::Relaxed);
-            if holds.len() >= held.saturating_mul(2).saturating_add(PRUNE_SLACK) {
+            if holds.len() >= self.prune_at.load(Ordering::Relaxed) {
                 holds.retain(|weak| weak.strong_count() > 0);
+                self.pruned(holds.len());
             }
             holds.push(Arc::downgrade(hold));
             self.load.registered.fetch_add(1, Ordering::Relaxed);
@@ -205,8 +211,16 @@ impl Watchdog {
         // Under the registry's lock, so that no hold registered meanwhile
         // is counted out.
         self.load.registered.store(live.len(), Ordering::Relaxed);
+        self.pruned(holds.len());
         drop(holds);
         live
+    }
+
+    /// The registry holds `len` entries, none known gone: it is pruned
+    /// again from twice that plus [`PRUNE_SLACK`]. Under its lock.
+    fn pruned(&self, len: usize) {
+        let at = len.saturating_mul(2).saturating_add(PRUNE_SLACK);
+        self.prune_at.store(at, Ordering::Relaxed);
     }
 }
 
