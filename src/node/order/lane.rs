@@ -43,6 +43,11 @@ impl Barriers {
         Self(self.0 | 1 << lane.index())
     }
 
+    /// Whether there is none (the usual case).
+    pub(crate) fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
     /// Whether `lane` is one of them.
     pub(crate) fn contains(self, lane: Lane) -> bool {
         self.0 & 1 << lane.index() != 0
