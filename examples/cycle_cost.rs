@@ -110,6 +110,16 @@ impl Floor {
             .iter()
             .filter(|r| matches!(r.as_deref(), Ok([1 | 2, _])))
             .count();
+        // The release carries the hold's token, as quorumlock's does (it
+        // raises the fence where it is behind): the same server work.
+        let token = replies
+            .iter()
+            .filter_map(|r| match r.as_deref() {
+                Ok([1 | 2, t]) => Some(*t),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
         let mut rel = self.release.prepare_invoke();
         rel.key(&lock)
             .key(&channel)
@@ -119,7 +129,7 @@ impl Floor {
             .arg(owner)
             .arg(0)
             .arg(10_000)
-            .arg(0);
+            .arg(token);
         if self.at_quorum {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(self.release.get_hash())
@@ -132,7 +142,7 @@ impl Floor {
                 .arg(owner)
                 .arg(0)
                 .arg(10_000)
-                .arg(0);
+                .arg(token);
             let cmd = Arc::new(cmd);
             let calls = self.conns.iter().map(|c| {
                 let (mut c, cmd) = (c.clone(), Arc::clone(&cmd));
