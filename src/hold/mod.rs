@@ -353,8 +353,8 @@ impl Hold {
     /// Releases all but `left` levels on every node as background work,
     /// after any renewal of this hold in flight (so that a renewal or a
     /// repair never lands after the release; one given up unanswered is
-    /// ordered by the member, see `record`); the receiver gets the tally. `None` without
-    /// a runtime: the keys then expire with the lease.
+    /// ordered by the member, see `record`); the receiver gets the tally.
+    /// `None` without a runtime: the keys then expire with the lease.
     pub(crate) fn release_in_background(
         self: &Arc<Self>,
         left: u32,

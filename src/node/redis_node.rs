@@ -296,7 +296,6 @@ impl RedisNode {
         self
     }
 
-    /// The connection, unless the node was found not to be a master.
     /// The connection of `lane`.
     fn lane(&self, lane: Lane) -> &ConnectionManager {
         match lane {
@@ -306,6 +305,7 @@ impl RedisNode {
         }
     }
 
+    /// The connection, unless the node was found not to be a master.
     fn checked(&self) -> Result<ConnectionManager, NodeError> {
         self.checked_conn(&self.conn)
     }

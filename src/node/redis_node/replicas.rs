@@ -14,8 +14,8 @@ use crate::node::script_call::map_err;
 use crate::scripts;
 
 impl RedisNode {
-    /// Sends `WAIT` for `wait` on the connection of `lane` (the renewal
-    /// connection for `None`), after the write it must confirm was
+    /// Sends `WAIT` for `wait` on the connection of `lane` (a batch's:
+    /// [`Lane::Renewals`]), after the write it must confirm was
     /// answered there: `Ok` when enough replicas acknowledged every write
     /// the connection made, else [`NodeErrorKind::NotReplicated`].
     pub(crate) fn wait_replicas(&self, lane: Lane, wait: ReplicaWait) -> Answer<()> {
