@@ -48,14 +48,9 @@ impl TestNode for Costly {
     }
 }
 
-/// Lease 3 s, renewed every second; renewals cost 1 ms per lock on each
-/// node, so the watchdog keeps about 1,200 locks valid (the renew
-/// interval plus a tick within three quarters of the validity). Asked for
-/// 3,600 locks at 1,000 a second, the manager refuses what it cannot
-/// renew; every lock it holds stays held through five more ticks. Without
-/// the refusal, its ticks grow past the validity and held locks lapse.
-#[tokio::test(start_paused = true)]
-async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
+/// A manager over three [`Costly`] nodes whose renewals cost 1 ms per
+/// lock, lease 3 s, renewed every second.
+fn costly_manager() -> LockManager {
     let nodes: Vec<Arc<dyn NodeOps>> = fakes(3)
         .into_iter()
         .map(|fake| {
@@ -66,12 +61,23 @@ async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
             }) as Arc<dyn NodeOps>
         })
         .collect();
-    let m = LockManager::builder()
+    LockManager::builder()
         .lease(Duration::from_secs(3))
         .renew_interval(Duration::from_secs(1))
         .node_timeout(Duration::from_secs(1))
         .build_with(nodes)
-        .expect("valid fake cluster");
+        .expect("valid fake cluster")
+}
+
+/// Lease 3 s, renewed every second; renewals cost 1 ms per lock on each
+/// node, so the watchdog keeps about 1,200 locks valid (the renew
+/// interval plus a tick within three quarters of the validity). Asked for
+/// 3,600 locks at 1,000 a second, the manager refuses what it cannot
+/// renew; every lock it holds stays held through five more ticks. Without
+/// the refusal, its ticks grow past the validity and held locks lapse.
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
+    let m = costly_manager();
     let mut held = Vec::new();
     let mut refused = 0;
     for i in 0..3_600 {
@@ -119,22 +125,7 @@ async fn an_overloaded_manager_refuses_new_locks_and_loses_none_it_holds() {
 /// holds gone as it grows, not only at the tick.
 #[tokio::test(start_paused = true)]
 async fn short_holds_near_the_capacity_are_not_refused() {
-    let nodes: Vec<Arc<dyn NodeOps>> = fakes(3)
-        .into_iter()
-        .map(|fake| {
-            Arc::new(Costly {
-                fake,
-                per_lock: Duration::from_millis(1),
-                cpu: Arc::default(),
-            }) as Arc<dyn NodeOps>
-        })
-        .collect();
-    let m = LockManager::builder()
-        .lease(Duration::from_secs(3))
-        .renew_interval(Duration::from_secs(1))
-        .node_timeout(Duration::from_secs(1))
-        .build_with(nodes)
-        .expect("valid fake cluster");
+    let m = costly_manager();
     let mut held = Vec::new();
     for i in 0..1_000 {
         held.push(m.lock(&format!("kept-{i}")).await.expect("within capacity"));

@@ -66,10 +66,9 @@ pub(super) struct Conns {
     /// Acquisitions and every call not below ([`Lane::Calls`]).
     pub(super) calls: ClusterConnection,
     /// Releases and queue exits behind a crowd of attempts
-    /// ([`Lane::Frees`]), so that they never queue behind it on the client
-    /// side.
+    /// ([`Lane::Frees`]), never queued behind it on the client side.
     pub(super) frees: ClusterConnection,
-    /// Renewal and repair batches.
+    /// Batches, and calls behind a repair given up ([`Lane::Renewals`]).
     pub(super) renewals: ClusterConnection,
 }
 
